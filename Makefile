@@ -1,0 +1,37 @@
+# The README's two commands: `make compare` and `make test`.
+# Both create .venv and install pinned versions (constraints.txt) when needed.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+EXTRAS ?= torch,jax,tf-cpu,dev
+
+.PHONY: install test compare lint transfer clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# torch first, pinned: it resolves to the CPU build here and keeps pip
+	# from pulling a CUDA build for tensordict's dependency.
+	$(BIN)/python -m pip install -q -c constraints.txt torch
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[$(EXTRAS)]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+compare: $(STAMP)
+	$(BIN)/looptoolkit compare $(ARGS)
+
+transfer: $(STAMP)
+	$(BIN)/looptoolkit transfer $(ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check looptoolkit tests benchmarks
+	$(BIN)/ruff format --check looptoolkit tests benchmarks
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
