@@ -153,9 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="looptoolkit", description="Fast batch loading and device transfer, measured."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser(
-        "compare", help="time every loop variant on the device at hand", add_help=False
-    )
+    sub.add_parser("compare", help="time every loop variant on the device at hand", add_help=False)
     sub.add_parser("transfer", help="time to_device on the nested and images workloads",
                    add_help=False)  # fmt: skip
     env = sub.add_parser("env", help="installed backends, devices, pinned memory, Pillow")

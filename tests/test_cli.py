@@ -25,7 +25,10 @@ def test_env_reports_installed_backends(capsys):
 def test_env_text_output_via_console_script():
     out = subprocess.run(
         [sys.executable, "-m", "looptoolkit.cli", "env"],
-        capture_output=True, text=True, timeout=120, check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
     ).stdout
     assert "numpy" in out and "optree" in out and "pillow" in out
 
