@@ -149,9 +149,17 @@ def dtype_name(dtype: Any) -> str:
         >>> dtype_name(np.float16), dtype_name("uint8")
         ('float16', 'uint8')
     """
+    if dtype is None:
+        # np.dtype(None) is float64: never what a caller who wrote None meant.
+        raise TypeError("`dtype` None is not a dtype.")
     if isinstance(dtype, str):
-        name = dtype.removeprefix("torch.")
-        name = _TORCH_ALIASES.get(name, name)
+        if dtype.startswith("torch."):
+            # torch's own aliases, only with torch's prefix: a bare "float" or "int"
+            # means what it means to NumPy (float64, int64).
+            name = dtype.removeprefix("torch.")
+            name = _TORCH_ALIASES.get(name, name)
+        else:
+            name = dtype
         if name in _ITEMSIZE:
             return name
     else:
@@ -223,7 +231,9 @@ class _DtypePolicy:
 def _describe(leaf: Any) -> str:
     shape = tuple(getattr(leaf, "shape", ()))
     dtype = getattr(leaf, "dtype", "")
-    return f"{type(leaf).__module__.split('.')[0]} {dtype} {list(shape)}"
+    # numpy, jax and tf dtypes have a `.name`; torch's print as "torch.float32".
+    name = getattr(dtype, "name", None) or str(dtype).removeprefix("torch.")
+    return f"{type(leaf).__module__.split('.')[0]} {name} {list(shape)}"
 
 
 def _locate_failure(
@@ -248,10 +258,59 @@ def _locate_failure(
     return TransferError(f"cannot move {joined} to {target}: {error}", paths[0] if paths else None)
 
 
-def _dest(backend: Backend, target: Target) -> Backend:
-    if backend.name != "numpy" or target.home is None:
-        return backend
-    return get_backend(target.home)
+# What happens to a leaf of a given type, per (type, home of NumPy leaves): the
+# backend that moves it, _OBJECT (it has its own `.to`), or None (returned as is).
+# Deciding once per type keeps the per-leaf work of a call to list comprehensions.
+_OBJECT = "object"
+_UNKNOWN = "unknown"
+_routes: dict[tuple[type, str | None], Backend | str | None] = {}
+
+
+def _route(leaf: Any, home: str | None) -> Backend | str | None:
+    cls = type(leaf)
+    route = _routes.get((cls, home), _UNKNOWN)
+    if route is not _UNKNOWN:
+        return route
+    backend = backend_of(leaf)
+    decided: Backend | str | None
+    if backend is None:
+        # Looked up on the class: an instance attribute called `to` is not a method.
+        decided = _OBJECT if callable(getattr(cls, "to", None)) else None
+    elif backend.name == "numpy" and home is not None:
+        decided = get_backend(home)
+    else:
+        decided = backend
+    _routes[(cls, home)] = decided
+    return decided
+
+
+def _casts(policy: _DtypePolicy, items: Sequence[Any]) -> list[str | None]:
+    """Target dtype of each leaf, decided once per distinct source dtype."""
+    memo: dict[Any, str | None] = {}
+    out: list[str | None] = []
+    for x in items:
+        dt = x.dtype
+        try:
+            cast = memo[dt]
+        except KeyError:
+            source = backend_of(x)
+            assert source is not None  # only arrays reach here
+            cast = memo[dt] = policy(source.dtype_name(x))
+        out.append(cast)
+    return out
+
+
+def _move_object(obj: Any, device: Any, target: Target) -> Any:
+    """``obj.to(device)``; torch objects get the ``torch.device`` the target names."""
+    root = type(obj).__module__.partition(".")[0]
+    if root in ("torch", "tensordict") or (
+        "torch" in sys.modules and isinstance(obj, sys.modules["torch"].nn.Module)
+    ):
+        # An nn.Module or a TensorDict does not understand "/CPU:0" or a jax.Device.
+        from looptoolkit.adapters.torch import resolve_device
+
+        return obj.to(resolve_device(target))
+    return obj.to(device)
 
 
 def to_device(
@@ -307,27 +366,42 @@ def to_device(
         (dtype('float32'), 3)
     """
     target = parse_device(device)
-    policy = _DtypePolicy(dtype)
-    leaves, spec = _tree.flatten(tree, strict=strict)
+    policy = _DtypePolicy(dtype) if dtype is not None else None
+    leaves, spec, types = _tree.flatten_typed(tree, strict=strict)
+    home = target.home
+    if len(types) == 1:
+        # One leaf type (the common case): one decision for all of them.
+        routes = {_route(leaves[0], home)} if leaves else set()
+        keys = None
+    else:
+        keys = [_route(leaf, home) for leaf in leaves]
+        routes = set(keys)
     out = list(leaves)
-    groups: dict[str, tuple[Backend, list[int], list[str | None]]] = {}
-    objects: list[int] = []
-    for i, leaf in enumerate(leaves):
-        backend = backend_of(leaf)
-        if backend is None:
-            if callable(getattr(leaf, "to", None)) and not isinstance(leaf, type):
-                objects.append(i)
-            continue
-        dest = _dest(backend, target)
-        group = groups.get(dest.name)
-        if group is None:
-            group = groups[dest.name] = (dest, [], [])
-        group[1].append(i)
-        group[2].append(policy(backend.dtype_name(leaf)))
-
     paths: list[str] | None = None
-    for dest, index, casts in groups.values():
-        items = [leaves[i] for i in index]
+    # Arrays first, objects last: an object's own `.to` may move it in place
+    # (nn.Module), which should not happen when an array then fails to move.
+    for route in sorted(routes - {None}, key=lambda r: r is _OBJECT):
+        if keys is None:
+            index = range(len(leaves))
+            items = leaves
+        else:
+            index = [i for i, key in enumerate(keys) if key is route]  # type: ignore[assignment]
+            items = [leaves[i] for i in index]
+        if route is _OBJECT:
+            for i, leaf in zip(index, items, strict=True):
+                try:
+                    out[i] = _move_object(leaf, device, target)
+                except Exception as e:
+                    if paths is None:
+                        paths = _tree.leaf_paths(spec)
+                    raise TransferError(
+                        f"cannot move {paths[i]} ({type(leaf).__name__}) with its own "
+                        f".to({device!r}): {e}",
+                        paths[i],
+                    ) from e
+            continue
+        dest: Backend = route  # type: ignore[assignment]
+        casts = [None] * len(items) if policy is None else _casts(policy, items)
         try:
             moved = dest.move(items, target, casts, non_blocking, pack)
         except Exception as e:
@@ -336,17 +410,9 @@ def to_device(
             raise _locate_failure(
                 dest, items, [paths[i] for i in index], target, casts, non_blocking, e
             ) from e
-        for i, value in zip(index, moved, strict=True):
-            out[i] = value
-    for i in objects:
-        try:
-            out[i] = leaves[i].to(device)
-        except Exception as e:
-            if paths is None:
-                paths = _tree.leaf_paths(spec)
-            raise TransferError(
-                f"cannot move {paths[i]} ({type(leaves[i]).__name__}) with its own "
-                f".to({device!r}): {e}",
-                paths[i],
-            ) from e
+        if keys is None:
+            out = moved
+        else:
+            for i, value in zip(index, moved, strict=True):
+                out[i] = value
     return _tree.unflatten(spec, out)

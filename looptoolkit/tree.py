@@ -33,6 +33,7 @@ __all__ = [
     "NAMESPACE",
     "ContainerRebuildWarning",
     "flatten",
+    "flatten_typed",
     "leaf_paths",
     "unflatten",
 ]
@@ -78,18 +79,31 @@ def _register(cls: type, flatten_fn: Callable[..., Any], unflatten_fn: Callable[
 # -- dataclasses ---------------------------------------------------------------
 
 
+class _Unset:
+    """Stands for a dataclass field that has no value (``init=False``, never assigned)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+_UNSET = _Unset()
+
+
 def _register_dataclass(cls: type) -> None:
     names = tuple(f.name for f in dataclasses.fields(cls))
 
     def flatten_fn(obj: Any) -> tuple[tuple[Any, ...], _Ref, tuple[str, ...]]:
-        return tuple(getattr(obj, n) for n in names), _Ref(obj), names
+        return tuple(getattr(obj, n, _UNSET) for n in names), _Ref(obj), names
 
     def unflatten_fn(ref: _Ref, children: Iterable[Any]) -> Any:
         # A shallow copy keeps frozen-ness, init=False fields and any extra
         # attributes without running __init__/__post_init__ again.
         new = copy.copy(ref.obj)
         for name, value in zip(names, children, strict=True):
-            object.__setattr__(new, name, value)
+            if value is not _UNSET:
+                object.__setattr__(new, name, value)
         return new
 
     _register(cls, flatten_fn, unflatten_fn)
@@ -171,6 +185,15 @@ def _register_subclass(cls: type, base: type) -> None:
                 stacklevel=4,
             )
 
+    def attributes(obj: Any) -> dict[str, Any] | None:
+        # Instance attributes of the subclass (`batch.meta = ...`) come back with it.
+        return None if lossy else getattr(obj, "__dict__", None) or None
+
+    def restore(new: Any, attrs: dict[str, Any] | None) -> Any:
+        if attrs:
+            new.__dict__.update(attrs)
+        return new
+
     if mapping:
 
         def flatten_fn(obj: Any) -> tuple[list[Any], tuple[Any, ...], list[Any]]:
@@ -178,28 +201,29 @@ def _register_subclass(cls: type, base: type) -> None:
                 raise _Unbuildable(cls)
             keys = list(obj.keys())
             factory = getattr(obj, "default_factory", None)
-            return [obj[k] for k in keys], (keys, factory), keys
+            return [obj[k] for k in keys], (keys, factory, attributes(obj)), keys
 
         def unflatten_fn(meta: tuple[Any, ...], children: Iterable[Any]) -> Any:
-            keys, factory = meta
+            keys, factory, attrs = meta
             warn()
             items = zip(keys, children, strict=True)
             if issubclass(build, collections.defaultdict):
-                return build(factory, items)
-            return build(items)
+                return restore(build(factory, items), attrs)
+            return restore(build(items), attrs)
 
     else:
 
         def flatten_fn(obj: Any) -> tuple[list[Any], Any, None]:  # type: ignore[misc]
             if getattr(_state, "strict", False) and lossy:
                 raise _Unbuildable(cls)
-            return list(obj), getattr(obj, "maxlen", None), None
+            return list(obj), (getattr(obj, "maxlen", None), attributes(obj)), None
 
-        def unflatten_fn(maxlen: Any, children: Iterable[Any]) -> Any:  # type: ignore[misc]
+        def unflatten_fn(meta: Any, children: Iterable[Any]) -> Any:  # type: ignore[misc]
+            maxlen, attrs = meta
             warn()
             if issubclass(build, collections.deque):
-                return build(children, maxlen)
-            return build(children)
+                return restore(build(children, maxlen), attrs)
+            return restore(build(children), attrs)
 
     _register(cls, flatten_fn, unflatten_fn)
 
@@ -263,8 +287,8 @@ def _is_array_type(cls: type) -> bool:
     return hasattr(cls, "shape") and hasattr(cls, "dtype")
 
 
-def _new_container_types(leaves: list[Any]) -> bool:
-    unseen = set(map(type, leaves)) - _seen
+def _new_container_types(types: set[type]) -> bool:
+    unseen = types - _seen
     if not unseen:
         return False
     registered = False
@@ -287,13 +311,26 @@ def flatten(tree: Any, *, strict: bool = False) -> tuple[list[Any], optree.PyTre
         TypeError: under ``strict=True``, a container that cannot be rebuilt as its own
             type; the message names its key path.
     """
+    leaves, spec, _ = flatten_typed(tree, strict=strict)
+    return leaves, spec
+
+
+def flatten_typed(
+    tree: Any, *, strict: bool = False
+) -> tuple[list[Any], optree.PyTreeSpec, set[type]]:
+    """:func:`flatten`, plus the set of the leaves' types (computed anyway, reused by callers).
+
+    Raises:
+        TypeError: as :func:`flatten`.
+    """
     _state.strict = strict
     try:
         while True:
             leaves, spec = optree.tree_flatten(tree, none_is_leaf=True, namespace=NAMESPACE)
+            types = set(map(type, leaves))
             # Containers optree does not know yet are leaves now: register, go again.
-            if not _new_container_types(leaves):
-                return leaves, spec
+            if types <= _seen or not _new_container_types(types):
+                return leaves, spec, types
     except _Unbuildable as e:
         _state.strict = False
         path = _path_of_type(tree, e.cls)

@@ -1,0 +1,336 @@
+"""Shuffle quality and cost of looptoolkit's epoch orders: full vs grouped.
+
+Run from the repository root (a benchmark, not a test: it times, never asserts)::
+
+    .venv/bin/python -m benchmarks.order_quality          # default, about 1-2 minutes
+    .venv/bin/python -m benchmarks.order_quality --large  # adds N = 10**8 (1.6 GB peak, minutes)
+
+It writes ``benchmarks/results/order_quality-cpu.{json,md}`` (``docs/order.md``
+quotes the tables). For ``shuffle="full"`` and ``"grouped"`` at several group
+sizes it measures, with batch 300:
+
+- quality, averaged over epochs at N = 300_000: the probability that two
+  samples share a batch, for neighbouring pairs ``(i, i + 1)`` and for random
+  pairs (ideal ``B / N`` for both), and the mean displacement
+  ``|position - index| / N`` (about 1/3 for a uniform permutation);
+- order generation at N = 10**6, 10**7 (and 10**8 with ``--large``): epoch setup
+  (``Order.epoch``, all that is paid before the first batch), materialising the
+  whole order (``Order.global_order``), and iterating every batch's indices
+  (the Loader's path), against one full NumPy permutation ``rng.permutation(N)``;
+- the time per epoch to gather every batch of a (300_000, 64) float32 array with
+  ``take`` in each order, with the order's own cost and without it.
+
+Variants run interleaved (A B C A B C ...) after a warm-up; medians, min and max.
+
+Last measured (2 cores, AMD EPYC, NumPy 2.4.6, shared machine; see the results
+file for the exact figures): see ``benchmarks/results/order_quality-cpu.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from looptoolkit.bench.timing import Timing, interleave, machine_info, write_results
+from looptoolkit.order import DEFAULT_GROUP_SIZE, Order
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch-size", type=int, default=300)
+    parser.add_argument(
+        "--groups",
+        type=int,
+        nargs="+",
+        default=[256, 1024, 4096, 16384, 65536],
+        help="group sizes of the grouped variants",
+    )
+    parser.add_argument("--quality-n", type=int, default=300_000)
+    parser.add_argument("--quality-epochs", type=int, default=30)
+    parser.add_argument("--pairs", type=int, default=1_000_000, help="random pairs per epoch")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10**6, 10**7])
+    parser.add_argument(
+        "--large",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="also time order generation at N = 10**8 (800 MB per order)",
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="timing rounds per size")
+    parser.add_argument("--large-rounds", type=int, default=3, help="timing rounds at 10**8")
+    parser.add_argument("--gather-rounds", type=int, default=21)
+    parser.add_argument("--gather-n", type=int, default=300_000)
+    parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args(argv)
+
+
+def variants(groups: list[int]) -> list[tuple[str, str, int | None]]:
+    """(name, shuffle, group_size) of every order compared."""
+    return [("full", "full", None)] + [(f"grouped {g}", "grouped", g) for g in groups]
+
+
+# -- quality ----------------------------------------------------------------
+
+
+def quality(args: argparse.Namespace) -> list[dict[str, Any]]:
+    n, b = args.quality_n, args.batch_size
+    rng = np.random.default_rng(12345)
+    i = rng.integers(n, size=args.pairs)
+    j = (i + rng.integers(1, n, size=args.pairs)) % n  # distinct from i
+    rows = []
+    for name, shuffle, group in variants(args.groups):
+        order = Order(n, b, shuffle=shuffle, group_size=group, seed=args.seed)
+        neighbours, random_pairs, displacement = [], [], []
+        for epoch in range(args.quality_epochs):
+            g = order.global_order(epoch)
+            position = np.empty(n, dtype=np.int64)
+            position[g] = np.arange(n)
+            batch_of = position // b
+            neighbours.append(np.mean(batch_of[:-1] == batch_of[1:]))
+            random_pairs.append(np.mean(batch_of[i] == batch_of[j]))
+            displacement.append(np.mean(np.abs(position - np.arange(n))) / n)
+        rows.append(
+            {
+                "name": name,
+                "n": n,
+                "batch_size": b,
+                "epochs": args.quality_epochs,
+                "p_cobatch_neighbours": float(np.mean(neighbours)),
+                "p_cobatch_random": float(np.mean(random_pairs)),
+                "p_cobatch_random_stderr": float(np.std(random_pairs) / np.sqrt(len(random_pairs))),
+                "mean_displacement": float(np.mean(displacement)),
+                "ideal_p_cobatch": b / n,
+                "rough_neighbours_b_over_g": (b / group if group else b / n),
+            }
+        )
+        print(f"quality {name}: {rows[-1]}", flush=True)
+    return rows
+
+
+# -- order generation -------------------------------------------------------
+
+
+def check_permutation(g: np.ndarray, n: int) -> None:
+    if len(g) != n or not np.all(np.bincount(g, minlength=n) == 1):
+        raise AssertionError("order is not a permutation")
+
+
+def generation(args: argparse.Namespace, n: int, rounds: int) -> list[Timing]:
+    b = args.batch_size
+    epochs = iter(range(10**9))
+
+    def full_permutation() -> None:
+        np.random.default_rng([args.seed, next(epochs)]).permutation(n)
+
+    cases: list[tuple[str, Callable[[], Any]]] = [("NumPy rng.permutation(N)", full_permutation)]
+    full = Order(n, b, shuffle="full", seed=args.seed)
+    cases.append(("full: epoch + iterate batches", lambda: consume(full.epoch(next(epochs)))))
+    for g in args.groups:
+        order = Order(n, b, shuffle="grouped", group_size=g, seed=args.seed)
+        # Check the output before timing it: a fast wrong order is not a result.
+        materialised = order.global_order(0)
+        check_permutation(materialised, n)
+        if n <= 10**7 and not np.array_equal(order.epoch(0).indices(), materialised):
+            raise AssertionError("iteration differs from the materialised order")
+        del materialised
+        cases.append((f"grouped {g}: setup (epoch)", bind(lambda o: o.epoch(next(epochs)), order)))
+        cases.append(
+            (
+                f"grouped {g}: materialise (global_order)",
+                bind(lambda o: o.global_order(next(epochs)), order),
+            )
+        )
+        cases.append(
+            (
+                f"grouped {g}: epoch + iterate batches",
+                bind(lambda o: consume(o.epoch(next(epochs))), order),
+            )
+        )
+    timings = interleave(cases, rounds=rounds, warmup=1, description=f"orders N={n:.0e}")
+    for t in timings:
+        t.extra["n"] = n
+    return timings
+
+
+def bind(fn: Callable[[Order], Any], order: Order) -> Callable[[], Any]:
+    return lambda: fn(order)
+
+
+def consume(epoch: Any) -> None:
+    for _ in epoch:
+        pass
+
+
+# -- gather -----------------------------------------------------------------
+
+
+def gather(args: argparse.Namespace) -> list[Timing]:
+    n, b = args.gather_n, args.batch_size
+    x = np.random.default_rng(0).random((n, 64), dtype=np.float32)
+    cases: list[tuple[str, Callable[[], Any]]] = []
+    specs: list[tuple[str, str, int | None]] = [("sequential", "none", None)]
+    specs += variants(args.groups)
+    for name, shuffle, group in specs:
+        order = Order(n, b, shuffle=shuffle, group_size=group, seed=args.seed)
+        ep = order.epoch(0)
+        fixed = list(ep)
+        # Check the rows: each batch's gather equals fancy indexing of those rows.
+        probe = fixed[len(fixed) // 2]
+        if not np.array_equal(x.take(probe, axis=0), x[probe]):
+            raise AssertionError("gather returned the wrong rows")
+        if not np.array_equal(np.sort(np.concatenate(fixed)), np.arange(n)):
+            raise AssertionError("an epoch does not visit every row once")
+        counter = iter(range(1, 10**9))
+        cases.append((f"{name}: order + gather", bind(make_epoch(x, counter), order)))
+        cases.append((f"{name}: gather only", make_fixed(x, fixed)))
+    timings = interleave(cases, rounds=args.gather_rounds, warmup=2, description="gather")
+    return timings
+
+
+def make_epoch(x: np.ndarray, counter: Any) -> Callable[[Order], None]:
+    def run(order: Order) -> None:
+        for idx in order.epoch(next(counter)):
+            x.take(idx, axis=0)
+
+    return run
+
+
+def make_fixed(x: np.ndarray, batches: list[np.ndarray]) -> Callable[[], None]:
+    def run() -> None:
+        for idx in batches:
+            x.take(idx, axis=0)
+
+    return run
+
+
+# -- report -----------------------------------------------------------------
+
+
+def rough(p: float) -> str:
+    # B/G approximates the neighbour co-batch probability only for G >= B.
+    return f"{p:.2e}" if p <= 1 else "-"
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g}" if seconds < 1 else f"{seconds * 1e3:,.0f}"
+
+
+def markdown(payload: dict[str, Any]) -> str:
+    m = payload["machine"]
+    lines = [
+        "# Epoch orders: shuffle quality and cost",
+        "",
+        f"Command: `{payload['command']}`  ",
+        f"Machine: {m['cpu']}, {m['cores']} cores; Python {m['python']}, "
+        f"NumPy {m['versions'].get('numpy', '?')}; {m['date']}  ",
+        f"Batch size {payload['batch_size']}; "
+        f"DEFAULT_GROUP_SIZE = {payload['default_group_size']}.",
+        "Times are medians over interleaved rounds (min-max in brackets); "
+        "the machine is shared, so ratios taken in one run are the result.",
+        "",
+        "## Quality",
+        "",
+        f"N = {payload['quality'][0]['n']:,}, averaged over "
+        f"{payload['quality'][0]['epochs']} epochs; ideal co-batch probability "
+        f"B/N = {payload['quality'][0]['ideal_p_cobatch']:.2e}.",
+        "",
+        "| order | P(i, i+1 share a batch) | vs ideal | B/G (B/N for full) "
+        "| P(random pair shares a batch) | mean abs(pos - index) / N |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in payload["quality"]:
+        lines.append(
+            f"| {row['name']} | {row['p_cobatch_neighbours']:.2e} "
+            f"| {row['p_cobatch_neighbours'] / row['ideal_p_cobatch']:,.0f}x "
+            f"| {rough(row['rough_neighbours_b_over_g'])} "
+            f"| {row['p_cobatch_random']:.2e} ± {row['p_cobatch_random_stderr']:.0e} "
+            f"| {row['mean_displacement']:.4f} |"
+        )
+    lines += [
+        "",
+        "## Order generation (ms per epoch)",
+        "",
+        "Setup is what `Order.epoch()` costs before the first batch; materialise "
+        "builds the whole n-long order (`global_order`); iterate walks every batch "
+        "of 300 (what the Loader does, chunk by chunk). Speed-up is the NumPy "
+        "permutation's median over the variant's median.",
+        "",
+    ]
+    for size, timings in payload["generation"].items():
+        base = next(t for t in timings if t["name"].startswith("NumPy"))["median_s"]
+        lines += [
+            f"### N = {int(size):,}",
+            "",
+            "| variant | median ms | min-max ms | speed-up vs permutation |",
+            "|---|---:|---:|---:|",
+        ]
+        for t in timings:
+            lines.append(
+                f"| {t['name']} | {ms(t['median_s'])} | {ms(t['min_s'])}-{ms(t['max_s'])} "
+                f"| {base / t['median_s']:,.1f}x |"
+            )
+        lines.append("")
+    lines += [
+        "## Gather per epoch",
+        "",
+        f"`x.take(idx, axis=0)` for every batch of a ({payload['gather_n']:,}, 64) float32 "
+        "array. *order + gather* includes building the epoch's order (a new epoch "
+        "each round); *gather only* reuses precomputed batches.",
+        "",
+        "| order | order + gather ms | gather only ms | order + gather vs full |",
+        "|---|---:|---:|---:|",
+    ]
+    gathers = {t["name"]: t for t in payload["gather"]}
+    full = gathers["full: order + gather"]["median_s"]
+    names = [t["name"].split(":")[0] for t in payload["gather"] if "order + gather" in t["name"]]
+    for name in names:
+        both = gathers[f"{name}: order + gather"]
+        only = gathers[f"{name}: gather only"]
+        lines.append(
+            f"| {name} | {ms(both['median_s'])} [{ms(both['min_s'])}-{ms(both['max_s'])}] "
+            f"| {ms(only['median_s'])} [{ms(only['min_s'])}-{ms(only['max_s'])}] "
+            f"| {both['median_s'] / full:.2f} |"
+        )
+    lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    started = time.perf_counter()
+    quality_rows = quality(args)
+    sizes = list(args.sizes) + ([10**8] if args.large else [])
+    generation_rows = {}
+    for n in sizes:
+        rounds = args.large_rounds if n >= 10**8 else args.rounds
+        timings = generation(args, n, rounds)
+        generation_rows[str(n)] = [t.summary() for t in timings]
+        for t in timings:
+            print(f"N={n:.0e} {t.name}: {t.median * 1e3:.2f} ms", flush=True)
+    gather_rows = [t.summary() for t in gather(args)]
+    for row in gather_rows:
+        print(f"gather {row['name']}: {row['median_s'] * 1e3:.2f} ms", flush=True)
+    payload = {
+        "suite": "order_quality",
+        "command": " ".join(getattr(sys, "orig_argv", sys.argv)),
+        "machine": machine_info(),
+        "batch_size": args.batch_size,
+        "default_group_size": DEFAULT_GROUP_SIZE,
+        "quality": quality_rows,
+        "generation": generation_rows,
+        "gather_n": args.gather_n,
+        "gather": gather_rows,
+        "elapsed_s": time.perf_counter() - started,
+    }
+    paths = write_results(args.out, "order_quality-cpu", payload, markdown(payload))
+    print(markdown(payload))
+    print("wrote", *map(str, paths))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,917 @@
+"""Loader: from an epoch's order to batches in the user's loop.
+
+The step after :mod:`looptoolkit.order` in the data flow. For each epoch it
+takes this shard's sample order from an :class:`~looptoolkit.order.Order`, cuts
+it into batches, gathers every batch with one call per backend (one gather per
+leaf, one dispatch per batch for JAX and tf), rebuilds the data's containers
+around the gathered leaves, moves the batch with :func:`looptoolkit.to_device`
+when a ``device`` is given, and hands it to the user's step, optionally
+prefetched by one background thread.
+
+Where the work runs:
+
+- No ``device``: gather in the consumer's thread. A background hand-off costs
+  more than a host gather of a batch (tens of microseconds), so ``prefetch`` is
+  not used.
+- ``device`` and ``prefetch > 0``: one background thread gathers and moves up to
+  ``prefetch`` batches ahead through a bounded queue; for torch on CUDA the
+  copies run on a side stream from pinned staging buffers reused across batches.
+- ``resident=True``: the dataset is put on the device once; each batch is a
+  gather on the device, queued in the consumer's thread (the device's own queue
+  is the overlap).
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Generator, Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import optree
+
+from looptoolkit import tree as _tree
+from looptoolkit.adapters import Backend, backend_of
+from looptoolkit.device import Target, parse_device, to_device
+from looptoolkit.order import EpochOrder, Order, normalize_shuffle, resolve_rank
+
+__all__ = ["Loader", "LoaderIterator", "LoaderStats"]
+
+# How often a blocked queue operation wakes up to check for shutdown (seconds).
+_POLL_S = 0.05
+# How long shutting down waits for the background thread to finish its batch.
+_JOIN_S = 10.0
+
+
+class LoaderStats:
+    """Where the time of a training loop goes: waiting for data, or in the step.
+
+    Measured by a :class:`Loader` created with ``stats=True``, over every epoch
+    since creation (or the last :meth:`reset`).
+
+    Attributes:
+        batches: batches handed to the loop.
+        wait_s: seconds the loop spent waiting for the next batch (inside ``next``).
+        step_s: seconds between handing out a batch and being asked for the next
+            one: the user's step.
+    """
+
+    __slots__ = ("batches", "step_s", "wait_s")
+
+    def __init__(self) -> None:
+        self.batches = 0
+        self.wait_s = 0.0
+        self.step_s = 0.0
+
+    @property
+    def data_wait_fraction(self) -> float:
+        """Share of the loop's time spent waiting for data (0 when nothing was timed).
+
+        Near 1: the loop is data-bound, the model waits for batches. Near 0: the
+        step dominates and faster loading would not help.
+        """
+        total = self.wait_s + self.step_s
+        return self.wait_s / total if total > 0 else 0.0
+
+    def reset(self) -> None:
+        """Start counting again from zero."""
+        self.batches = 0
+        self.wait_s = 0.0
+        self.step_s = 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        """The counters and the data-wait fraction as a dict."""
+        return {
+            "batches": self.batches,
+            "wait_s": self.wait_s,
+            "step_s": self.step_s,
+            "data_wait_fraction": self.data_wait_fraction,
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"LoaderStats(batches={self.batches}, wait_s={self.wait_s:.6f}, "
+            f"step_s={self.step_s:.6f}, data_wait_fraction={self.data_wait_fraction:.3f})"
+        )
+
+
+class _Progress:
+    """How far the user got through one epoch (batches handed out, not prefetched)."""
+
+    __slots__ = ("consumed", "epoch", "start", "total")
+
+    def __init__(self, epoch: int, start: int, total: int) -> None:
+        self.epoch = epoch
+        self.start = start  # global sample offset the epoch was started (or resumed) at
+        self.total = total  # batches this rank gets from `start` on
+        self.consumed = 0
+
+
+class LoaderIterator:
+    """One epoch of a :class:`Loader`; ``len()`` is the number of batches left.
+
+    Leaving the loop early (``break``, an exception, dropping the iterator) stops
+    the background thread, if there is one; :meth:`close` does it explicitly.
+    """
+
+    __slots__ = ("_progress", "_source")
+
+    def __init__(self, source: Generator[Any, None, None], progress: _Progress) -> None:
+        self._source = source
+        self._progress = progress
+
+    def __iter__(self) -> LoaderIterator:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._source)
+
+    def __len__(self) -> int:
+        return self._progress.total - self._progress.consumed
+
+    def close(self) -> None:
+        """Stop the epoch: the background thread (if any) ends and nothing more is yielded."""
+        self._source.close()
+
+
+# -- background prefetch ---------------------------------------------------------
+
+
+class _End:
+    """Put in the queue after the last batch."""
+
+
+_END = _End()
+
+
+class _Failure:
+    """An exception raised in the background thread, carried to the consumer."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def _put(q: queue.Queue[Any], stop: threading.Event, item: Any) -> bool:
+    while not stop.is_set():
+        try:
+            q.put(item, timeout=_POLL_S)
+        except queue.Full:
+            continue
+        return True
+    return False
+
+
+def _produce(batches: Iterator[Any], q: queue.Queue[Any], stop: threading.Event) -> None:
+    # Runs in the background thread. It holds the queue, the event and the batch
+    # source, never the consumer's iterator, so dropping that iterator frees it.
+    try:
+        while not stop.is_set():
+            try:
+                item = next(batches)
+            except StopIteration:
+                _put(q, stop, _END)
+                return
+            if not _put(q, stop, item):
+                return
+    except BaseException as e:  # everything goes to the consumer, which re-raises it
+        _put(q, stop, _Failure(e))
+    finally:
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()
+
+
+def _shutdown(stop: threading.Event, q: queue.Queue[Any], thread: threading.Thread) -> None:
+    stop.set()
+    try:  # free a slot so that a blocked `put` returns and sees the event
+        while True:
+            q.get_nowait()
+    except queue.Empty:
+        pass
+    if thread is not threading.current_thread():
+        thread.join(_JOIN_S)
+
+
+def _reraise(error: BaseException) -> BaseException:
+    """The exception to raise in the consumer for one raised in the background thread."""
+    message = f"{type(error).__name__} in looptoolkit.Loader's background thread: {error}"
+    try:
+        new = type(error)(message)
+    except Exception:  # an exception type that takes other arguments
+        new = RuntimeError(message)
+    else:
+        new.__dict__.update(getattr(error, "__dict__", {}))
+    return new
+
+
+class _Prefetcher:
+    """Runs a batch source in one daemon thread, ``depth`` batches ahead."""
+
+    def __init__(self, batches: Iterator[Any], depth: int) -> None:
+        self.queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        stop = threading.Event()
+        self.thread = threading.Thread(
+            target=_produce,
+            args=(batches, self.queue, stop),
+            name="looptoolkit-loader-prefetch",
+            daemon=True,
+        )
+        self.thread.start()
+        # Stops the thread when the consumer's generator is collected, closed or fails.
+        self.close = weakref.finalize(self, _shutdown, stop, self.queue, self.thread)
+
+    def get(self) -> Any:
+        """The next item; ``_END`` after the last one."""
+        get = self.queue.get
+        while True:
+            try:
+                item = get(timeout=_POLL_S)
+            except queue.Empty:
+                if not self.thread.is_alive() and self.queue.empty():
+                    raise RuntimeError(
+                        "looptoolkit.Loader's background thread ended without a result."
+                    ) from None
+                continue
+            if isinstance(item, _Failure):
+                self.close()
+                raise _reraise(item.error) from item.error
+            if item is _END:
+                self.close()
+            return item
+
+
+class _CudaPipeline:
+    """torch + CUDA: stage host rows in pinned buffers, copy on a side stream.
+
+    Host leaves are gathered straight into pinned buffers (one per leaf and
+    slot, reused across batches), copied non-blocking on a side stream, and an
+    event recorded after each batch. A slot is refilled only after its copy has
+    finished; the consumer's stream waits for the batch's event, and every
+    tensor made on the side stream is marked as used by the consumer's stream
+    (``record_stream``) so that its memory is not reused too early.
+    """
+
+    def __init__(self, rows: Rows, batch_size: int, target: Target, slots: int) -> None:
+        from looptoolkit.adapters import torch as torch_adapter
+
+        torch = sys.modules["torch"]
+        self.torch = torch
+        self.device = torch_adapter.resolve_device(target)
+        self.stream = torch.cuda.Stream(self.device)
+        self.batch_size = batch_size
+        self.slots = slots
+        self.events: list[Any] = [None] * slots
+        # position -> host NumPy view, for leaves that can be staged
+        self.views: dict[int, np.ndarray] = {}
+        for i, leaf in enumerate(rows.leaves):
+            view = self._host_view(leaf)
+            if view is not None:
+                self.views[i] = view
+        self.buffers: list[dict[int, Any]] = []
+        self.arrays: list[dict[int, np.ndarray]] = []
+        for _ in range(slots):
+            tensors, arrays = {}, {}
+            for i, view in self.views.items():
+                t = torch.empty(
+                    (self.batch_size, *view.shape[1:]),
+                    dtype=torch.from_numpy(np.empty(0, view.dtype)).dtype,
+                    pin_memory=True,
+                )
+                tensors[i], arrays[i] = t, t.numpy()
+            self.buffers.append(tensors)
+            self.arrays.append(arrays)
+
+    def _host_view(self, leaf: Any) -> np.ndarray | None:
+        torch = self.torch
+        if isinstance(leaf, np.ndarray):
+            view = leaf.view(np.ndarray) if isinstance(leaf, np.memmap) else leaf
+        elif isinstance(leaf, torch.Tensor) and leaf.device.type == "cpu":
+            try:
+                view = leaf.detach().numpy()
+            except (RuntimeError, TypeError):
+                return None
+        else:
+            return None
+        try:
+            torch.from_numpy(np.empty(0, view.dtype))
+        except TypeError:  # a dtype torch does not have
+            return None
+        return view
+
+    def staged(self, batches: Iterable[np.ndarray]) -> Iterator[list[Any]]:
+        """Pinned batches of the staged leaves (in the order of ``views``)."""
+        positions = list(self.views)
+        for k, idx in enumerate(batches):
+            slot = k % self.slots
+            event = self.events[slot]
+            if event is not None:
+                event.synchronize()  # the copy out of this slot has finished
+            n = len(idx)
+            arrays, tensors = self.arrays[slot], self.buffers[slot]
+            for i in positions:
+                # mode="clip" lets `take` write into `out` directly (no buffering).
+                self.views[i].take(idx, axis=0, out=arrays[i][:n], mode="clip")
+            yield [tensors[i][:n] for i in positions]
+
+    def record(self, k: int) -> Any:
+        """Record the event of batch ``k`` on the side stream."""
+        event = self.torch.cuda.Event()
+        event.record(self.stream)
+        self.events[k % self.slots] = event
+        return event
+
+    def hand_over(self, batch: Any, event: Any) -> Any:
+        """Make the consumer's current stream wait for ``batch``; return it."""
+        torch = self.torch
+        current = torch.cuda.current_stream(self.device)
+        current.wait_event(event)
+        for leaf in optree.tree_leaves(batch, none_is_leaf=True, namespace=_tree.NAMESPACE):
+            if isinstance(leaf, torch.Tensor) and leaf.is_cuda:
+                leaf.record_stream(current)
+        return batch
+
+
+# -- the Loader ----------------------------------------------------------------------
+
+
+def _take_batches(
+    backend: Backend, leaves: list[Any], batches: Iterable[np.ndarray]
+) -> Iterator[list[Any]]:
+    """Gathered ``leaves`` for each index array of ``batches``, one backend call each."""
+    take_batches = getattr(backend, "take_batches", None)
+    if take_batches is not None:
+        gathered: Iterator[list[Any]] = take_batches(leaves, batches)
+        return gathered
+    return (backend.take(leaves, idx) for idx in batches)
+
+
+def _merge(
+    n: int, parts: Sequence[tuple[Sequence[int], Iterator[list[Any]]]]
+) -> Iterator[list[Any]]:
+    """Zip per-group batches back into one list of leaves in the data's order."""
+    positions = [p for p, _ in parts]
+    for chunks in zip(*(g for _, g in parts), strict=True):
+        out: list[Any] = [None] * n
+        for where, chunk in zip(positions, chunks, strict=True):
+            for i, value in zip(where, chunk, strict=True):
+                out[i] = value
+        yield out
+
+
+def _timed(source: Generator[Any, None, None], stats: LoaderStats) -> Generator[Any, None, None]:
+    """``source``, with time inside ``next`` counted as waiting and time outside as step."""
+    clock = time.perf_counter
+    last = None
+    try:
+        while True:
+            start = clock()
+            if last is not None:
+                stats.step_s += start - last
+            try:
+                item = next(source)
+            except StopIteration:
+                return
+            last = clock()
+            stats.wait_s += last - start
+            stats.batches += 1
+            yield item
+    finally:
+        source.close()
+
+
+def _with_masks(
+    source: Generator[Any, None, None], schedule: EpochOrder, batch_size: int
+) -> Generator[tuple[Any, np.ndarray], None, None]:
+    """``(batch, mask)`` pairs; ``mask`` is False at padding rows."""
+    left = schedule.samples_per_rank
+    try:
+        for i, batch in enumerate(source):
+            padding = schedule.padding_mask(i)
+            mask = np.ones(min(batch_size, left), dtype=bool) if padding is None else ~padding
+            left -= batch_size
+            yield batch, mask
+    finally:
+        source.close()
+
+
+def _describe(leaf: Any) -> str:
+    return f"{type(leaf).__module__.split('.')[0]}.{type(leaf).__name__}"
+
+
+def _is_batched_node(x: Any) -> bool:
+    """A container that records its batch size (TensorDict, tensorclass)."""
+    td = sys.modules.get("tensordict")
+    return td is not None and (isinstance(x, td.TensorDictBase) or td.is_tensorclass(x))
+
+
+class Rows:
+    """The data side of a Loader: a flattened pytree, gathered a batch at a time.
+
+    Flattens ``data`` once, checks it, groups the leaves by backend, and builds
+    batches: one backend call per group per batch, then the data's containers
+    around the gathered leaves. Shared by :class:`Loader` and
+    :class:`~looptoolkit.GetItemsDataset`; not part of the public API.
+
+    Raises:
+        ValueError: an empty pytree, a 0-d leaf, no rows, leaves of different
+            leading dimensions (both named, with their sizes).
+        TypeError: a leaf that is not an array (named by its key path).
+    """
+
+    def __init__(self, data: Any) -> None:
+        leaves, spec = _tree.flatten(data)
+        self.n = self._check(leaves, spec)
+        self.leaves: list[Any] = leaves
+        self.spec: optree.PyTreeSpec = spec
+        groups: dict[str, tuple[Backend, list[int]]] = {}
+        for i, leaf in enumerate(leaves):
+            backend = backend_of(leaf)
+            assert backend is not None  # checked above
+            groups.setdefault(backend.name, (backend, []))[1].append(i)
+        # (backend, positions in `leaves`, those leaves)
+        self.groups = [(b, p, [leaves[i] for i in p]) for b, p in groups.values()]
+        self.backends = sorted(groups)
+        # A TensorDict records its batch size, so the batch's containers depend on
+        # the batch's length: then one spec per length, made on first use.
+        nodes, outer = optree.tree_flatten(
+            data, is_leaf=_is_batched_node, none_is_leaf=True, namespace=_tree.NAMESPACE
+        )
+        self._batched = (nodes, outer) if any(map(_is_batched_node, nodes)) else None
+        self._specs: dict[int, optree.PyTreeSpec] = {}
+
+    @staticmethod
+    def _check(leaves: list[Any], spec: optree.PyTreeSpec) -> int:
+        if not leaves:
+            raise ValueError("`data` must hold at least one array, got an empty pytree.")
+        paths: list[str] = []
+        first: tuple[str, int] | None = None
+        for i, leaf in enumerate(leaves):
+            backend = backend_of(leaf)
+            if backend is None or len(getattr(leaf, "shape", ())) == 0:
+                paths = paths or _tree.leaf_paths(spec, "data")
+                if backend is None:
+                    raise TypeError(
+                        f"`data` must hold only arrays; {paths[i]} is a {_describe(leaf)}."
+                    )
+                raise ValueError(
+                    f"`data` leaves need a leading (sample) dimension; {paths[i]} is 0-d."
+                )
+            size = int(backend.length(leaf))
+            if first is None:
+                paths = paths or _tree.leaf_paths(spec, "data")
+                first = (paths[i], size)
+            elif size != first[1]:
+                raise ValueError(
+                    f"`data` leaves must share the leading dimension; {first[0]} has "
+                    f"{first[1]} rows and {paths[i]} has {size}."
+                )
+        assert first is not None
+        if first[1] == 0:
+            raise ValueError("`data` must have at least one row, got leaves of length 0.")
+        return first[1]
+
+    def spec_for(self, length: int) -> optree.PyTreeSpec:
+        """The treespec of a batch of ``length`` rows."""
+        if self._batched is None:
+            return self.spec
+        spec = self._specs.get(length)
+        if spec is None:
+            nodes, outer = self._batched
+            sliced = [x[:length] if _is_batched_node(x) else x for x in nodes]
+            spec = self._specs[length] = _tree.flatten(outer.unflatten(sliced))[1]
+        return spec
+
+    def build(self, leaves: list[Any]) -> Any:
+        """The batch: the data's containers around gathered leaves."""
+        if self._batched is None:
+            return self.spec.unflatten(leaves)
+        return self.spec_for(int(leaves[0].shape[0])).unflatten(leaves)
+
+    def gather(self, batches: Iterator[np.ndarray]) -> Iterator[list[Any]]:
+        """Gathered leaf lists (in the data's leaf order) for each index array."""
+        if len(self.groups) == 1:
+            backend, _, leaves = self.groups[0]
+            return _take_batches(backend, leaves, batches)
+        copies = itertools.tee(batches, len(self.groups))
+        parts = [
+            (positions, _take_batches(backend, leaves, copy))
+            for (backend, positions, leaves), copy in zip(self.groups, copies, strict=True)
+        ]
+        return _merge(len(self.leaves), parts)
+
+    def take(self, idx: np.ndarray) -> Any:
+        """The batch of rows ``idx``."""
+        out: list[Any] = [None] * len(self.leaves)
+        for backend, positions, leaves in self.groups:
+            for i, value in zip(positions, backend.take(leaves, idx), strict=True):
+                out[i] = value
+        return self.build(out)
+
+    def row(self, i: int) -> Any:
+        """Row ``i`` (negative counts from the end), without its batch dimension."""
+        if not -self.n <= i < self.n:
+            raise IndexError(f"index {i} is out of range for {self.n} rows.")
+        if self._batched is None:
+            return self.spec.unflatten([leaf[i] for leaf in self.leaves])
+        nodes, outer = self._batched
+        return outer.unflatten([x[i] for x in nodes])
+
+
+class Loader:
+    """Batches of in-memory (or memory-mapped) arrays: one gather per leaf per batch.
+
+    Each epoch visits every sample once in an order that is a pure function of
+    ``(seed, epoch, N, shuffle, group_size, rank, world_size)``, on every backend.
+    Iterating the loader again starts the next epoch; :meth:`set_epoch` fixes it.
+
+    Args:
+        data: a pytree (dicts, lists, tuples, namedtuples, dataclasses, TensorDict)
+            of NumPy (``np.memmap`` too), torch, JAX or tf arrays sharing the
+            leading dimension N. Batches have the same structure and leaf
+            frameworks (a memmap leaf yields in-memory ndarrays).
+        batch_size: samples per batch (per rank).
+        shuffle: ``False`` (sequential), ``True`` or ``"full"`` (a permutation per
+            epoch), or ``"grouped"`` (groups of ``group_size`` consecutive indices,
+            shuffled between and within groups: a cheaper shuffle, and faster
+            gathers, since rows of one group lie close together).
+        seed: seed of the epoch orders.
+        drop_last: drop this shard's last batch when it is short (and do not pad
+            the shards).
+        group_size: group size of the grouped shuffle; None for the default
+            (:data:`looptoolkit.order.DEFAULT_GROUP_SIZE`).
+        device: where batches go (``"cpu"``, ``"cuda"``, ``"/GPU:0"``, a
+            ``torch.device``, a ``jax.Device``...), through :func:`looptoolkit.to_device`.
+            None: batches stay where the data is.
+        prefetch: with a ``device``, batches prepared ahead by one background
+            thread (0: none, everything in the consumer's thread). Without a
+            device it is not used: the host gather is faster than a hand-off.
+        rank: this process's shard; with ``world_size``, None for the values of
+            an initialised ``torch.distributed`` (else 0 of 1).
+        world_size: number of shards. Each rank gets the same number of batches;
+            the epoch is padded by wrapping around unless ``drop_last``.
+        resident: put the whole dataset on ``device`` once, at construction, and
+            gather each batch there.
+        dtype: cast applied by :func:`~looptoolkit.to_device` (one dtype for the
+            floating-point leaves, or a mapping); needs a ``device``.
+        non_blocking: passed to :func:`~looptoolkit.to_device`; needs a ``device``.
+        stats: measure time waiting for data against time in the loop's step
+            (:attr:`stats`).
+        return_mask: yield ``(batch, mask)`` pairs, ``mask`` a 1-D NumPy bool array
+            that is False at the padding rows of a sharded epoch (see
+            :func:`looptoolkit.distributed.drop_padding`).
+
+    Raises:
+        ValueError: a wrong value: leaves of different leading dimensions (both
+            named, with their sizes), a 0-d leaf, an empty pytree, ``batch_size < 1``,
+            an unknown ``shuffle``, ``group_size < 1``, ``rank`` outside
+            ``[0, world_size)``, an unknown device string, ``prefetch < 0``,
+            ``resident``, ``dtype`` or ``non_blocking`` without a ``device``.
+        TypeError: a leaf that is not an array (named by its key path), or an
+            argument of a wrong type.
+        TransferError: ``device`` is not present, or ``dtype`` cannot be applied
+            (checked on one row at construction).
+
+    Examples:
+        >>> import numpy as np
+        >>> data = {"x": np.arange(10.0).reshape(5, 2), "y": np.arange(5)}
+        >>> loader = Loader(data, 2, shuffle=False)
+        >>> len(loader)
+        3
+        >>> [batch["y"].tolist() for batch in loader]
+        [[0, 1], [2, 3], [4]]
+        >>> shuffled = Loader(data, 2, seed=1)
+        >>> sorted(np.concatenate([b["y"] for b in shuffled]).tolist())
+        [0, 1, 2, 3, 4]
+        >>> state = shuffled.state_dict()  # after an epoch: the start of the next
+        >>> state[Loader.EPOCH_KEY], state[Loader.OFFSET_KEY]
+        (1, 0)
+    """
+
+    VERSION_KEY = "version"
+    EPOCH_KEY = "epoch"
+    OFFSET_KEY = "offset"
+    SEED_KEY = "seed"
+    N_KEY = "n"
+    SHUFFLE_KEY = "shuffle"
+    GROUP_SIZE_KEY = "group_size"
+    WORLD_SIZE_KEY = "world_size"
+    BATCH_SIZE_KEY = "batch_size"
+    STATE_VERSION = 1
+
+    def __init__(
+        self,
+        data: Any,
+        batch_size: int,
+        *,
+        shuffle: bool | str = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        group_size: int | None = None,
+        device: Any = None,
+        prefetch: int = 2,
+        rank: int | None = None,
+        world_size: int | None = None,
+        resident: bool = False,
+        dtype: Any = None,
+        non_blocking: bool | None = None,
+        stats: bool = False,
+        return_mask: bool = False,
+    ) -> None:
+        self._args = {
+            "batch_size": batch_size,
+            "shuffle": shuffle,
+            "seed": seed,
+            "drop_last": drop_last,
+            "group_size": group_size,
+            "device": device,
+            "prefetch": prefetch,
+            "rank": rank,
+            "world_size": world_size,
+            "resident": resident,
+            "dtype": dtype,
+            "non_blocking": non_blocking,
+            "stats": stats,
+            "return_mask": return_mask,
+        }
+        normalize_shuffle(shuffle)
+        rank, world_size = resolve_rank(rank, world_size)
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int):
+            raise TypeError(f"`prefetch` must be an int, got {type(prefetch).__name__}.")
+        if prefetch < 0:
+            raise ValueError(f"`prefetch` must be >= 0, got {prefetch}.")
+        if device is None:
+            for name, value in (("resident", resident), ("dtype", dtype)):
+                if value is not None and value is not False:
+                    raise ValueError(
+                        f'`{name}` needs a `device` ("cpu" keeps host arrays on the host).'
+                    )
+            if non_blocking is not None:
+                raise ValueError("`non_blocking` needs a `device`.")
+        self._target: Target | None = None if device is None else parse_device(device)
+
+        rows = Rows(data)
+        self._order = Order(
+            rows.n,
+            batch_size,
+            shuffle=shuffle,
+            seed=seed,
+            group_size=group_size,
+            rank=rank,
+            world_size=world_size,
+            drop_last=drop_last,
+        )
+        self.batch_size: int = batch_size
+        self.n: int = rows.n
+        self.rank: int = rank
+        self.world_size: int = world_size
+        self.prefetch: int = prefetch
+        self.resident: bool = bool(resident)
+        self.device: Any = device
+        self._dtype = dtype
+        self._non_blocking = non_blocking
+        if self._target is not None:
+            if resident:
+                # The dataset goes to the device once; batches are gathered there.
+                moved = to_device(data, self._target, dtype=dtype, non_blocking=non_blocking)
+                rows = Rows(moved)
+            else:
+                # Fail here, not in the middle of an epoch: an absent device, a bad cast.
+                probe = rows.build([leaf[:1] for leaf in rows.leaves])
+                to_device(probe, self._target, dtype=dtype, non_blocking=non_blocking)
+        self._rows = rows
+        self._stats: LoaderStats | None = LoaderStats() if stats else None
+        self.return_mask = bool(return_mask)
+        self._next_epoch = 0
+        self._resume_offset = 0
+        self._progress: _Progress | None = None
+
+    # -- the epoch's batches -----------------------------------------------------------
+
+    def _batches_inline(
+        self, batches: Iterator[np.ndarray], progress: _Progress
+    ) -> Generator[Any, None, None]:
+        """Gather (and move) in the consumer's thread."""
+        rows = self._rows
+        gathered = rows.gather(batches)
+        if self._target is None or self.resident:
+            build = rows.spec.unflatten if rows.spec_for(1) is rows.spec else rows.build
+            for leaves in gathered:
+                progress.consumed += 1
+                yield build(leaves)
+            return
+        target, dtype, non_blocking = self._target, self._dtype, self._non_blocking
+        for leaves in gathered:
+            batch = to_device(rows.build(leaves), target, dtype=dtype, non_blocking=non_blocking)
+            progress.consumed += 1
+            yield batch
+
+    def _moved(self, batches: Iterator[np.ndarray]) -> Iterator[Any]:
+        """Gathered and moved batches (runs in the background thread)."""
+        rows = self._rows
+        target, dtype, non_blocking = self._target, self._dtype, self._non_blocking
+        for leaves in rows.gather(batches):
+            yield to_device(rows.build(leaves), target, dtype=dtype, non_blocking=non_blocking)
+
+    def _moved_cuda(self, batches: Iterator[np.ndarray], cuda: _CudaPipeline) -> Iterator[Any]:
+        """As :meth:`_moved`, with pinned staging and a side stream (background thread)."""
+        torch = cuda.torch
+        rows = self._rows
+        staged_at = set(cuda.views)
+        groups = []
+        for backend, positions, leaves in rows.groups:
+            rest = [(i, x) for i, x in zip(positions, leaves, strict=True) if i not in staged_at]
+            if rest:
+                groups.append((backend, [i for i, _ in rest], [x for _, x in rest]))
+        copies = itertools.tee(batches, len(groups) + 1)
+        parts: list[tuple[Sequence[int], Iterator[list[Any]]]] = [
+            (positions, _take_batches(backend, leaves, copy))
+            for (backend, positions, leaves), copy in zip(groups, copies, strict=False)
+        ]
+        parts.append((list(cuda.views), cuda.staged(copies[-1])))
+        target, dtype = self._target, self._dtype
+        non_blocking = True if self._non_blocking is None else self._non_blocking
+        with torch.cuda.device(cuda.device), torch.cuda.stream(cuda.stream):
+            for k, leaves in enumerate(_merge(len(rows.leaves), parts)):
+                batch = to_device(
+                    rows.build(leaves), target, dtype=dtype, non_blocking=non_blocking
+                )
+                yield batch, cuda.record(k)
+
+    def _batches_prefetched(
+        self, batches: Iterator[np.ndarray], progress: _Progress
+    ) -> Generator[Any, None, None]:
+        cuda = self._cuda_pipeline()
+        if cuda is None:
+            prefetcher = _Prefetcher(self._moved(batches), self.prefetch)
+        else:
+            prefetcher = _Prefetcher(self._moved_cuda(batches, cuda), self.prefetch)
+        try:
+            get = prefetcher.get
+            while True:
+                item = get()
+                if item is _END:
+                    return
+                if cuda is not None:
+                    item = cuda.hand_over(*item)
+                progress.consumed += 1
+                yield item
+        finally:
+            prefetcher.close()
+
+    def _cuda_pipeline(self) -> _CudaPipeline | None:
+        target = self._target
+        if target is None or target.platform != "cuda" or target.home != "torch":
+            return None
+        if "torch" not in sys.modules:
+            return None
+        pipeline = _CudaPipeline(self._rows, self.batch_size, target, slots=self.prefetch + 1)
+        return pipeline if pipeline.views else None
+
+    # -- public API ----------------------------------------------------------------------
+
+    def __iter__(self) -> LoaderIterator:
+        """Start the next epoch (or resume the one a loaded state points into)."""
+        epoch, offset = self._next_epoch, self._resume_offset
+        self._next_epoch, self._resume_offset = epoch + 1, 0
+        schedule = self._order.epoch(epoch, offset)
+        progress = self._progress = _Progress(epoch, offset, len(schedule))
+        # Batches are views of blocks of the order, made as the epoch goes: no
+        # N-long index array for a grouped or sequential order.
+        batches = iter(schedule)
+        source: Generator[Any, None, None]
+        if self._target is not None and not self.resident and self.prefetch > 0:
+            source = self._batches_prefetched(batches, progress)
+        else:
+            source = self._batches_inline(batches, progress)
+        if self.return_mask:
+            source = _with_masks(source, schedule, self.batch_size)
+        if self._stats is not None:
+            source = _timed(source, self._stats)
+        return LoaderIterator(source, progress)
+
+    def __len__(self) -> int:
+        """Batches per epoch for this shard (the last short one counted unless ``drop_last``)."""
+        return len(self._order)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make ``epoch`` the one the next iteration runs.
+
+        Setting the epoch a loaded state points into keeps its position, so
+        ``load_state_dict`` followed by ``set_epoch(state["epoch"])`` resumes.
+        """
+        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)):
+            raise TypeError(f"`epoch` must be an int, got {type(epoch).__name__}.")
+        if epoch < 0:
+            raise ValueError(f"`epoch` must be >= 0, got {epoch}.")
+        if int(epoch) != self._next_epoch:
+            self._resume_offset = 0
+        self._next_epoch = int(epoch)
+        self._progress = None
+
+    def indices(self, epoch: int) -> np.ndarray:
+        """The sample order of ``epoch`` for this shard (padding included), as a 1-D array."""
+        return np.asarray(self._order.epoch(epoch).indices())
+
+    def padding_mask(self, epoch: int, batch: int) -> np.ndarray | None:
+        """Which rows of batch ``batch`` of ``epoch`` are real samples, not padding.
+
+        None when the batch has no padding. Pass the mask to
+        :func:`looptoolkit.distributed.drop_padding` to keep only the real rows.
+        """
+        mask = self._order.epoch(epoch).padding_mask(batch)
+        return None if mask is None else np.asarray(mask)
+
+    @property
+    def order(self) -> Order:
+        """The :class:`~looptoolkit.order.Order` that gives each epoch's indices."""
+        return self._order
+
+    @property
+    def stats(self) -> LoaderStats:
+        """Time waiting for data against time in the step (needs ``stats=True``)."""
+        if self._stats is None:
+            raise ValueError("`stats` is off; create the Loader with `stats=True`.")
+        return self._stats
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the iteration stands: the epoch and the samples the user has consumed.
+
+        Counts batches handed to the user, not those prefetched. The offset is
+        global (samples consumed by all ranks together), so a loader with another
+        world size can resume it. After a finished epoch the state points at the
+        start of the next one.
+        """
+        progress = self._progress
+        if progress is not None and progress.consumed < progress.total:
+            epoch = progress.epoch
+            offset = progress.start + progress.consumed * self.batch_size * self.world_size
+        else:
+            epoch, offset = self._next_epoch, self._resume_offset
+        order = self._order
+        return {
+            self.VERSION_KEY: self.STATE_VERSION,
+            self.EPOCH_KEY: epoch,
+            self.OFFSET_KEY: offset,
+            self.SEED_KEY: order.seed,
+            self.N_KEY: order.n,
+            self.SHUFFLE_KEY: order.shuffle,
+            self.GROUP_SIZE_KEY: order.group_size,
+            self.WORLD_SIZE_KEY: order.world_size,
+            self.BATCH_SIZE_KEY: order.batch_size,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from :meth:`state_dict`: the next iteration yields exactly the batches left.
+
+        The saved state must describe the same epoch orders (``n``, ``shuffle``,
+        ``seed``, ``group_size``); batch size and world size may differ, as long
+        as the saved offset is a multiple of this loader's world size.
+
+        Raises:
+            ValueError: a key is missing, the state describes other orders, or its
+                offset does not fit this loader.
+        """
+        keys = (self.EPOCH_KEY, self.OFFSET_KEY, self.SEED_KEY, self.N_KEY, self.SHUFFLE_KEY)
+        missing = [k for k in keys if k not in state]
+        if missing:
+            raise ValueError(f"`state` is missing {', '.join(map(repr, missing))}.")
+        order = self._order
+        mine = {
+            self.N_KEY: order.n,
+            self.SHUFFLE_KEY: order.shuffle,
+            self.SEED_KEY: order.seed,
+        }
+        if order.shuffle == "grouped":
+            mine[self.GROUP_SIZE_KEY] = order.group_size
+        different = [
+            f"`{k}` {state.get(k)!r} (this loader: {v!r})"
+            for k, v in mine.items()
+            if state.get(k) != v
+        ]
+        if different:
+            raise ValueError(
+                "`state` was saved for other epoch orders: " + ", ".join(different) + "."
+            )
+        epoch, offset = int(state[self.EPOCH_KEY]), int(state[self.OFFSET_KEY])
+        if epoch < 0 or offset < 0:
+            raise ValueError(f"`state` has a negative epoch or offset: {epoch}, {offset}.")
+        if offset % self.world_size:
+            raise ValueError(
+                f"`state` offset {offset} is not a multiple of `world_size` {self.world_size}."
+            )
+        order.num_batches(offset)  # raises for an offset past the end of the epoch
+        self._next_epoch, self._resume_offset = epoch, offset
+        self._progress = None
+
+    def __repr__(self) -> str:
+        rows = self._rows
+        data = f"<{len(rows.leaves)} {'/'.join(rows.backends)} leaves of {self.n} rows>"
+        args = ", ".join(f"{k}={v!r}" for k, v in self._args.items())
+        return f"Loader({data}, {args})"

@@ -1,0 +1,596 @@
+"""Epoch orders: the first step of the data flow, from ``(seed, epoch, shard)`` to batch indices.
+
+An :class:`Order` turns ``(seed, epoch, n, shuffle, group_size, rank, world_size,
+batch_size, drop_last)`` into the index arrays of one epoch for one shard, and
+hands them, batch by batch, to the :class:`~looptoolkit.Loader`, which gathers
+those rows from every leaf. Everything here is NumPy and a pure function of its
+arguments: the same order on every run, every machine and every framework.
+
+An epoch is built in three steps (``docs/order.md`` has the details and the
+measured trade-offs):
+
+1. The **global order** ``G`` of the epoch, a permutation of ``[0, n)``:
+   ``"none"`` is ``arange(n)``; ``"full"`` a uniform random permutation;
+   ``"grouped"`` cuts a randomly rotated index range into groups of
+   ``group_size``, shuffles the order of the groups and, independently for each
+   group, the order inside it. Grouped orders are produced chunk by chunk (a
+   few groups at a time, each chunk from its own random stream), so any
+   position can be computed without an ``n``-long array.
+2. **Padding**: unless ``drop_last``, ``G`` is extended by wrapping around from
+   its start to ``L = ceil(n / world_size) * world_size`` positions (as
+   ``torch.utils.data.DistributedSampler`` does); with ``drop_last`` it is cut
+   to ``L = (n // world_size) * world_size``.
+3. **Sharding**: the padded order is cut into global batches of
+   ``batch_size * world_size`` positions and rank ``r`` takes the ``r``-th
+   contiguous slice of ``batch_size`` of each (of ``b`` for a last partial
+   global batch of ``b * world_size``, which ``drop_last`` drops).
+
+Random streams are derived from ``(seed, epoch, stream, ...)`` with an injective
+encoding into :class:`numpy.random.SeedSequence` entropy, so no two
+``(seed, epoch)`` pairs share a stream (``seed + epoch`` would make ``(1, 1)``
+and ``(2, 0)`` equal).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from typing import Protocol
+
+import numpy as np
+
+__all__ = [
+    "DEFAULT_GROUP_SIZE",
+    "SHUFFLE_MODES",
+    "EpochOrder",
+    "Order",
+    "normalize_shuffle",
+    "resolve_rank",
+]
+
+SHUFFLE_MODES = ("none", "full", "grouped")
+
+DEFAULT_GROUP_SIZE: int = 16384
+"""Rows per group of a grouped shuffle when ``group_size`` is None.
+
+Chosen by ``benchmarks/order_quality.py`` (``docs/order.md`` has the table): on
+the tabular workload (300-row batches of 256-byte rows, 2-core EPYC) the gather
+took the same time in grouped orders of 256 to 65536 rows as in a full
+permutation, and generating the order cost the same from 256 to 16384 rows
+(more at 65536, where one group's shuffle leaves L2), while the chance that two
+neighbouring rows share a batch falls as ``batch_size / group_size``. So: the
+largest group that costs nothing more. Smaller groups pay off where reading
+nearby rows is cheaper (memory-mapped files, small caches): set ``group_size``.
+"""
+
+# Positions per chunk of a grouped order: ``max(1, _CHUNK_POSITIONS // group_size)``
+# groups are generated together from one random stream. Part of the order's
+# definition (changing it changes every grouped order), so it is a constant.
+# 2**16 int64 positions are 512 KiB: a chunk is generated and consumed in cache.
+_CHUNK_POSITIONS = 1 << 16
+
+# Positions per block when iterating: one vectorised slice per block, then
+# per-batch row views of it.
+_BLOCK_POSITIONS = 1 << 16
+
+# Random streams of one (seed, epoch).
+_STREAM_FULL = 0
+_STREAM_GROUPS = 1
+_STREAM_CHUNK = 2
+
+
+def normalize_shuffle(shuffle: bool | str) -> str:
+    """The shuffle mode named by ``shuffle``, one of :data:`SHUFFLE_MODES`.
+
+    Args:
+        shuffle: ``False`` (-> ``"none"``), ``True`` (-> ``"full"``), or one of
+            ``"none"``, ``"full"``, ``"grouped"``.
+
+    Returns:
+        The mode as a string.
+
+    Raises:
+        TypeError: ``shuffle`` is neither a bool nor a str.
+        ValueError: ``shuffle`` is a str that names no mode.
+
+    Examples:
+        >>> normalize_shuffle(True), normalize_shuffle(False), normalize_shuffle("grouped")
+        ('full', 'none', 'grouped')
+    """
+    if isinstance(shuffle, bool | np.bool_):
+        return "full" if shuffle else "none"
+    if isinstance(shuffle, str):
+        if shuffle in SHUFFLE_MODES:
+            return shuffle
+        raise ValueError(f"`shuffle` must be False, True, 'full' or 'grouped', got {shuffle!r}.")
+    raise TypeError(
+        f"`shuffle` must be False, True, 'full' or 'grouped', got {type(shuffle).__name__}."
+    )
+
+
+def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """``(rank, world_size)`` of this process, validated.
+
+    When both are None they come from ``torch.distributed`` if torch is already
+    imported and a process group is initialised (torch is never imported here),
+    and are ``(0, 1)`` otherwise.
+
+    Args:
+        rank: this process's shard, in ``[0, world_size)``, or None.
+        world_size: the number of shards, ``>= 1``, or None.
+
+    Returns:
+        ``(rank, world_size)`` as Python ints.
+
+    Raises:
+        TypeError: either is not an int (a bool is not accepted).
+        ValueError: only one of them is None, ``world_size < 1``, or ``rank``
+            is outside ``[0, world_size)``.
+
+    Examples:
+        >>> resolve_rank(None, None)
+        (0, 1)
+        >>> resolve_rank(1, 4)
+        (1, 4)
+    """
+    if rank is None and world_size is None:
+        torch = sys.modules.get("torch")
+        dist = getattr(torch, "distributed", None) if torch is not None else None
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank()), int(dist.get_world_size())
+        return 0, 1
+    if rank is None or world_size is None:
+        raise ValueError(
+            "`rank` and `world_size` must both be given or both be None, "
+            f"got rank={rank!r}, world_size={world_size!r}."
+        )
+    return _check_rank(rank, world_size)
+
+
+class Order:
+    """The batch order of every epoch of one shard.
+
+    Args:
+        n: number of samples, ``>= 1``.
+        batch_size: samples per batch on each rank, ``>= 1``.
+        shuffle: ``False``/``"none"``, ``True``/``"full"`` or ``"grouped"``.
+        seed: non-negative int; with the epoch it determines every random choice.
+        group_size: rows per group of a grouped shuffle; None means
+            :data:`DEFAULT_GROUP_SIZE`. Validated for every mode, used only by
+            ``"grouped"`` (groups larger than ``n`` are one group of ``n``).
+        rank: this shard, in ``[0, world_size)``.
+        world_size: number of shards, ``>= 1``.
+        drop_last: drop the last partial batch, and cut the epoch to a multiple
+            of ``world_size`` instead of padding it.
+
+    Raises:
+        TypeError: an argument has the wrong type (bools are not ints here).
+        ValueError: an argument has a wrong value.
+
+    Examples:
+        >>> order = Order(10, 4, shuffle=False)
+        >>> len(order), [b.tolist() for b in order.epoch(0)]
+        (3, [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]])
+        >>> two = Order(5, 2, shuffle=False, rank=1, world_size=2)
+        >>> [b.tolist() for b in two.epoch(0)], two.epoch(0).padding_mask(1).tolist()
+        ([[2, 3], [0]], [True])
+    """
+
+    def __init__(
+        self,
+        n: int,
+        batch_size: int,
+        *,
+        shuffle: bool | str = True,
+        seed: int = 0,
+        group_size: int | None = None,
+        rank: int = 0,
+        world_size: int = 1,
+        drop_last: bool = False,
+    ) -> None:
+        self.n = _check_int("n", n, minimum=1)
+        self.batch_size = _check_int("batch_size", batch_size, minimum=1)
+        self.shuffle = normalize_shuffle(shuffle)
+        self.seed = _check_int("seed", seed, minimum=0)
+        self.group_size = (
+            DEFAULT_GROUP_SIZE
+            if group_size is None
+            else _check_int("group_size", group_size, minimum=1)
+        )
+        self.rank, self.world_size = _check_rank(rank, world_size)
+        if not isinstance(drop_last, bool | np.bool_):
+            raise TypeError(f"`drop_last` must be a bool, got {type(drop_last).__name__}.")
+        self.drop_last = bool(drop_last)
+
+    def __repr__(self) -> str:
+        return (
+            f"Order(n={self.n}, batch_size={self.batch_size}, shuffle={self.shuffle!r}, "
+            f"seed={self.seed}, group_size={self.group_size}, rank={self.rank}, "
+            f"world_size={self.world_size}, drop_last={self.drop_last})"
+        )
+
+    @property
+    def padded_length(self) -> int:
+        """``L``: positions of the epoch's global order after padding or cutting."""
+        w = self.world_size
+        if self.drop_last:
+            return (self.n // w) * w
+        return -(-self.n // w) * w
+
+    def num_batches(self, offset: int = 0) -> int:
+        """Batches this rank gets in an epoch resumed at global position ``offset``.
+
+        Args:
+            offset: global positions already consumed (by all ranks together);
+                a multiple of ``world_size``, at most :attr:`padded_length`.
+
+        Returns:
+            The number of batches, the same on every rank.
+
+        Raises:
+            TypeError: ``offset`` is not an int.
+            ValueError: ``offset`` is negative, not a multiple of ``world_size``,
+                or past the padded length.
+        """
+        per_rank = (self.padded_length - self._check_offset(offset)) // self.world_size
+        full, rest = divmod(per_rank, self.batch_size)
+        return full + (1 if rest and not self.drop_last else 0)
+
+    def __len__(self) -> int:
+        return self.num_batches(0)
+
+    def global_order(self, epoch: int) -> np.ndarray:
+        """The epoch's permutation of ``[0, n)``, before padding and sharding.
+
+        This materialises ``n`` int64s; iterating :meth:`epoch` does not need to.
+
+        Args:
+            epoch: non-negative epoch number.
+
+        Returns:
+            A fresh 1-D int64 array.
+        """
+        source = self._source(_check_int("epoch", epoch, minimum=0))
+        return source.materialize().astype(np.int64, copy=False)
+
+    def epoch(self, epoch: int, offset: int = 0) -> EpochOrder:
+        """The batches of ``epoch`` for this rank, from global position ``offset`` on.
+
+        Args:
+            epoch: non-negative epoch number.
+            offset: global positions already consumed by all ranks together
+                (``k * batch_size * world_size`` after ``k`` batches per rank); a
+                multiple of ``world_size``. With the same ``world_size`` the
+                result is batches ``k, k + 1, ...`` of ``epoch(epoch)``; with
+                another one the remaining order is re-split between the ranks.
+
+        Returns:
+            The epoch's :class:`EpochOrder`.
+        """
+        epoch = _check_int("epoch", epoch, minimum=0)
+        offset = self._check_offset(offset)
+        return EpochOrder(self, epoch, offset, self._source(epoch))
+
+    def _source(self, epoch: int) -> _Source:
+        if self.shuffle == "none":
+            return _Sequential(self.n)
+        if self.shuffle == "full":
+            rng = _generator(self.seed, epoch, _STREAM_FULL)
+            return _Materialized(rng.permutation(self.n).astype(np.intp, copy=False))
+        return _Grouped(self.n, self.group_size, self.seed, epoch)
+
+    def _check_offset(self, offset: int) -> int:
+        offset = _check_int("offset", offset, minimum=0)
+        if offset % self.world_size:
+            raise ValueError(
+                f"`offset` must be a multiple of `world_size` ({self.world_size}), got {offset}."
+            )
+        if offset > self.padded_length:
+            raise ValueError(
+                f"`offset` must be <= the padded epoch length ({self.padded_length}), got {offset}."
+            )
+        return offset
+
+
+class EpochOrder:
+    """The batches of one epoch for one rank: what the Loader gathers.
+
+    Batches are 1-D ``np.intp`` arrays. Iterating yields views into blocks that
+    the iteration generated (or into the epoch's permutation for ``"full"``), so
+    a batch costs no copy; copy one before writing to it.
+
+    Attributes:
+        order: the :class:`Order` this epoch belongs to.
+        epoch: the epoch number.
+        offset: global positions skipped at the start (a resumed epoch).
+        global_batch: ``batch_size * world_size``, positions per global batch.
+        samples_per_rank: ``(L - offset) // world_size``, this rank's share of
+            the remaining padded order (with ``drop_last`` a last partial batch
+            of it is then dropped).
+    """
+
+    def __init__(self, order: Order, epoch: int, offset: int, source: _Source) -> None:
+        self.order = order
+        self.epoch = epoch
+        self.offset = offset
+        self._source = source
+        self._n = order.n
+        self.global_batch = order.batch_size * order.world_size
+        self.samples_per_rank = (order.padded_length - offset) // order.world_size
+        self._full, rest = divmod(self.samples_per_rank, order.batch_size)
+        self._last = 0 if order.drop_last else rest  # size of the last partial batch
+        self._len = self._full + (1 if self._last else 0)
+
+    def __repr__(self) -> str:
+        return f"EpochOrder({self.order!r}, epoch={self.epoch}, offset={self.offset})"
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        b, w, r = self.order.batch_size, self.order.world_size, self.order.rank
+        g = self.global_batch
+        step = max(1, _BLOCK_POSITIONS // g)  # global batches per block
+        for k0 in range(0, self._full, step):
+            k1 = min(self._full, k0 + step)
+            block = self._values(self.offset + k0 * g, self.offset + k1 * g)
+            # Row views of a 2-D block: one C-level step per batch.
+            yield from block.reshape(k1 - k0, w, b)[:, r, :]
+        if self._last:
+            yield self.batch(self._full)
+
+    def batch(self, i: int) -> np.ndarray:
+        """The ``i``-th batch of this rank (negative ``i`` counts from the end).
+
+        Raises:
+            IndexError: ``i`` is out of range.
+        """
+        start, stop = self._span(i)
+        return self._values(start, stop)
+
+    def padding_mask(self, i: int) -> np.ndarray | None:
+        """Where batch ``i`` holds padding, or None when it holds none.
+
+        Padding rows are wrapped-around duplicates from the start of the epoch's
+        order, added so that every rank gets the same number of samples.
+
+        Returns:
+            A bool array of the batch's length, True at padding rows; or None.
+
+        Raises:
+            IndexError: ``i`` is out of range.
+        """
+        start, stop = self._span(i)
+        if stop <= self._n:
+            return None
+        return np.arange(start, stop) >= self._n
+
+    def indices(self) -> np.ndarray:
+        """All batches of this rank, concatenated, as one 1-D ``np.intp`` array.
+
+        May share memory with this object (for ``"full"`` with one rank it is a
+        slice of the epoch's permutation).
+        """
+        b, w, r = self.order.batch_size, self.order.world_size, self.order.rank
+        total = self._full * b + self._last
+        if w == 1:
+            return self._values(self.offset, self.offset + total)
+        out = np.empty(total, dtype=np.intp)
+        g = self.global_batch
+        step = max(1, _BLOCK_POSITIONS // g)
+        for k0 in range(0, self._full, step):
+            k1 = min(self._full, k0 + step)
+            block = self._values(self.offset + k0 * g, self.offset + k1 * g)
+            out[k0 * b : k1 * b].reshape(k1 - k0, b)[...] = block.reshape(k1 - k0, w, b)[:, r, :]
+        if self._last:
+            out[self._full * b :] = self.batch(self._full)
+        return out
+
+    def _span(self, i: int) -> tuple[int, int]:
+        """Global positions ``[start, stop)`` of this rank's batch ``i``."""
+        if not isinstance(i, int | np.integer) or isinstance(i, bool):
+            raise TypeError(f"batch index must be an int, got {type(i).__name__}.")
+        i = int(i)
+        if i < 0:
+            i += self._len
+        if not 0 <= i < self._len:
+            raise IndexError(f"batch {i} out of range for an epoch of {self._len} batches.")
+        b, r = self.order.batch_size, self.order.rank
+        if i < self._full:
+            start = self.offset + i * self.global_batch + r * b
+            return start, start + b
+        start = self.offset + self._full * self.global_batch + r * self._last
+        return start, start + self._last
+
+    def _values(self, start: int, stop: int) -> np.ndarray:
+        """Padded global order at positions ``[start, stop)``; wraps past ``n``."""
+        n = self._n
+        if stop <= start:
+            return np.empty(0, dtype=np.intp)
+        if stop <= n:
+            return self._source.segment(start, stop)
+        pieces = []
+        while start < stop:
+            lap = start - start % n
+            end = min(stop, lap + n)
+            pieces.append(self._source.segment(start - lap, end - lap))
+            start = end
+        return np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
+
+
+class _Source(Protocol):
+    """One epoch's global order, readable by position."""
+
+    def segment(self, start: int, stop: int) -> np.ndarray:
+        """Positions ``[start, stop)`` (``0 <= start < stop <= n``) as ``np.intp``."""
+        ...
+
+    def materialize(self) -> np.ndarray:
+        """The whole order as a fresh array."""
+        ...
+
+
+class _Sequential:
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def segment(self, start: int, stop: int) -> np.ndarray:
+        return np.arange(start, stop, dtype=np.intp)
+
+    def materialize(self) -> np.ndarray:
+        return np.arange(self.n, dtype=np.int64)
+
+
+class _Materialized:
+    def __init__(self, perm: np.ndarray) -> None:
+        self.perm = perm
+
+    def segment(self, start: int, stop: int) -> np.ndarray:
+        return self.perm[start:stop]
+
+    def materialize(self) -> np.ndarray:
+        return self.perm.copy()
+
+
+class _Grouped:
+    """A grouped order, computed chunk by chunk in O(n / group + chunk) memory.
+
+    Virtual index ``q`` stands for sample ``(rotation + q) % n``, with a rotation
+    drawn per epoch so that group membership changes between epochs. Groups are
+    ``[j * g, (j + 1) * g)`` of the virtual range (the last one may be short).
+    Slot ``t`` of the epoch holds group ``group_perm[t]``; chunk ``c`` covers
+    slots ``[c * per_chunk, (c + 1) * per_chunk)`` and draws the in-group orders
+    of its groups from its own stream ``(seed, epoch, _STREAM_CHUNK, c)``, so
+    any chunk can be computed on its own.
+    """
+
+    def __init__(self, n: int, group_size: int, seed: int, epoch: int) -> None:
+        self.n = n
+        self.seed = seed
+        self.epoch = epoch
+        g = self.g = min(group_size, n)
+        k = self.k = -(-n // g)
+        self.last_size = n - (k - 1) * g  # size of the last (possibly short) group
+        self.short = g - self.last_size
+        self.per_chunk = max(1, _CHUNK_POSITIONS // g)
+        self.num_chunks = -(-k // self.per_chunk)
+        rng = _generator(seed, epoch, _STREAM_GROUPS)
+        self.group_perm = rng.permutation(k)
+        self.rotation = int(rng.integers(n))
+        # Slot of the short group; slots after it start `short` positions earlier.
+        self.short_slot = int(np.flatnonzero(self.group_perm == k - 1)[0]) if self.short else k
+        self._cache: dict[int, np.ndarray] = {}
+
+    def slot_start(self, t: int) -> int:
+        return t * self.g - (self.short if t > self.short_slot else 0)
+
+    def chunk_of(self, position: int) -> int:
+        g = self.g
+        if position < self.short_slot * g + self.last_size:
+            slot = position // g
+        else:
+            slot = (position + self.short) // g
+        return slot // self.per_chunk
+
+    def chunk_start(self, c: int) -> int:
+        return self.slot_start(min(c * self.per_chunk, self.k)) if c < self.num_chunks else self.n
+
+    def chunk(self, c: int) -> np.ndarray:
+        cached = self._cache.get(c)
+        if cached is not None:
+            return cached
+        values = self._generate(c)
+        if len(self._cache) >= 2:  # sequential reads need at most two chunks at once
+            del self._cache[next(iter(self._cache))]
+        self._cache[c] = values
+        return values
+
+    def _generate(self, c: int) -> np.ndarray:
+        n, g = self.n, self.g
+        t0 = c * self.per_chunk
+        t1 = min(t0 + self.per_chunk, self.k)
+        rows = t1 - t0
+        rng = _generator(self.seed, self.epoch, _STREAM_CHUNK, c)
+        block = np.empty((rows, g), dtype=np.intp)
+        block[...] = np.arange(g, dtype=np.intp)
+        # Fisher-Yates on each row, in C; measured faster than argsort of random keys.
+        rng.permuted(block, axis=1, out=block)
+        short_row = self.short_slot - t0 if self.short and t0 <= self.short_slot < t1 else -1
+        if short_row >= 0:
+            # A uniform permutation of [0, g) restricted to [0, last_size) is a
+            # uniform permutation of [0, last_size).
+            keep = block[short_row] < self.last_size
+        base = (self.rotation + self.group_perm[t0:t1] * g) % n
+        block += base[:, None]
+        # At most one group straddles n in rotated space; only its row wraps.
+        for row in np.flatnonzero(base > n - g):
+            values = block[row]
+            values[values >= n] -= n
+        if short_row < 0:
+            return block.reshape(-1)
+        return np.concatenate(
+            (
+                block[:short_row].reshape(-1),
+                block[short_row][keep],
+                block[short_row + 1 :].reshape(-1),
+            )
+        )
+
+    def segment(self, start: int, stop: int) -> np.ndarray:
+        c0, c1 = self.chunk_of(start), self.chunk_of(stop - 1)
+        if c0 == c1:
+            s = self.chunk_start(c0)
+            return self.chunk(c0)[start - s : stop - s]
+        pieces = []
+        for c in range(c0, c1 + 1):
+            s = self.chunk_start(c)
+            values = self.chunk(c)
+            lo = max(start, s) - s
+            hi = min(stop, s + len(values)) - s
+            pieces.append(values[lo:hi])
+        return np.concatenate(pieces)
+
+    def materialize(self) -> np.ndarray:
+        out = np.empty(self.n, dtype=np.int64)
+        for c in range(self.num_chunks):
+            s = self.chunk_start(c)
+            values = self._generate(c)
+            out[s : s + len(values)] = values
+        return out
+
+
+def _generator(seed: int, epoch: int, *stream: int) -> np.random.Generator:
+    """The random generator of ``(seed, epoch, *stream)``, distinct for distinct tuples.
+
+    Each value is written as its word count followed by its 32-bit words, so the
+    entropy list is an injective, prefix-free encoding of the tuple: ``[seed,
+    epoch]`` itself is not (``SeedSequence`` splits a large int into words, and
+    ``(2**32 + 5, 0)`` and ``(5, 1)`` both become ``[5, 1, 0]`` = ``[5, 1]``).
+    """
+    words: list[int] = []
+    for value in (seed, epoch, *stream):
+        parts = [value & 0xFFFFFFFF]
+        value >>= 32
+        while value:
+            parts.append(value & 0xFFFFFFFF)
+            value >>= 32
+        words.append(len(parts))
+        words.extend(parts)
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(words)))
+
+
+def _check_int(name: str, value: object, *, minimum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise TypeError(f"`{name}` must be an int, got {type(value).__name__}.")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"`{name}` must be >= {minimum}, got {value}.")
+    return value
+
+
+def _check_rank(rank: object, world_size: object) -> tuple[int, int]:
+    world = _check_int("world_size", world_size, minimum=1)
+    r = _check_int("rank", rank)
+    if not 0 <= r < world:
+        raise ValueError(f"`rank` must be in [0, world_size), got rank={r}, world_size={world}.")
+    return r, world

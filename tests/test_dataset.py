@@ -1,0 +1,95 @@
+"""GetItemsDataset and make_dataloader: batched fetch behind torch's DataLoader."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from looptoolkit import GetItemsDataset, Loader  # noqa: E402
+from looptoolkit.dataset import OrderBatchSampler, make_dataloader  # noqa: E402
+from looptoolkit.order import Order  # noqa: E402
+
+
+def make_data(n: int) -> dict[str, np.ndarray]:
+    return {
+        "x": np.repeat(np.arange(n, dtype=np.float32)[:, None], 3, axis=1),
+        "y": np.arange(n, dtype=np.int64),
+    }
+
+
+def test_len_getitem_getitems():
+    data = make_data(20)
+    ds = GetItemsDataset(data)
+    assert len(ds) == 20
+    row = ds[7]
+    assert row["x"].tolist() == [7.0, 7.0, 7.0] and int(row["y"]) == 7
+    assert int(ds[-1]["y"]) == 19
+    with pytest.raises(IndexError, match="out of range"):
+        ds[20]
+    with pytest.raises(TypeError, match="`index` must be an int"):
+        ds["a"]  # type: ignore[index]
+    batch = ds.__getitems__([3, 0, 19])
+    assert batch["y"].tolist() == [3, 0, 19]
+    np.testing.assert_array_equal(batch["x"][:, 0], [3, 0, 19])
+    with pytest.raises(IndexError, match="out of range"):
+        ds.__getitems__([1, 20])
+    assert repr(ds) == "GetItemsDataset(<2 numpy leaves of 20 rows>)"
+
+
+def test_getitems_equals_the_loaders_rows():
+    data = {k: torch.from_numpy(v) for k, v in make_data(33).items()}
+    ds = GetItemsDataset(data)
+    loader = Loader(data, 8, seed=4)
+    for idx, batch in zip(Order(33, 8, seed=4).epoch(0), loader, strict=True):
+        got = ds.__getitems__(idx.tolist())
+        assert isinstance(got["x"], torch.Tensor)
+        torch.testing.assert_close(got["x"], batch["x"])
+        torch.testing.assert_close(got["y"], batch["y"])
+
+
+def test_tensordict_rows():
+    tensordict = pytest.importorskip("tensordict")
+    base = make_data(10)
+    td = tensordict.TensorDict({k: torch.from_numpy(v) for k, v in base.items()}, batch_size=[10])
+    ds = GetItemsDataset(td)
+    row = ds[4]
+    assert isinstance(row, tensordict.TensorDict) and tuple(row.batch_size) == ()
+    batch = ds.__getitems__([1, 2, 3])
+    assert tuple(batch.batch_size) == (3,) and batch["y"].tolist() == [1, 2, 3]
+
+
+@pytest.mark.parametrize("shuffle", [False, True, "grouped"])
+def test_make_dataloader_yields_the_order_s_rows(shuffle):
+    data = make_data(50)
+    dl = make_dataloader(data, 7, shuffle=shuffle, seed=3, group_size=8, num_workers=0)
+    assert isinstance(dl.batch_sampler, OrderBatchSampler)
+    assert len(dl) == 8
+    order = Order(50, 7, shuffle=shuffle, seed=3, group_size=8)
+    for epoch in range(2):
+        batches = list(dl)
+        assert len(batches) == 8
+        for batch, idx in zip(batches, order.epoch(epoch), strict=True):
+            assert batch["y"].tolist() == idx.tolist()
+            np.testing.assert_array_equal(batch["x"][:, 0], idx)
+    dl.batch_sampler.set_epoch(0)
+    first = list(dl)
+    loader_batches = list(Loader(data, 7, shuffle=shuffle, seed=3, group_size=8))
+    for a, b in zip(first, loader_batches, strict=True):
+        np.testing.assert_array_equal(a["y"], b["y"])
+
+
+def test_make_dataloader_shards_and_drop_last():
+    data = make_data(23)
+    for rank in range(2):
+        dl = make_dataloader(data, 4, seed=1, rank=rank, world_size=2, drop_last=True)
+        order = Order(23, 4, seed=1, rank=rank, world_size=2, drop_last=True)
+        got = [b["y"].tolist() for b in dl]
+        assert got == [idx.tolist() for idx in order.epoch(0)]
+        assert all(len(b) == 4 for b in got)
+
+
+def test_make_dataloader_passes_dataloader_options():
+    dl = make_dataloader(make_data(10), 5, shuffle=False, timeout=0)
+    assert [b["y"].tolist() for b in dl] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]

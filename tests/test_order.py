@@ -1,0 +1,553 @@
+"""Epoch orders: permutations, padding, sharding, resume, validation (looptoolkit.order).
+
+The expected batches are computed here from the formal definition (global order
+-> np.resize padding -> global batches cut into per-rank slices) and compared with
+what Order/EpochOrder produce.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tracemalloc
+import types
+from unittest import mock
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from looptoolkit import order as order_module
+from looptoolkit.order import (
+    DEFAULT_GROUP_SIZE,
+    SHUFFLE_MODES,
+    EpochOrder,
+    Order,
+    normalize_shuffle,
+    resolve_rank,
+)
+
+MODES = st.sampled_from(SHUFFLE_MODES)
+GROUP_SIZES = st.one_of(st.integers(1, 600), st.sampled_from([1024, 4096, 10_000]))
+SEEDS = st.one_of(st.integers(0, 2**16), st.integers(0, 2**70))
+EPOCHS = st.one_of(st.integers(0, 5), st.integers(0, 2**40))
+FAST = settings(max_examples=60, deadline=None)
+
+
+def padded(global_order: np.ndarray, world_size: int, drop_last: bool) -> np.ndarray:
+    n = len(global_order)
+    if drop_last:
+        return global_order[: (n // world_size) * world_size]
+    return np.resize(global_order, -(-n // world_size) * world_size)
+
+
+def expected_batches(
+    global_order: np.ndarray,
+    batch_size: int,
+    rank: int,
+    world_size: int,
+    drop_last: bool,
+    offset: int,
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(indices, padding positions mask) of each batch of `rank`, from the definition."""
+    n = len(global_order)
+    p = padded(global_order, world_size, drop_last)
+    positions = np.arange(offset, len(p))
+    rest = p[offset:]
+    per_rank = len(rest) // world_size
+    full, last = divmod(per_rank, batch_size)
+    g = batch_size * world_size
+    out = []
+    for k in range(full):
+        sl = slice(k * g + rank * batch_size, k * g + (rank + 1) * batch_size)
+        out.append((rest[sl], positions[sl] >= n))
+    if last and not drop_last:
+        sl = slice(full * g + rank * last, full * g + (rank + 1) * last)
+        out.append((rest[sl], positions[sl] >= n))
+    return out
+
+
+def make(n: int, batch_size: int, **kwargs: object) -> Order:
+    return Order(n, batch_size, **kwargs)  # type: ignore[arg-type]
+
+
+# -- global order ------------------------------------------------------------
+
+
+@FAST
+@given(n=st.integers(1, 5000), mode=MODES, group=GROUP_SIZES, seed=SEEDS, epoch=EPOCHS)
+def test_global_order_is_a_permutation(n, mode, group, seed, epoch):
+    g = Order(n, 1, shuffle=mode, group_size=group, seed=seed).global_order(epoch)
+    assert g.dtype == np.int64
+    assert np.array_equal(np.sort(g), np.arange(n))
+
+
+@pytest.mark.parametrize("group", [1, 2, 3, 7, 64, 255, 256, 1024])
+@pytest.mark.parametrize(
+    "n_of",
+    [
+        lambda g: 1,
+        lambda g: 2,
+        lambda g: max(1, g - 1),
+        lambda g: g,
+        lambda g: g + 1,
+        lambda g: 2 * g + 1,
+        lambda g: 2**16 + 1,  # one position past a chunk
+        lambda g: 2**17 - 1,
+        lambda g: 65_537 + g,
+        lambda g: 7919,  # prime
+        lambda g: 104_729,  # prime, several chunks
+    ],
+)
+def test_grouped_awkward_sizes(group, n_of):
+    n = n_of(group)
+    order = Order(n, 300, shuffle="grouped", group_size=group, seed=11)
+    g = order.global_order(3)
+    assert np.array_equal(np.sort(g), np.arange(n))
+    epoch = order.epoch(3)
+    assert np.array_equal(epoch.indices(), g)
+    batches = list(epoch)
+    assert all(b.dtype == np.intp for b in batches)
+    assert np.array_equal(np.concatenate(batches), g)
+    for i in (0, len(epoch) // 2, len(epoch) - 1):  # random access matches iteration
+        assert np.array_equal(epoch.batch(i), batches[i])
+
+
+def test_none_is_arange_and_full_is_seeded():
+    assert Order(7, 2, shuffle=False).global_order(5).tolist() == list(range(7))
+    a = Order(1000, 10, shuffle=True, seed=3).global_order(2)
+    b = Order(1000, 10, shuffle="full", seed=3).global_order(2)
+    assert np.array_equal(a, b)
+    assert not np.array_equal(a, np.arange(1000))
+
+
+def test_orders_are_pinned():
+    # The order is part of the contract: the same on every run and machine.
+    # If this fails, every saved resume point and reported order has changed.
+    assert Order(10, 3, seed=0).global_order(0).tolist() == PINNED_FULL
+    grouped = Order(10, 3, shuffle="grouped", group_size=4, seed=0)
+    assert grouped.global_order(1).tolist() == PINNED_GROUPED
+
+
+PINNED_FULL = [3, 5, 9, 7, 1, 6, 2, 4, 8, 0]
+PINNED_GROUPED = [7, 9, 8, 0, 5, 4, 3, 6, 2, 1]
+
+
+@pytest.mark.parametrize("mode", ["full", "grouped"])
+def test_seed_epoch_pairs_do_not_collide(mode):
+    def order(seed: int, epoch: int) -> list[int]:
+        return Order(500, 10, shuffle=mode, group_size=32, seed=seed).global_order(epoch).tolist()
+
+    assert order(1, 1) != order(2, 0)  # `seed + epoch` would make these equal
+    assert order(0, 1) != order(1, 0)
+    # SeedSequence([seed, epoch]) would make these equal: both are words [5, 1].
+    assert order(2**32 + 5, 0) != order(5, 1)
+    assert order(3, 2**32) != order(3 + 2**32, 0)
+    seen = {tuple(order(s, e)) for s in range(6) for e in range(6)}
+    assert len(seen) == 36
+
+
+@FAST
+@given(
+    n=st.integers(50, 3000),
+    mode=st.sampled_from(["full", "grouped"]),
+    group=GROUP_SIZES,
+    seed=SEEDS,
+    epoch=st.integers(0, 1000),
+)
+def test_orders_differ_between_epochs(n, mode, group, seed, epoch):
+    order = Order(n, 7, shuffle=mode, group_size=group, seed=seed)
+    assert not np.array_equal(order.global_order(epoch), order.global_order(epoch + 1))
+
+
+@pytest.mark.parametrize("group", [256, 1024, DEFAULT_GROUP_SIZE])
+def test_grouped_batches_are_not_fixed_sets_across_epochs(group):
+    # Keras 3's shuffle="batch" shuffles whole fixed batches; here composition changes.
+    order = Order(20_000, 300, shuffle="grouped", group_size=group, seed=1)
+    sets = [{frozenset(b.tolist()) for b in order.epoch(e)} for e in range(3)]
+    assert not sets[0] & sets[1]
+    assert not sets[1] & sets[2]
+    # Group membership itself moves: the rows that share a batch with row 0 change.
+    partners = []
+    for e in range(3):
+        batch = next(b for b in order.epoch(e) if 0 in b)
+        partners.append(set(batch.tolist()))
+    assert partners[0] != partners[1] != partners[2]
+
+
+def test_grouped_groups_are_contiguous_index_ranges():
+    # Each group holds `group_size` consecutive indices (mod n, after the epoch's
+    # rotation), in shuffled order: this is what makes grouped gathers local.
+    n, group = 100 * 1024, 1024
+    order = Order(n, 300, shuffle="grouped", group_size=group, seed=4)
+    rotations = set()
+    for epoch in range(3):
+        g = order.global_order(epoch)
+        for slot in (0, 37, 99):
+            values = g[slot * group : (slot + 1) * group]
+            present = set(values.tolist())
+            starts = [x for x in present if (x - 1) % n not in present]
+            assert len(starts) == 1
+            assert present == {(starts[0] + i) % n for i in range(group)}
+            assert not np.array_equal(values, np.sort(values))  # shuffled inside
+            rotations.add(starts[0] % group)
+    assert len(rotations) > 1  # group boundaries move between epochs
+
+
+# -- padding, sharding, resume -----------------------------------------------
+
+
+@st.composite
+def layouts(draw):
+    n = draw(st.integers(1, 5000))
+    batch = draw(st.one_of(st.integers(1, 16), st.integers(1, 700)))
+    world = draw(st.integers(1, 8))
+    drop_last = draw(st.booleans())
+    order = Order(
+        n,
+        batch,
+        shuffle=draw(MODES),
+        group_size=draw(GROUP_SIZES),
+        seed=draw(SEEDS),
+        world_size=world,
+        drop_last=drop_last,
+    )
+    full_global = order.padded_length // (batch * world)
+    k = draw(st.integers(0, full_global))
+    return order, draw(st.integers(0, 3)), k * batch * world
+
+
+def rank_order(order: Order, rank: int, world_size: int | None = None) -> Order:
+    return Order(
+        order.n,
+        order.batch_size,
+        shuffle=order.shuffle,
+        seed=order.seed,
+        group_size=order.group_size,
+        rank=rank,
+        world_size=order.world_size if world_size is None else world_size,
+        drop_last=order.drop_last,
+    )
+
+
+@settings(max_examples=80, deadline=None)
+@given(layouts())
+def test_batches_follow_the_definition(layout):
+    order, epoch, offset = layout
+    g = order.global_order(epoch)
+    w, b = order.world_size, order.batch_size
+    counts = set()
+    everything = []
+    for r in range(w):
+        shard = rank_order(order, r)
+        ep = shard.epoch(epoch, offset)
+        assert isinstance(ep, EpochOrder)
+        expected = expected_batches(g, b, r, w, order.drop_last, offset)
+        got = list(ep)
+        assert len(ep) == len(got) == len(expected) == shard.num_batches(offset)
+        counts.add(len(got))
+        for i, (batch, (want, pad)) in enumerate(zip(got, expected, strict=True)):
+            assert batch.dtype == np.intp
+            assert np.array_equal(batch, want)
+            assert np.array_equal(ep.batch(i), want)
+            mask = ep.padding_mask(i)
+            if pad.any():
+                assert mask is not None and mask.dtype == bool
+                assert np.array_equal(mask, pad)
+            else:
+                assert mask is None
+            assert len(batch) in (b, (ep.samples_per_rank % b))
+        assert np.array_equal(ep.indices(), np.concatenate([x for x, _ in expected] or [[]]))
+        assert ep.global_batch == b * w
+        everything.extend(got)
+    assert len(counts) == 1  # every rank the same number of batches
+    p = padded(g, w, order.drop_last)
+    delivered = np.concatenate(everything) if everything else np.empty(0, np.intp)
+    if order.drop_last:
+        # Ranks are disjoint and only whole global batches are delivered.
+        assert len(np.unique(delivered)) == len(delivered)
+        per_rank = (order.padded_length - offset) // w
+        assert len(delivered) == (per_rank // b) * b * w
+        assert set(delivered.tolist()) <= set(p[offset:].tolist())
+    else:
+        assert np.array_equal(np.sort(delivered), np.sort(p[offset:]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(layouts())
+def test_resume_with_the_same_world_size_yields_the_rest(layout):
+    order, epoch, offset = layout
+    k = offset // (order.batch_size * order.world_size)
+    for r in {0, order.world_size - 1}:
+        shard = rank_order(order, r)
+        whole = list(shard.epoch(epoch))
+        rest = list(shard.epoch(epoch, offset))
+        assert len(rest) == len(whole) - k
+        for a, c in zip(whole[k:], rest, strict=True):
+            assert np.array_equal(a, c)
+        for i in range(len(rest)):
+            m0, m1 = (
+                shard.epoch(epoch).padding_mask(i + k),
+                shard.epoch(epoch, offset).padding_mask(i),
+            )
+            assert (m0 is None) == (m1 is None)
+            assert m0 is None or np.array_equal(m0, m1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 3000),
+    batch=st.integers(1, 50),
+    w1=st.integers(1, 8),
+    w2=st.integers(1, 8),
+    mode=MODES,
+    group=GROUP_SIZES,
+    seed=SEEDS,
+    data=st.data(),
+)
+def test_resplit_at_another_world_size_delivers_the_rest_once(
+    n, batch, w1, w2, mode, group, seed, data
+):
+    # Ranks at world size w1 consumed k global batches, then the job resumed at w2.
+    first = Order(n, batch, shuffle=mode, group_size=group, seed=seed, world_size=w1)
+    step = batch * w1 * w2 // np.gcd(w1, w2)  # an offset valid for both world sizes
+    limit = min(first.padded_length, Order(n, 1, world_size=w2).padded_length, n)
+    o = data.draw(st.integers(0, limit // step)) * step
+    g = first.global_order(2)
+    before = [
+        x for r in range(w1) for x in list(rank_order(first, r).epoch(2))[: o // (batch * w1)]
+    ]
+    consumed = np.concatenate(before) if before else np.empty(0, np.intp)
+    assert np.array_equal(np.sort(consumed), np.sort(g[:o]))
+    after = []
+    for r in range(w2):
+        ep = rank_order(first, r, world_size=w2).epoch(2, o)
+        for i, x in enumerate(ep):
+            mask = ep.padding_mask(i)
+            after.append(x if mask is None else x[~mask])
+    rest = np.concatenate(after) if after else np.empty(0, np.intp)
+    assert np.array_equal(np.sort(rest), np.sort(g[o:]))  # each remaining sample once
+
+
+@settings(max_examples=60, deadline=None)
+@given(layouts(), st.sampled_from([1, 5, 64, 300]))
+def test_grouped_chunk_boundaries(layout, chunk):
+    # Small chunks put chunk boundaries inside batches and groups at small n.
+    order, epoch, offset = layout
+    order = Order(
+        order.n,
+        order.batch_size,
+        shuffle="grouped",
+        group_size=order.group_size % 97 + 1,
+        seed=order.seed,
+        rank=order.world_size - 1,
+        world_size=order.world_size,
+        drop_last=order.drop_last,
+    )
+    with mock.patch.object(order_module, "_CHUNK_POSITIONS", chunk):
+        g = order.global_order(epoch)
+        assert np.array_equal(np.sort(g), np.arange(order.n))
+        ep = order.epoch(epoch, offset)
+        expected = expected_batches(
+            g, order.batch_size, order.rank, order.world_size, order.drop_last, offset
+        )
+        got = list(ep)
+        assert len(got) == len(expected)
+        for i, (batch, (want, _)) in enumerate(zip(got, expected, strict=True)):
+            assert np.array_equal(batch, want)
+            assert np.array_equal(ep.batch(i), want)
+
+
+def test_padding_cycles_when_world_size_exceeds_n():
+    order = Order(3, 1, shuffle=False, world_size=8, rank=7)
+    assert order.padded_length == 8
+    ep = order.epoch(0)
+    assert [b.tolist() for b in ep] == [[1]]  # position 7 of [0, 1, 2, 0, 1, 2, 0, 1]
+    assert ep.padding_mask(0).tolist() == [True]
+    dropped = Order(3, 1, shuffle=False, world_size=8, rank=7, drop_last=True)
+    assert len(dropped) == 0 and list(dropped.epoch(0)) == []
+    assert dropped.epoch(0).indices().tolist() == []
+
+
+def test_offset_at_the_end_gives_an_empty_epoch():
+    order = Order(10, 3, world_size=2)
+    ep = order.epoch(0, order.padded_length)
+    assert len(ep) == 0 and list(ep) == [] and ep.indices().size == 0
+    with pytest.raises(IndexError, match="out of range"):
+        ep.batch(0)
+
+
+def test_batch_random_access():
+    ep = Order(10, 4, shuffle=False).epoch(0)
+    assert ep.batch(-1).tolist() == [8, 9]
+    assert ep.padding_mask(-1) is None
+    with pytest.raises(IndexError, match="batch 3 out of range"):
+        ep.batch(3)
+    with pytest.raises(TypeError, match="batch index must be an int"):
+        ep.batch(1.0)  # type: ignore[arg-type]
+
+
+def test_grouped_iteration_needs_no_n_long_array():
+    n = 10_000_000
+    order = Order(n, 300, shuffle="grouped", seed=1)
+    tracemalloc.start()
+    try:
+        it = iter(order.epoch(5, offset=300 * 20_000))
+        for _ in range(500):
+            next(it)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4_000_000  # an n-long int64 array would be 80 MB
+
+
+# -- validation -------------------------------------------------------------
+
+
+def test_normalize_shuffle():
+    assert normalize_shuffle(False) == "none"
+    assert normalize_shuffle(True) == "full"
+    assert normalize_shuffle(np.bool_(True)) == "full"
+    for mode in SHUFFLE_MODES:
+        assert normalize_shuffle(mode) == mode
+    with pytest.raises(
+        ValueError, match=r"`shuffle` must be False, True, 'full' or 'grouped', got 'x'\."
+    ):
+        normalize_shuffle("x")
+    with pytest.raises(TypeError, match=r"`shuffle` must be .* got int\."):
+        normalize_shuffle(1)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"n": 0}, ValueError, r"`n` must be >= 1, got 0\."),
+        ({"n": 2.0}, TypeError, r"`n` must be an int, got float\."),
+        ({"batch_size": 0}, ValueError, r"`batch_size` must be >= 1, got 0\."),
+        ({"batch_size": True}, TypeError, r"`batch_size` must be an int, got bool\."),
+        ({"seed": -1}, ValueError, r"`seed` must be >= 0, got -1\."),
+        ({"seed": "1"}, TypeError, r"`seed` must be an int, got str\."),
+        ({"group_size": 0}, ValueError, r"`group_size` must be >= 1, got 0\."),
+        ({"shuffle": "batch"}, ValueError, r"`shuffle` must be False, True, 'full' or 'grouped'"),
+        ({"world_size": 0}, ValueError, r"`world_size` must be >= 1, got 0\."),
+        (
+            {"rank": 2, "world_size": 2},
+            ValueError,
+            r"`rank` must be in \[0, world_size\), got rank=2, world_size=2\.",
+        ),
+        (
+            {"rank": -1},
+            ValueError,
+            r"`rank` must be in \[0, world_size\), got rank=-1, world_size=1\.",
+        ),
+        ({"rank": None}, TypeError, r"`rank` must be an int, got NoneType\."),
+        ({"drop_last": 1}, TypeError, r"`drop_last` must be a bool, got int\."),
+    ],
+)
+def test_order_validation(kwargs, error, message):
+    args = {"n": 10, "batch_size": 3, **kwargs}
+    with pytest.raises(error, match=message):
+        make(**args)
+
+
+def test_epoch_and_offset_validation():
+    order = Order(10, 3, world_size=2)
+    with pytest.raises(ValueError, match=r"`epoch` must be >= 0, got -1\."):
+        order.epoch(-1)
+    with pytest.raises(TypeError, match=r"`epoch` must be an int, got float\."):
+        order.global_order(1.5)  # type: ignore[arg-type]
+    with pytest.raises(
+        ValueError, match=r"`offset` must be a multiple of `world_size` \(2\), got 3\."
+    ):
+        order.epoch(0, 3)
+    with pytest.raises(
+        ValueError, match=r"`offset` must be <= the padded epoch length \(10\), got 12\."
+    ):
+        order.num_batches(12)
+    with pytest.raises(ValueError, match=r"`offset` must be >= 0, got -2\."):
+        order.epoch(0, -2)
+
+
+def test_numpy_integers_are_accepted():
+    order = Order(
+        np.int64(10), np.int32(3), seed=np.uint64(2**63), rank=np.int64(1), world_size=np.int8(2)
+    )
+    assert (order.n, order.batch_size, order.rank, order.world_size) == (10, 3, 1, 2)
+    assert type(order.n) is int and type(order.seed) is int
+
+
+def test_attributes_and_repr():
+    order = Order(10, 3, shuffle="grouped", seed=5, rank=1, world_size=2, drop_last=True)
+    assert order.shuffle == "grouped" and order.group_size == DEFAULT_GROUP_SIZE
+    assert order.drop_last is True and len(order) == order.num_batches(0) == 1
+    assert repr(order) == (
+        "Order(n=10, batch_size=3, shuffle='grouped', seed=5, "
+        f"group_size={DEFAULT_GROUP_SIZE}, rank=1, world_size=2, drop_last=True)"
+    )
+    assert repr(order.epoch(2, 6)).startswith("EpochOrder(Order(n=10") and "offset=6" in repr(
+        order.epoch(2, 6)
+    )
+    ep = order.epoch(0)
+    assert ep.samples_per_rank == 5 and ep.global_batch == 6
+
+
+def test_default_group_size_is_sane():
+    assert isinstance(DEFAULT_GROUP_SIZE, int) and DEFAULT_GROUP_SIZE >= 1
+    assert Order(10, 3, group_size=None).group_size == DEFAULT_GROUP_SIZE
+
+
+# -- resolve_rank -----------------------------------------------------------
+
+
+def test_resolve_rank_without_a_process_group():
+    assert resolve_rank(None, None) == (0, 1)
+    assert resolve_rank(2, 4) == (2, 4)
+    assert resolve_rank(np.int64(0), np.int64(1)) == (0, 1)
+
+
+def test_resolve_rank_does_not_import_torch():
+    code = (
+        "import sys\nfrom looptoolkit.order import resolve_rank\n"
+        "assert resolve_rank(None, None) == (0, 1)\n"
+        "assert 'torch' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-W", "error", "-c", code], check=True, timeout=60)
+
+
+def test_resolve_rank_reads_an_initialised_torch_process_group(monkeypatch):
+    # A stand-in for an already imported torch; this file never imports torch.
+    dist = types.SimpleNamespace(
+        is_available=lambda: True,
+        is_initialized=lambda: True,
+        get_rank=lambda: 3,
+        get_world_size=lambda: 4,
+    )
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(distributed=dist))
+    assert resolve_rank(None, None) == (3, 4)
+    assert resolve_rank(0, 2) == (0, 2)  # explicit values win
+    dist.is_initialized = lambda: False
+    assert resolve_rank(None, None) == (0, 1)
+
+
+@pytest.mark.parametrize(
+    ("rank", "world_size", "error", "message"),
+    [
+        (
+            None,
+            2,
+            ValueError,
+            r"`rank` and `world_size` must both be given or both be None, "
+            r"got rank=None, world_size=2\.",
+        ),
+        (1, None, ValueError, r"must both be given or both be None, got rank=1, world_size=None\."),
+        (0, 0, ValueError, r"`world_size` must be >= 1, got 0\."),
+        (4, 4, ValueError, r"`rank` must be in \[0, world_size\), got rank=4, world_size=4\."),
+        (-1, 4, ValueError, r"got rank=-1, world_size=4\."),
+        (True, 4, TypeError, r"`rank` must be an int, got bool\."),
+        (0, 2.0, TypeError, r"`world_size` must be an int, got float\."),
+    ],
+)
+def test_resolve_rank_validation(rank, world_size, error, message):
+    with pytest.raises(error, match=message):
+        resolve_rank(rank, world_size)
