@@ -166,6 +166,23 @@ def consume(epoch: Any) -> None:
         pass
 
 
+def overhead(args: argparse.Namespace) -> list[Timing]:
+    """Iterating a prepared full-order epoch: the per-batch cost of the order step itself."""
+    n, b = args.gather_n, args.batch_size
+    cases: list[tuple[str, Callable[[], Any]]] = []
+    for world in (1, 4):
+        ep = Order(n, b, shuffle="full", seed=args.seed, world_size=world).epoch(0)
+        cases.append((f"iterate {len(ep)} batches, world_size={world}", bind_epoch(ep)))
+    timings = interleave(cases, rounds=args.gather_rounds, warmup=2, description="overhead")
+    for t in timings:
+        t.extra["batches"] = int(t.name.split()[1])
+    return timings
+
+
+def bind_epoch(ep: Any) -> Callable[[], None]:
+    return lambda: consume(ep)
+
+
 # -- gather -----------------------------------------------------------------
 
 
@@ -276,6 +293,21 @@ def markdown(payload: dict[str, Any]) -> str:
             )
         lines.append("")
     lines += [
+        "## Per-batch overhead of the order step",
+        "",
+        'Iterating an already built `"full"` epoch (each batch a row view of the '
+        "permutation): what the order step adds per batch beyond generating the order.",
+        "",
+        "| case | median ms | min-max ms | us per batch |",
+        "|---|---:|---:|---:|",
+    ]
+    for t in payload["overhead"]:
+        lines.append(
+            f"| {t['name']} | {ms(t['median_s'])} | {ms(t['min_s'])}-{ms(t['max_s'])} "
+            f"| {t['median_s'] / t['batches'] * 1e6:.2f} |"
+        )
+    lines += [
+        "",
         "## Gather per epoch",
         "",
         f"`x.take(idx, axis=0)` for every batch of a ({payload['gather_n']:,}, 64) float32 "
@@ -312,6 +344,7 @@ def main(argv: list[str] | None = None) -> None:
         generation_rows[str(n)] = [t.summary() for t in timings]
         for t in timings:
             print(f"N={n:.0e} {t.name}: {t.median * 1e3:.2f} ms", flush=True)
+    overhead_rows = [t.summary() for t in overhead(args)]
     gather_rows = [t.summary() for t in gather(args)]
     for row in gather_rows:
         print(f"gather {row['name']}: {row['median_s'] * 1e3:.2f} ms", flush=True)
@@ -323,6 +356,7 @@ def main(argv: list[str] | None = None) -> None:
         "default_group_size": DEFAULT_GROUP_SIZE,
         "quality": quality_rows,
         "generation": generation_rows,
+        "overhead": overhead_rows,
         "gather_n": args.gather_n,
         "gather": gather_rows,
         "elapsed_s": time.perf_counter() - started,

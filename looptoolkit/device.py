@@ -376,7 +376,7 @@ def to_device(
     else:
         keys = [_route(leaf, home) for leaf in leaves]
         routes = set(keys)
-    out = list(leaves)
+    out = leaves if keys is None else list(leaves)
     paths: list[str] | None = None
     # Arrays first, objects last: an object's own `.to` may move it in place
     # (nn.Module), which should not happen when an array then fails to move.

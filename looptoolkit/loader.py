@@ -301,7 +301,7 @@ class _CudaPipeline:
             return None
         try:
             torch.from_numpy(np.empty(0, view.dtype))
-        except TypeError:  # a dtype torch does not have
+        except (TypeError, ValueError):  # a dtype torch lacks, a non-native byte order
             return None
         return view
 

@@ -390,11 +390,10 @@ class EpochOrder:
         """Global positions ``[start, stop)`` of this rank's batch ``i``."""
         if not isinstance(i, int | np.integer) or isinstance(i, bool):
             raise TypeError(f"batch index must be an int, got {type(i).__name__}.")
-        i = int(i)
-        if i < 0:
-            i += self._len
+        index = int(i)
+        i = index + self._len if index < 0 else index
         if not 0 <= i < self._len:
-            raise IndexError(f"batch {i} out of range for an epoch of {self._len} batches.")
+            raise IndexError(f"batch {index} out of range for an epoch of {self._len} batches.")
         b, r = self.order.batch_size, self.order.rank
         if i < self._full:
             start = self.offset + i * self.global_batch + r * b

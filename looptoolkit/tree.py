@@ -171,7 +171,7 @@ def _own_constructor(cls: type, base: type) -> bool:
 
 def _register_subclass(cls: type, base: type) -> None:
     lossy = _own_constructor(cls, base)
-    build: type = base if lossy else cls
+    build: Any = base if lossy else cls
     if lossy:
         _lossy[cls] = base
     mapping = issubclass(base, dict)

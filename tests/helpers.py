@@ -302,8 +302,10 @@ def corpus() -> list[Case]:
         ),
         Case(
             "zero_d",
-            lambda: [to_framework(f, np.array(4.0, np.float32)) for f in installed()]
-            + [to_framework(f, np.array(7, np.int64)) for f in installed()],
+            lambda: (
+                [to_framework(f, np.array(4.0, np.float32)) for f in installed()]
+                + [to_framework(f, np.array(7, np.int64)) for f in installed()]
+            ),
         ),
         Case("deep", _deep),
     ]
@@ -357,7 +359,7 @@ def _compare(got: Any, want: Any, check_leaf: Callable[[Any, Any, str], None], p
             _compare(got._tensordict, want._tensordict, check_leaf, f"{path}._tensordict")
             return
         assert list(got.keys()) == list(want.keys()), path
-        for k in want.keys():
+        for k in want.keys():  # noqa: SIM118 -- iterating a TensorDict walks its batch dim
             _compare(got.get(k), want.get(k), check_leaf, f"{path}[{k!r}]")
         return
     if dataclasses.is_dataclass(want):
@@ -408,10 +410,19 @@ def leaf_checker(device: Any) -> Callable[[Any, Any, str], None]:
         expected = expected_framework(source, device)
         assert framework_of(got) == expected, f"{path}: {type(got)} is not a {expected} array"
         a, b = to_numpy(got), to_numpy(want)
+        if expected == "jax":
+            b = b.astype(jax_dtype(b.dtype))
         assert a.dtype == b.dtype and a.shape == b.shape, f"{path}: {a.dtype}{a.shape}"
         np.testing.assert_array_equal(a, b, err_msg=path)
 
     return check
+
+
+def jax_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype JAX holds ``dtype`` as (int64 -> int32 unless ``jax_enable_x64``)."""
+    import jax
+
+    return np.dtype(jax.dtypes.canonicalize_dtype(dtype))
 
 
 def _is_module(x: Any) -> bool:

@@ -14,6 +14,8 @@ import datetime
 import os
 import pickle
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -158,10 +160,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, list[dict[str, A
 
 
 def _reference_order(kwargs: dict[str, Any], epoch: int) -> np.ndarray:
-    """The epoch's global order: the same Loader on one process."""
+    """The epoch's global order: the same Loader on one process, nothing dropped."""
     from looptoolkit import Loader
 
     data = {"idx": np.arange(N)}
+    kwargs = {**kwargs, "drop_last": False}
     loader = Loader(data, **kwargs, rank=0, world_size=1)
     return np.asarray(loader.indices(epoch))
 
@@ -295,3 +298,39 @@ def test_resume_at_another_world_size(runs: dict[int, list[dict[str, Any]]], wor
     idx, mask = _global_sequence([r["resume_next_epoch"] for r in runs[world]])
     assert sorted(i for i, m in zip(idx, mask, strict=True) if m) == list(range(N))
     assert idx[:N] == _reference_order(RESUME, 1).tolist()
+
+
+# -- the documented example, under torchrun ----------------------------------------
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "examples" / "distributed_torch.py"
+
+
+def _torchrun(nproc: int, *args: str) -> str:
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={nproc}",
+        "--master_addr=127.0.0.1",
+        f"--master_port={_free_port()}",
+        str(EXAMPLE),
+        *args,
+    ]
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=GROUP_TIMEOUT_S, check=False
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    return output
+
+
+def test_documented_torchrun_example_resumes_on_another_world_size(tmp_path: Path) -> None:
+    state = str(tmp_path / "state.pt")
+    first = _torchrun(2, "--steps", "3", "--save", state)
+    for rank in range(2):
+        assert f"rank {rank}/2: 3 steps, 96 rows" in first, first
+    # 1001 samples, 192 consumed: 809 left, padded to 810 for 3 ranks.
+    rest = _torchrun(3, "--resume", state)
+    for rank in range(3):
+        assert f"rank {rank}/3: 9 steps, 270 rows" in rest, rest
+    assert "eval over 1001 of 1001 samples" in rest, rest

@@ -185,7 +185,7 @@ def _assert_consumed_without_resharding(step: Any, batch: dict[str, Any], shardi
     hlo = compiled.as_text()
     for op in ("all-gather", "all-to-all", "collective-permute"):
         assert op not in hlo, op
-    rows = batch["x"].shape[0] // len(batch["x"].sharding.device_set)
+    rows = batch["x"].sharding.shard_shape(batch["x"].shape)[0]
     assert f"f32[{rows},3]" in hlo
     y, total = step(batch)
     assert y.sharding.is_equivalent_to(batch["x"].sharding, y.ndim)
@@ -232,6 +232,61 @@ def check_loader_yields_sharded_batches() -> None:
             for key in data:
                 _assert_sharded_rows(got[key], want[key], sharding, mesh)
             _assert_consumed_without_resharding(step, got, sharding)
+
+
+@check
+def check_loader_mask_marks_padding_of_sharded_batches() -> None:
+    import jax
+
+    import looptoolkit as lt
+
+    mesh = _mesh((8,), ("data",))
+    sharding = _batch_sharding(mesh)
+    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    # Masked sum of a batch, with the mask split over the mesh like the rows it marks.
+    masked_sum = jax.jit(
+        lambda batch, mask: jax.numpy.where(mask, batch["idx"], 0).sum(),
+        in_shardings=({"x": sharding, "idx": sharding, "label": sharding}, sharding),
+        out_shardings=replicated,
+    )
+    # 4 ranks: padded to 64 positions; 61-63 end the last global batch, on rank 3.
+    data = _data(61)
+    total = 0
+    for rank in range(4):
+        kwargs = {"shuffle": True, "seed": 2, "rank": rank, "world_size": 4}
+        host = list(lt.Loader(data, 8, **kwargs, return_mask=True))
+        sharded = list(lt.Loader(data, 8, **kwargs, device=sharding, return_mask=True))
+        assert len(sharded) == len(host) == 2
+        for (got, got_mask), (want, want_mask) in zip(sharded, host, strict=True):
+            assert want_mask.dtype == np.bool_ and want_mask.shape == (8,)
+            np.testing.assert_array_equal(np.asarray(got_mask), want_mask)
+            for key in data:
+                _assert_sharded_rows(got[key], want[key], sharding, mesh)
+            total += int(masked_sum(got, got_mask))
+        padding = sum(int((~np.asarray(m)).sum()) for _, m in host)
+        assert padding == (3 if rank == 3 else 0), (rank, padding)
+    assert total == sum(range(61))  # every sample once over the 4 ranks
+
+
+@check
+def check_loader_rejects_batches_that_do_not_split() -> None:
+    import looptoolkit as lt
+
+    sharding = _batch_sharding(_mesh((8,), ("data",)))
+    try:
+        lt.Loader(_data(), 12, device=sharding)
+    except ValueError as e:
+        assert "multiple of the 8 shards" in str(e), e
+    else:
+        raise AssertionError("a batch of 12 rows was accepted for 8 shards")
+    try:
+        lt.Loader(_data(60), 16, device=sharding)  # last batch: 12 rows
+    except ValueError as e:
+        assert "last batch of an epoch has 12 rows" in str(e), e
+    else:
+        raise AssertionError("a last batch of 12 rows was accepted for 8 shards")
+    batches = list(lt.Loader(_data(60), 16, device=sharding, drop_last=True))
+    assert [b["x"].shape[0] for b in batches] == [16, 16, 16]
 
 
 def _simulated_global_batch(
@@ -395,6 +450,14 @@ def test_loader_with_sharding_yields_sharded_batches(child_results: dict[str, st
     _passed(child_results, "check_loader_yields_sharded_batches")
 
 
+def test_loader_mask_marks_padding_of_sharded_batches(child_results: dict[str, str]) -> None:
+    _passed(child_results, "check_loader_mask_marks_padding_of_sharded_batches")
+
+
+def test_loader_rejects_batches_that_do_not_split(child_results: dict[str, str]) -> None:
+    _passed(child_results, "check_loader_rejects_batches_that_do_not_split")
+
+
 def test_process_local_loading_assembles_global_batch(child_results: dict[str, str]) -> None:
     _passed(child_results, "check_process_local_loading_assembles_the_global_batch")
 
@@ -530,3 +593,51 @@ def test_multiprocess_jax_each_process_loads_its_slice(tmp_path: Path) -> None:
                 assert values == want["idx"][start : start + per_device].tolist()
             expected = want["x"] * 2 + want["label"][:, None]
             assert got["total"] == pytest.approx(float(expected.sum()))
+
+
+# -- the documented example ----------------------------------------------------------
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "examples" / "distributed_jax.py"
+
+
+def _example(args: list[str], devices: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(EXAMPLE), *args],
+        env=_child_env(devices),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _loss(output: str, line_start: str) -> float:
+    for line in output.splitlines():
+        if line.startswith(line_start):
+            return float(line.rsplit("loss ", 1)[1])
+    raise AssertionError(f"no line starting {line_start!r} in:\n{output}")
+
+
+@pytest.mark.slow
+def test_documented_jax_example_runs_on_one_and_two_processes() -> None:
+    single = _example([], DEVICES)
+    output = _communicate(single)
+    assert single.returncode == 0, output
+    one = _loss(output, "process 0/1: loaded rows [0, 64) of each global batch of 64")
+
+    port = _free_port()
+    procs = [
+        _example(
+            ["--processes", "2", "--process-id", str(p), "--coordinator", f"127.0.0.1:{port}"],
+            DEVICES // 2,
+        )
+        for p in range(2)
+    ]
+    outputs = [_communicate(proc) for proc in procs]
+    for proc, out in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, out
+    two = [
+        _loss(outputs[p], f"process {p}/2: loaded rows [{32 * p}, {32 * (p + 1)})")
+        for p in range(2)
+    ]
+    # The same global batches in the same order: the same training at any process count.
+    assert two[0] == two[1] == pytest.approx(one, rel=1e-3)

@@ -32,7 +32,7 @@ MODES = st.sampled_from(SHUFFLE_MODES)
 GROUP_SIZES = st.one_of(st.integers(1, 600), st.sampled_from([1024, 4096, 10_000]))
 SEEDS = st.one_of(st.integers(0, 2**16), st.integers(0, 2**70))
 EPOCHS = st.one_of(st.integers(0, 5), st.integers(0, 2**40))
-FAST = settings(max_examples=60, deadline=None)
+FAST = settings(max_examples=100, deadline=None)
 
 
 def padded(global_order: np.ndarray, world_size: int, drop_last: bool) -> np.ndarray:
@@ -231,7 +231,7 @@ def rank_order(order: Order, rank: int, world_size: int | None = None) -> Order:
     )
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(layouts())
 def test_batches_follow_the_definition(layout):
     order, epoch, offset = layout
@@ -274,7 +274,7 @@ def test_batches_follow_the_definition(layout):
         assert np.array_equal(np.sort(delivered), np.sort(p[offset:]))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(layouts())
 def test_resume_with_the_same_world_size_yields_the_rest(layout):
     order, epoch, offset = layout
@@ -295,7 +295,7 @@ def test_resume_with_the_same_world_size_yields_the_rest(layout):
             assert m0 is None or np.array_equal(m0, m1)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     n=st.integers(1, 3000),
     batch=st.integers(1, 50),
@@ -330,7 +330,7 @@ def test_resplit_at_another_world_size_delivers_the_rest_once(
     assert np.array_equal(np.sort(rest), np.sort(g[o:]))  # each remaining sample once
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(layouts(), st.sampled_from([1, 5, 64, 300]))
 def test_grouped_chunk_boundaries(layout, chunk):
     # Small chunks put chunk boundaries inside batches and groups at small n.
@@ -384,6 +384,8 @@ def test_batch_random_access():
     assert ep.padding_mask(-1) is None
     with pytest.raises(IndexError, match="batch 3 out of range"):
         ep.batch(3)
+    with pytest.raises(IndexError, match="batch -4 out of range for an epoch of 3 batches"):
+        ep.padding_mask(-4)
     with pytest.raises(TypeError, match="batch index must be an int"):
         ep.batch(1.0)  # type: ignore[arg-type]
 

@@ -81,7 +81,7 @@ def test_dataclass_rebuild_runs_no_init_and_keeps_init_false_and_extra_attribute
     w = WithInitFalse(np.ones(2))
     w.count = 5
     w.extra = "x"
-    leaves, spec = _tree.flatten(w)
+    _, spec = _tree.flatten(w)
     out = _tree.unflatten(spec, [np.zeros(2), 6, "c"])
     assert type(out) is WithInitFalse and out is not w
     assert out.count == 6 and out.cache == "c" and out.extra == "x"

@@ -91,12 +91,15 @@ def _as_tensors(leaves: Sequence[Any]) -> tuple[list[torch.Tensor], bool]:
     The checks run as C-level ``map`` calls: on a batch of 1000 small leaves a
     Python-level test per leaf costs as much as the wrapping itself.
     """
-    kinds = set(map(type, leaves))
-    if kinds == {np.ndarray} and all(map(_WRITEABLE, leaves)):
+    if leaves and isinstance(leaves[0], np.ndarray):
         try:
-            return list(map(torch.from_numpy, leaves)), True
-        except (TypeError, ValueError):
-            pass  # a dtype or layout from_numpy refuses: handled one by one below
+            # A leaf without `.flags` (a tensor) raises AttributeError; a dtype or a
+            # layout torch.from_numpy refuses, TypeError or ValueError.
+            if all(map(_WRITEABLE, leaves)):
+                return list(map(torch.from_numpy, leaves)), True
+        except (AttributeError, TypeError, ValueError):
+            pass  # handled one by one below
+    kinds = set(map(type, leaves))
     arrays = [issubclass(k, np.ndarray) for k in kinds]  # np.memmap too
     if not any(arrays):
         return list(leaves), False
@@ -110,6 +113,8 @@ def resolve_device(target: Target) -> torch.device:
         device = target.native
     elif target.platform == "cpu":
         device = torch.device("cpu")
+    elif target.index is None:
+        device = torch.device(target.platform)
     else:
         device = torch.device(target.platform, target.index)
     if device.type == "cuda":
@@ -268,9 +273,14 @@ class TorchBackend:
                 yield [wrap(view.take(idx, axis=0)) for view in views]  # type: ignore[union-attr]
             return
         devices = {leaf.device for leaf, view in zip(leaves, views, strict=True) if view is None}
+        cuda = any(device.type == "cuda" for device in devices)
         for chunk in _chunks(batches, _INDEX_CHUNK):
             flat = from_numpy(np.concatenate(chunk).astype(np.int64, copy=False))
-            on_device = {device: flat.to(device) for device in devices}
+            if cuda:
+                # From pinned memory the copy is queued, not waited for: a pageable
+                # copy would block until the device has run all queued work.
+                flat = flat.pin_memory()
+            on_device = {device: flat.to(device, non_blocking=True) for device in devices}
             start = 0
             for idx in chunk:
                 stop = start + len(idx)
@@ -352,9 +362,7 @@ class TorchBackend:
                 packed = [i for i, t in enumerate(ts) if t.is_cpu and not t.requires_grad]
             elif device.type == "cuda":
                 small = [
-                    i
-                    for i in upload
-                    if ts[i].nbytes <= PACK_MAX_BYTES and not ts[i].requires_grad
+                    i for i in upload if ts[i].nbytes <= PACK_MAX_BYTES and not ts[i].requires_grad
                 ]
                 if len(small) >= PACK_MIN_LEAVES:
                     packed = small

@@ -282,6 +282,12 @@ def _getitems(ctx: Context) -> Iterable[Any]:
     return getitems_dataloader(ctx.data, ctx.batch_size, order=ctx.order("full"))
 
 
+def _make_dataloader(ctx: Context) -> Iterable[Any]:
+    from looptoolkit.dataset import make_dataloader
+
+    return make_dataloader(ctx.data, ctx.batch_size, shuffle=True, seed=ctx.seed)
+
+
 def _loader_torch(ctx: Context) -> Iterable[Any]:
     device = torch_device(ctx.device) if ctx.accelerated else None
     return _loader(ctx, shuffle="full", device=device)
@@ -364,6 +370,9 @@ VARIANTS: list[Variant] = [
             _per_sample(2), slow=True, requires=_ORDER),
     Variant("dataloader-getitems", "torch", "DataLoader over GetItemsDataset (__getitems__)",
             _getitems, requires=("looptoolkit.dataset", *_ORDER)),
+    Variant("dataloader-getitems-batched", "torch",
+            "make_dataloader: GetItemsDataset + the Loader's batch sampler (index arrays)",
+            _make_dataloader, requires=("looptoolkit.dataset",)),
     Variant("loader-torch", "torch", "Loader on torch data (+ pinned non-blocking copy on GPU)",
             _loader_torch, requires=_LOADER),
     Variant("loader-torch-resident", "torch", "Loader, data resident on the GPU",
