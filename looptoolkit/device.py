@@ -345,16 +345,19 @@ def to_device(
             packed into one pinned buffer, copied once and split on the device.
             True packs whatever the device (used to test the packed path on CPU);
             False never packs.
-        strict: raise instead of warning when a container cannot be rebuilt as
-            its own type.
+        strict: raise instead of warning when a container that cannot be rebuilt
+            as its own type (a dict subclass with its own ``__init__``) would have to
+            be, because a leaf inside it changed. One whose leaves all stay as they
+            are comes back as it is, strict or not.
 
     Returns:
         A tree with the same structure and container types.
 
     Raises:
         ValueError: an unknown device string.
-        TypeError: ``device`` or ``dtype`` of a wrong kind; an unbuildable container
-            under ``strict=True``.
+        TypeError: ``device`` or ``dtype`` of a wrong kind; under ``strict=True``, a
+            container that would have to be rebuilt as another type (named by its
+            key path; raised after the leaves were moved).
         TransferError: a leaf could not be moved (an absent device, an impossible
             cast); the message names its key path, e.g. ``batch['im']['image']``.
 
@@ -367,7 +370,7 @@ def to_device(
     """
     target = parse_device(device)
     policy = _DtypePolicy(dtype) if dtype is not None else None
-    leaves, spec, types = _tree.flatten_typed(tree, strict=strict)
+    leaves, spec, types = _tree.flatten_typed(tree)
     home = target.home
     if len(types) == 1:
         # One leaf type (the common case): one decision for all of them.
@@ -415,4 +418,4 @@ def to_device(
         else:
             for i, value in zip(index, moved, strict=True):
                 out[i] = value
-    return _tree.unflatten(spec, out)
+    return _tree.unflatten(spec, out, strict=strict, tree=tree)

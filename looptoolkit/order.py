@@ -50,17 +50,16 @@ __all__ = [
 
 SHUFFLE_MODES = ("none", "full", "grouped")
 
-DEFAULT_GROUP_SIZE: int = 16384
+DEFAULT_GROUP_SIZE: int = 8192
 """Rows per group of a grouped shuffle when ``group_size`` is None.
 
-Chosen by ``benchmarks/order_quality.py`` (``docs/order.md`` has the table): on
-the tabular workload (300-row batches of 256-byte rows, 2-core EPYC) the gather
-took the same time in grouped orders of 256 to 65536 rows as in a full
-permutation, and generating the order cost the same from 256 to 16384 rows
-(more at 65536, where one group's shuffle leaves L2), while the chance that two
-neighbouring rows share a batch falls as ``batch_size / group_size``. So: the
-largest group that costs nothing more. Smaller groups pay off where reading
-nearby rows is cheaper (memory-mapped files, small caches): set ``group_size``.
+Chosen by ``benchmarks/order_quality.py`` (``docs/order.md`` has the table): the
+largest group size that costs no more than smaller ones. On the tabular workload
+(300-row batches of 256-byte rows, 2-core EPYC) generating the order plus
+gathering every batch took the same time with groups of 256 to 8192 rows, and
+about 5% more at 16384 and 10-15% more at 65536 (each group's shuffle then
+leaves the fastest caches), while the chance that two neighbouring rows share
+a batch falls as ``batch_size / group_size`` (0.037 at 8192, batches of 300).
 """
 
 # Positions per chunk of a grouped order: ``max(1, _CHUNK_POSITIONS // group_size)``

@@ -10,7 +10,8 @@ list, tuple and namedtuples (subclasses too). On first sight this module
 registers, in optree's ``"looptoolkit"`` namespace only: dataclasses (frozen too),
 TensorDict and tensorclass, and subclasses of the built-in containers. A
 container that cannot be rebuilt as its own type (a dict subclass with its own
-``__init__``, a read-only mapping) is rebuilt as its closest base with a
+``__init__``, a read-only mapping, ``torch.Size``) comes back as it is when
+nothing inside it changed, and is otherwise rebuilt as its closest base with a
 :class:`ContainerRebuildWarning`, or raises under ``strict=True``; an array
 inside it is never left behind.
 """
@@ -21,6 +22,7 @@ import collections
 import collections.abc
 import copy
 import dataclasses
+import os
 import sys
 import threading
 import warnings
@@ -54,7 +56,7 @@ class _Ref:
 
     __slots__ = ("obj",)
 
-    def __init__(self, obj: object) -> None:
+    def __init__(self, obj: Any) -> None:
         self.obj = obj
 
     def __eq__(self, other: object) -> bool:
@@ -66,7 +68,7 @@ class _Ref:
 
 # Types already classified: registered as nodes, or known to be leaves.
 _seen: set[type] = set()
-# Types registered as lossy (rebuilt as a base type); strict mode refuses them.
+# Types registered as lossy -> the base type they are rebuilt as (strict mode refuses).
 _lossy: dict[type, type] = {}
 _state = threading.local()
 _lock = threading.Lock()
@@ -147,6 +149,27 @@ def _register_tensorclass(cls: Any) -> None:
     _register(cls, flatten_fn, unflatten_fn)
 
 
+# Frames in these directories are looptoolkit's or optree's, not the caller's.
+_INTERNAL_DIRS = (
+    os.path.dirname(os.path.abspath(__file__)),
+    os.path.dirname(os.path.abspath(optree.__file__)),
+)
+
+
+def _caller_stacklevel() -> int:
+    """``stacklevel`` that points a warning at the first frame outside looptoolkit.
+
+    The warning is raised inside optree's unflatten callback, under ``to_device``
+    or ``unflatten``; the user's line that called them is what to show.
+    """
+    frame = sys._getframe(1)  # the function that warns: stacklevel 1
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_INTERNAL_DIRS):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
+
+
 # -- subclasses of built-in containers -------------------------------------------
 
 _BASES: tuple[type, ...] = (
@@ -169,21 +192,42 @@ def _own_constructor(cls: type, base: type) -> bool:
     return False
 
 
+def _unchanged(old: Iterable[Any], new: list[Any]) -> bool:
+    before = list(old)
+    return len(before) == len(new) and all(a is b for a, b in zip(before, new, strict=True))
+
+
+def _lossy_rebuild(obj: Any, old: Iterable[Any], new: list[Any], build: Callable[[], Any]) -> Any:
+    """Rebuild a container that cannot be rebuilt as its own type, as its closest base.
+
+    When nothing inside it changed there is nothing to rebuild: the container itself
+    comes back, without a warning. Otherwise, under ``strict`` this raises (the
+    caller names the path), else it warns and builds the base type.
+    """
+    if _unchanged(old, new):
+        return obj
+    cls = type(obj)
+    if getattr(_state, "strict", False):
+        raise _Unbuildable(obj)
+    if cls in _mappings:
+        what = "is a mapping that cannot be rebuilt"
+    else:
+        what = "has its own constructor and cannot be rebuilt"
+    warnings.warn(
+        f"{cls.__module__}.{cls.__qualname__} {what}; it was rebuilt as "
+        f"{_lossy[cls].__name__} (pass `strict=True` to raise).",
+        ContainerRebuildWarning,
+        stacklevel=_caller_stacklevel(),
+    )
+    return build()
+
+
 def _register_subclass(cls: type, base: type) -> None:
     lossy = _own_constructor(cls, base)
     build: Any = base if lossy else cls
     if lossy:
         _lossy[cls] = base
     mapping = issubclass(base, dict)
-
-    def warn() -> None:
-        if lossy:
-            warnings.warn(
-                f"{cls.__module__}.{cls.__qualname__} has its own constructor and cannot be "
-                f"rebuilt; it was rebuilt as {base.__name__} (pass `strict=True` to raise).",
-                ContainerRebuildWarning,
-                stacklevel=4,
-            )
 
     def attributes(obj: Any) -> dict[str, Any] | None:
         # Instance attributes of the subclass (`batch.meta = ...`) come back with it.
@@ -197,63 +241,77 @@ def _register_subclass(cls: type, base: type) -> None:
     if mapping:
 
         def flatten_fn(obj: Any) -> tuple[list[Any], tuple[Any, ...], list[Any]]:
-            if getattr(_state, "strict", False) and lossy:
-                raise _Unbuildable(cls)
             keys = list(obj.keys())
             factory = getattr(obj, "default_factory", None)
-            return [obj[k] for k in keys], (keys, factory, attributes(obj)), keys
+            ref = _Ref(obj) if lossy else None
+            return [obj[k] for k in keys], (keys, factory, attributes(obj), ref), keys
 
         def unflatten_fn(meta: tuple[Any, ...], children: Iterable[Any]) -> Any:
-            keys, factory, attrs = meta
-            warn()
-            items = zip(keys, children, strict=True)
-            if issubclass(build, collections.defaultdict):
-                return restore(build(factory, items), attrs)
-            return restore(build(items), attrs)
+            keys, factory, attrs, ref = meta
+            values = list(children)
+
+            def make() -> Any:
+                items = zip(keys, values, strict=True)
+                if issubclass(build, collections.defaultdict):
+                    return restore(build(factory, items), attrs)
+                return restore(build(items), attrs)
+
+            if ref is None:
+                return make()
+            return _lossy_rebuild(ref.obj, (ref.obj[k] for k in keys), values, make)
 
     else:
 
         def flatten_fn(obj: Any) -> tuple[list[Any], Any, None]:  # type: ignore[misc]
-            if getattr(_state, "strict", False) and lossy:
-                raise _Unbuildable(cls)
-            return list(obj), (getattr(obj, "maxlen", None), attributes(obj)), None
+            ref = _Ref(obj) if lossy else None
+            return list(obj), (getattr(obj, "maxlen", None), attributes(obj), ref), None
 
         def unflatten_fn(meta: Any, children: Iterable[Any]) -> Any:  # type: ignore[misc]
-            maxlen, attrs = meta
-            warn()
-            if issubclass(build, collections.deque):
-                return restore(build(children, maxlen), attrs)
-            return restore(build(children), attrs)
+            maxlen, attrs, ref = meta
+            values = list(children)
+
+            def make() -> Any:
+                if issubclass(build, collections.deque):
+                    return restore(build(values, maxlen), attrs)
+                return restore(build(values), attrs)
+
+            if ref is None:
+                return make()
+            return _lossy_rebuild(ref.obj, ref.obj, values, make)
 
     _register(cls, flatten_fn, unflatten_fn)
+
+
+# Non-dict mappings registered by _register_mapping (their warning says so).
+_mappings: set[type] = set()
 
 
 def _register_mapping(cls: type) -> None:
     """A non-dict mapping (MappingProxyType, a custom Mapping) is rebuilt as a dict."""
     _lossy[cls] = dict
+    _mappings.add(cls)
 
-    def flatten_fn(obj: Any) -> tuple[list[Any], list[Any], list[Any]]:
-        if getattr(_state, "strict", False):
-            raise _Unbuildable(cls)
+    def flatten_fn(obj: Any) -> tuple[list[Any], tuple[list[Any], _Ref], list[Any]]:
         keys = list(obj.keys())
-        return [obj[k] for k in keys], keys, keys
+        return [obj[k] for k in keys], (keys, _Ref(obj)), keys
 
-    def unflatten_fn(keys: list[Any], children: Iterable[Any]) -> dict[Any, Any]:
-        warnings.warn(
-            f"{cls.__module__}.{cls.__qualname__} is a mapping that cannot be rebuilt; "
-            "it was rebuilt as dict (pass `strict=True` to raise).",
-            ContainerRebuildWarning,
-            stacklevel=4,
+    def unflatten_fn(meta: tuple[list[Any], _Ref], children: Iterable[Any]) -> Any:
+        keys, ref = meta
+        values = list(children)
+        return _lossy_rebuild(
+            ref.obj,
+            (ref.obj[k] for k in keys),
+            values,
+            lambda: dict(zip(keys, values, strict=True)),
         )
-        return dict(zip(keys, children, strict=True))
 
     _register(cls, flatten_fn, unflatten_fn)
 
 
 class _Unbuildable(Exception):
-    def __init__(self, cls: type) -> None:
-        super().__init__(cls)
-        self.cls = cls
+    def __init__(self, obj: Any) -> None:
+        super().__init__(type(obj))
+        self.obj = obj
 
 
 # -- classification --------------------------------------------------------------
@@ -302,50 +360,59 @@ def _new_container_types(types: set[type]) -> bool:
     return registered
 
 
-def flatten(tree: Any, *, strict: bool = False) -> tuple[list[Any], optree.PyTreeSpec]:
+def flatten(tree: Any) -> tuple[list[Any], optree.PyTreeSpec]:
     """Leaves and treespec of ``tree`` in looptoolkit's optree namespace.
 
     ``None`` is kept as a leaf so that it comes back where it was.
-
-    Raises:
-        TypeError: under ``strict=True``, a container that cannot be rebuilt as its own
-            type; the message names its key path.
     """
-    leaves, spec, _ = flatten_typed(tree, strict=strict)
+    leaves, spec, _ = flatten_typed(tree)
     return leaves, spec
 
 
-def flatten_typed(
-    tree: Any, *, strict: bool = False
-) -> tuple[list[Any], optree.PyTreeSpec, set[type]]:
-    """:func:`flatten`, plus the set of the leaves' types (computed anyway, reused by callers).
+def flatten_typed(tree: Any) -> tuple[list[Any], optree.PyTreeSpec, set[type]]:
+    """:func:`flatten`, plus the set of the leaves' types (computed anyway, reused by callers)."""
+    while True:
+        leaves, spec = optree.tree_flatten(tree, none_is_leaf=True, namespace=NAMESPACE)
+        types = set(map(type, leaves))
+        # Containers optree does not know yet are leaves now: register, go again.
+        if types <= _seen or not _new_container_types(types):
+            return leaves, spec, types
+
+
+def unflatten(
+    spec: optree.PyTreeSpec, leaves: Iterable[Any], *, strict: bool = False, tree: Any = None
+) -> Any:
+    """Rebuild the containers of ``spec`` around ``leaves``.
+
+    A container that cannot be rebuilt as its own type (a dict subclass with its
+    own ``__init__``) comes back as it is when nothing inside it changed; else it is
+    rebuilt as its closest base with a :class:`ContainerRebuildWarning`, or, under
+    ``strict=True``, raises.
+
+    Args:
+        spec: the treespec from :func:`flatten`.
+        leaves: the new leaves, in the order of :func:`flatten`'s.
+        strict: raise instead of warning.
+        tree: the tree ``spec`` came from, to name the container's key path.
 
     Raises:
-        TypeError: as :func:`flatten`.
+        TypeError: under ``strict=True``, a container had to be rebuilt as another type.
     """
     _state.strict = strict
     try:
-        while True:
-            leaves, spec = optree.tree_flatten(tree, none_is_leaf=True, namespace=NAMESPACE)
-            types = set(map(type, leaves))
-            # Containers optree does not know yet are leaves now: register, go again.
-            if types <= _seen or not _new_container_types(types):
-                return leaves, spec, types
+        return optree.tree_unflatten(spec, leaves)
     except _Unbuildable as e:
         _state.strict = False
-        path = _path_of_type(tree, e.cls)
+        cls = type(e.obj)
+        path = _path_of(tree, e.obj) if tree is not None else f"a {cls.__name__} in the batch"
+        reason = "it is a read-only mapping" if cls in _mappings else "it has its own constructor"
         raise TypeError(
-            f"{path} is a {e.cls.__module__}.{e.cls.__qualname__}, which cannot be rebuilt as "
-            f"its own type (it has its own constructor); with `strict=False` it is rebuilt as "
-            f"{_lossy[e.cls].__name__} with a warning."
+            f"{path} is a {cls.__module__}.{cls.__qualname__}, which cannot be rebuilt as its "
+            f"own type ({reason}); with `strict=False` it is rebuilt as "
+            f"{_lossy[cls].__name__} with a warning."
         ) from None
     finally:
         _state.strict = False
-
-
-def unflatten(spec: optree.PyTreeSpec, leaves: Iterable[Any]) -> Any:
-    """Rebuild the containers of ``spec`` around ``leaves``."""
-    return optree.tree_unflatten(spec, leaves)
 
 
 def leaf_paths(spec: optree.PyTreeSpec, root: str = "batch") -> list[str]:
@@ -353,11 +420,12 @@ def leaf_paths(spec: optree.PyTreeSpec, root: str = "batch") -> list[str]:
     return [accessor.codify(root) for accessor in spec.accessors()]
 
 
-def _path_of_type(tree: Any, cls: type, root: str = "batch") -> str:
+def _path_of(tree: Any, obj: Any, root: str = "batch") -> str:
+    """Key path of the container ``obj`` inside ``tree``."""
     leaves, spec = optree.tree_flatten(
-        tree, is_leaf=lambda x: type(x) is cls, none_is_leaf=True, namespace=NAMESPACE
+        tree, is_leaf=lambda x: x is obj, none_is_leaf=True, namespace=NAMESPACE
     )
     for leaf, path in zip(leaves, leaf_paths(spec, root), strict=True):
-        if type(leaf) is cls:
+        if leaf is obj:
             return path
     return root

@@ -641,3 +641,30 @@ def test_documented_jax_example_runs_on_one_and_two_processes() -> None:
     ]
     # The same global batches in the same order: the same training at any process count.
     assert two[0] == two[1] == pytest.approx(one, rel=1e-3)
+
+
+def test_global_batch_on_one_process_places_the_whole_batch() -> None:
+    import jax
+
+    from looptoolkit.distributed import global_batch, process_rows
+
+    mesh = jax.make_mesh((1,), ("data",))
+    sharding = _batch_sharding(mesh)
+    batch = {"im": _data(8), "step": 3}
+    out = global_batch(batch, sharding)
+    assert out["step"] == 3
+    for key, host in batch["im"].items():
+        assert out["im"][key].sharding.is_equivalent_to(sharding, host.ndim)
+        np.testing.assert_array_equal(np.asarray(out["im"][key]), host)
+    assert process_rows(sharding, 8) == process_slice(8) == slice(0, 8)
+
+
+def test_global_batch_names_a_leaf_of_another_framework() -> None:
+    import jax
+
+    torch = pytest.importorskip("torch")
+    from looptoolkit.distributed import global_batch
+
+    sharding = _batch_sharding(jax.make_mesh((1,), ("data",)))
+    with pytest.raises(TypeError, match=r"batch\['t'\] is a torch array"):
+        global_batch({"x": np.zeros(4), "t": torch.zeros(4)}, sharding)

@@ -690,7 +690,7 @@ def run_step(
             "wait_ms_per_batch": wait * 1e3,
             "added_ms_per_batch": (total - stepped) * 1e3,
             "wait_fraction": wait / total if total > 0 else 0.0,
-            "wait_of_step": wait / stepped if stepped > 0 else float("nan"),
+            "wait_of_step": wait / stepped if stepped > 0 else None,
         })  # fmt: skip
     return rows
 

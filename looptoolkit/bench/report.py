@@ -7,7 +7,6 @@ sets the run's ratios against the targets of BENCHMARKS.md.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +87,7 @@ def step_rows(payload: dict[str, Any]) -> list[list[str]]:
             f"{row['step_ms_per_batch']:.3f}",
             f"{row['wait_ms_per_batch']:.3f}",
             f"{row['wait_fraction'] * 100:.1f}%",
-            f"{of_step * 100:.1f}%" if not math.isnan(of_step) else "",
+            f"{of_step * 100:.1f}%" if of_step is not None else "",
             f"{row['added_ms_per_batch']:.3f}",
         ])  # fmt: skip
     return rows
@@ -377,7 +376,7 @@ def evaluate_targets(
     step_row = next((r for r in step_rows if r["name"] == prefetcher and "error" not in r), None)
     row = {"target": "GPU: prefetch overlap, data wait per step < 5% of the step",
            "workload": "step section", "variant": prefetcher}  # fmt: skip
-    if step_row is None:
+    if step_row is None or step_row["wait_of_step"] is None:
         row.update(measured=None, status="not measured (no step section)")
     else:
         share = step_row["wait_of_step"]

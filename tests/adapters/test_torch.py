@@ -273,6 +273,13 @@ def test_nn_module_is_moved_by_its_own_to():
     assert out["model"] is model
 
 
+def test_torch_size_in_a_batch_comes_back_as_is_without_a_warning():
+    # torch.Size is a tuple subclass with its own constructor: nothing inside it moves.
+    shape = torch.ones(2, 3).shape
+    out = to_device({"shape": shape, "x": np.ones(2)}, CPU, strict=True)
+    assert out["shape"] is shape
+
+
 def test_tensordict_keeps_batch_size_and_nesting():
     tensordict = pytest.importorskip("tensordict")
     td = tensordict.TensorDict({"a": torch.ones(3, 2), "n": {"b": torch.arange(3)}}, batch_size=[3])
