@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -64,6 +64,16 @@ class Backend(Protocol):
 
     def take(self, leaves: Sequence[Any], idx: np.ndarray) -> list[Any]:
         """Gather rows ``idx`` (1-D integer NumPy array) of every leaf."""
+        ...
+
+    def take_batches(
+        self, leaves: Sequence[Any], batches: Iterable[np.ndarray]
+    ) -> Iterator[list[Any]]:
+        """``take(leaves, idx)`` for each ``idx`` of ``batches``, lazily.
+
+        Per-epoch preparation (zero-copy views, an index upload) happens once
+        here rather than once per batch.
+        """
         ...
 
     def move(
