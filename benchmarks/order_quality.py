@@ -2,7 +2,7 @@
 
 Run from the repository root (a benchmark, not a test: it times, never asserts)::
 
-    .venv/bin/python -m benchmarks.order_quality          # default, about 1 minute
+    .venv/bin/python -m benchmarks.order_quality          # default, under 30 seconds here
     .venv/bin/python -m benchmarks.order_quality --large  # adds N = 10**8: ~2 minutes, 1.6 GB
 
 It writes ``benchmarks/results/order_quality-cpu.{json,md}`` (``docs/order.md``
