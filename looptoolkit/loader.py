@@ -405,6 +405,37 @@ def _describe(leaf: Any) -> str:
     return f"{type(leaf).__module__.split('.')[0]}.{type(leaf).__name__}"
 
 
+def _probe_rows(target: Target, leaf: Any, order: Order) -> int:
+    """Rows to probe ``target`` with: 1, or one per shard of a JAX sharding's batch axis.
+
+    Raises:
+        ValueError: the batches (the epoch's last one too) do not split evenly over
+            the sharding's batch axis.
+    """
+    jax = sys.modules.get("jax")
+    sharding = target.native
+    if jax is None or not isinstance(sharding, jax.sharding.Sharding):
+        return 1
+    devices = len(sharding.device_set)
+    try:
+        shards = devices // sharding.shard_shape((devices, *leaf.shape[1:]))[0]
+    except ValueError:  # another axis does not split: the probe's to_device names the leaf
+        return 1
+    b = order.batch_size
+    if b % shards:
+        raise ValueError(
+            f"`batch_size` must be a multiple of the {shards} shards of `device`'s batch "
+            f"axis, got {b}."
+        )
+    last = 0 if order.drop_last else (order.padded_length // order.world_size) % b
+    if last % shards:
+        raise ValueError(
+            f"the last batch of an epoch has {last} rows, which do not split over the "
+            f"{shards} shards of `device`'s batch axis; pass `drop_last=True`."
+        )
+    return shards
+
+
 def _is_batched_node(x: Any) -> bool:
     """A container that records its batch size (TensorDict, tensorclass)."""
     td = sys.modules.get("tensordict")
@@ -682,8 +713,10 @@ class Loader:
                 moved = to_device(data, self._target, dtype=dtype, non_blocking=non_blocking)
                 rows = Rows(moved)
             else:
-                # Fail here, not in the middle of an epoch: an absent device, a bad cast.
-                probe = rows.build([leaf[:1] for leaf in rows.leaves])
+                # Fail here, not in the middle of an epoch: an absent device, a bad cast,
+                # batches that a JAX sharding cannot split.
+                k = _probe_rows(self._target, rows.leaves[0], self._order)
+                probe = rows.build([leaf[:k] for leaf in rows.leaves])
                 to_device(probe, self._target, dtype=dtype, non_blocking=non_blocking)
         self._rows = rows
         self._stats: LoaderStats | None = LoaderStats() if stats else None
@@ -820,10 +853,12 @@ class Loader:
         return np.asarray(self._order.epoch(epoch).indices())
 
     def padding_mask(self, epoch: int, batch: int) -> np.ndarray | None:
-        """Which rows of batch ``batch`` of ``epoch`` are real samples, not padding.
+        """Which rows of batch ``batch`` of ``epoch`` (from the epoch's start) are padding.
 
-        None when the batch has no padding. Pass the mask to
-        :func:`looptoolkit.distributed.drop_padding` to keep only the real rows.
+        True at padding rows; None when the batch has none. ``return_mask=True``
+        gives each batch's mask with the batch instead (True at real rows, also
+        in a resumed epoch), the form :func:`looptoolkit.distributed.drop_padding`
+        takes.
         """
         mask = self._order.epoch(epoch).padding_mask(batch)
         return None if mask is None else np.asarray(mask)
