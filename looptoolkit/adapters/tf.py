@@ -228,8 +228,9 @@ def loader_dataset(
 
     Args:
         data: a tensor / NumPy array, or a dict, tuple or namedtuple of them
-            (``(x, y)`` for ``model.fit``); or a :class:`looptoolkit.Loader`, whose
-            data, batch size and order are used.
+            (``(x, y)`` for ``model.fit``); or a :class:`looptoolkit.Loader` that
+            exposes its ``data``, whose data, batch size and order are used
+            (otherwise pass the data, and the Loader as ``order``).
         batch_size: rows per batch (default: the Loader's, when ``data`` or
             ``order`` is one).
         order: an ``Order``, a ``Loader`` or a function of the epoch; default:
