@@ -688,6 +688,7 @@ class Loader:
         self._target: Target | None = None if device is None else parse_device(device)
 
         rows = Rows(data)
+        self._data = data
         self._order = Order(
             rows.n,
             batch_size,
@@ -944,6 +945,11 @@ class Loader:
         order.num_batches(offset)  # raises for an offset past the end of the epoch
         self._next_epoch, self._resume_offset = epoch, offset
         self._progress = None
+
+    @property
+    def data(self) -> Any:
+        """The data this loader batches, as it was passed (not a copy)."""
+        return self._data
 
     def __repr__(self) -> str:
         rows = self._rows

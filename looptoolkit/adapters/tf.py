@@ -195,12 +195,7 @@ class _EpochCounter:
 
 def _loader_parts(loader: Any, order: Any) -> tuple[Any, int, Any]:
     """Data, batch size and order of a Loader, for :func:`loader_dataset`."""
-    data = getattr(loader, "data", None)
-    if data is None:
-        raise TypeError(
-            "`data` is a Loader that does not expose its data; pass the data with the "
-            "Loader as `order`: `loader_dataset(data, order=loader)`."
-        )
+    data = loader.data
     return data, int(loader.batch_size), loader if order is None else order
 
 
@@ -228,9 +223,8 @@ def loader_dataset(
 
     Args:
         data: a tensor / NumPy array, or a dict, tuple or namedtuple of them
-            (``(x, y)`` for ``model.fit``); or a :class:`looptoolkit.Loader` that
-            exposes its ``data``, whose data, batch size and order are used
-            (otherwise pass the data, and the Loader as ``order``).
+            (``(x, y)`` for ``model.fit``); or a :class:`looptoolkit.Loader`, whose
+            data, batch size and order are used.
         batch_size: rows per batch (default: the Loader's, when ``data`` or
             ``order`` is one).
         order: an ``Order``, a ``Loader`` or a function of the epoch; default:
