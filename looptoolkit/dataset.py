@@ -22,7 +22,7 @@ import torch.utils.data
 from looptoolkit.loader import Rows
 from looptoolkit.order import Order, resolve_rank
 
-__all__ = ["GetItemsDataset", "OrderBatchSampler", "make_dataloader"]
+__all__ = ["GetItemsDataset", "OrderBatchSampler", "keep_batch", "make_dataloader"]
 
 
 class GetItemsDataset(torch.utils.data.Dataset[Any]):
@@ -43,6 +43,14 @@ class GetItemsDataset(torch.utils.data.Dataset[Any]):
         (3, [2, 3])
         >>> ds.__getitems__([2, 0])["y"].tolist()
         [2, 0]
+
+        With ``torch.utils.data.DataLoader``, pass ``collate_fn=keep_batch``: the
+        DataLoader's samplers and workers are kept, each batch is one gather.
+
+        >>> from torch.utils.data import DataLoader
+        >>> dl = DataLoader(ds, batch_size=2, collate_fn=keep_batch)
+        >>> [b["y"].tolist() for b in dl]
+        [[0, 1], [2]]
     """
 
     def __init__(self, data: Any) -> None:
@@ -99,9 +107,13 @@ class OrderBatchSampler(torch.utils.data.Sampler[np.ndarray]):
         return len(self.order)
 
 
-def _identity(batch: Any) -> Any:
-    # The dataset already built the batch; collating it again would take it apart.
-    # A module-level function, so that worker processes can pickle it.
+def keep_batch(batch: Any) -> Any:
+    """``collate_fn`` for a DataLoader over :class:`GetItemsDataset`: the batch as it is.
+
+    ``__getitems__`` already returns the whole batch; DataLoader's default
+    collate would try to take it apart as a list of samples. A module-level
+    function, so that worker processes can pickle it.
+    """
     return batch
 
 
@@ -164,7 +176,7 @@ def make_dataloader(
         dataset,
         # Typed as lists of ints; DataLoader only hands each batch to `__getitems__`.
         batch_sampler=OrderBatchSampler(order),  # type: ignore[arg-type]
-        collate_fn=_identity,
+        collate_fn=keep_batch,
         num_workers=num_workers,
         **kwargs,
     )

@@ -882,7 +882,8 @@ class Loader:
         Counts batches handed to the user, not those prefetched. The offset is
         global (samples consumed by all ranks together), so a loader with another
         world size can resume it. After a finished epoch the state points at the
-        start of the next one.
+        start of the next one. Only the most recent iterator is tracked: with two
+        iterators of one Loader open at once, the state describes the newer one.
         """
         progress = self._progress
         if progress is not None and progress.consumed < progress.total:

@@ -93,3 +93,29 @@ def test_make_dataloader_shards_and_drop_last():
 def test_make_dataloader_passes_dataloader_options():
     dl = make_dataloader(make_data(10), 5, shuffle=False, timeout=0)
     assert [b["y"].tolist() for b in dl] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
+
+
+def test_plain_dataloader_with_keep_batch_gathers_whole_batches():
+    from torch.utils.data import DataLoader
+
+    from looptoolkit.dataset import keep_batch
+
+    n = 37
+    data = {"x": np.arange(n * 2).reshape(n, 2), "y": torch.arange(n)}
+    calls = []
+    ds = GetItemsDataset(data)
+    original = ds.__getitems__
+
+    def spy(indices):
+        calls.append(len(indices))
+        return original(indices)
+
+    ds.__getitems__ = spy
+    gen = torch.Generator().manual_seed(0)
+    dl = DataLoader(ds, batch_size=8, shuffle=True, generator=gen, collate_fn=keep_batch)
+    seen = []
+    for batch in dl:
+        assert np.array_equal(batch["x"][:, 0] // 2, batch["y"].numpy())
+        seen.extend(batch["y"].tolist())
+    assert sorted(seen) == list(range(n))
+    assert calls == [8, 8, 8, 8, 5]

@@ -433,3 +433,14 @@ def test_no_warning_on_the_common_paths():
             if not case.lossy:
                 for _, device in DEVICES:
                     to_device(case.build(), device)
+
+
+def test_absent_cpu_index_is_an_error_for_every_framework():
+    import looptoolkit as lt
+
+    with pytest.raises(lt.TransferError, match=r"batch\['x'\].*cpu:3"):
+        lt.to_device({"x": np.ones(2)}, "cpu:3")
+    torch = pytest.importorskip("torch")
+    with pytest.raises(lt.TransferError, match=r"batch\['t'\].*cpu:3"):
+        lt.to_device({"t": torch.ones(2)}, "cpu:3")
+    assert lt.to_device({"t": torch.ones(2)}, "cpu:0")["t"].device.type == "cpu"

@@ -74,8 +74,10 @@ class NumpyBackend:
         pack: bool | None,
     ) -> list[np.ndarray]:
         """NumPy arrays only ever stay on the host: this applies the casts."""
-        if target.platform != "cpu":
-            raise ValueError(f"NumPy arrays live on the host; cannot place them on {target}.")
+        if target.platform != "cpu" or (target.native is None and (target.index or 0) != 0):
+            raise ValueError(
+                f"NumPy arrays live on the host (one device, cpu:0); cannot place them on {target}."
+            )
         return [
             leaf if cast is None else leaf.astype(as_numpy_dtype(cast))
             for leaf, cast in zip(leaves, casts, strict=True)

@@ -112,6 +112,8 @@ def resolve_device(target: Target) -> torch.device:
     if isinstance(target.native, torch.device):
         device = target.native
     elif target.platform == "cpu":
+        if target.native is None and (target.index or 0) != 0:
+            raise RuntimeError(f"torch has one cpu device, cpu:0; {target} is not present")
         device = torch.device("cpu")
     elif target.index is None:
         device = torch.device(target.platform)
