@@ -273,6 +273,8 @@ def _register_subclass(cls: type, base: type) -> None:
             def make() -> Any:
                 if issubclass(build, collections.deque):
                     return restore(build(values, maxlen), attrs)
+                if issubclass(build, tuple) and hasattr(build, "_make"):  # a namedtuple
+                    return restore(build._make(values), attrs)
                 return restore(build(values), attrs)
 
             if ref is None:
@@ -400,7 +402,16 @@ def unflatten(
     """
     _state.strict = strict
     try:
-        return optree.tree_unflatten(spec, leaves)
+        leaves = list(leaves)
+        try:
+            return optree.tree_unflatten(spec, leaves)
+        except TypeError:
+            # optree rebuilds namedtuples as cls(*fields); a subclass with its own
+            # constructor refuses that. Register such subclasses as lossy, retry once.
+            if tree is None or not _register_namedtuple_subclasses(tree):
+                raise
+            _, spec = flatten(tree)
+            return optree.tree_unflatten(spec, leaves)
     except _Unbuildable as e:
         _state.strict = False
         cls = type(e.obj)
@@ -413,6 +424,38 @@ def unflatten(
         ) from None
     finally:
         _state.strict = False
+
+
+def _namedtuple_class(cls: type) -> type | None:
+    """The class ``collections.namedtuple`` made, that ``cls`` is or derives from."""
+    if not issubclass(cls, tuple):
+        return None
+    for klass in cls.__mro__:
+        if "_fields" in vars(klass) and "_make" in vars(klass):
+            return klass
+    return None
+
+
+def _unbuildable_namedtuple(x: Any) -> bool:
+    cls = type(x)
+    base = _namedtuple_class(cls)
+    return base is not None and base is not cls and _own_constructor(cls, base)
+
+
+def _register_namedtuple_subclasses(tree: Any) -> bool:
+    """Register namedtuple subclasses with their own constructor found in ``tree``."""
+    found, _ = optree.tree_flatten(
+        tree, is_leaf=_unbuildable_namedtuple, none_is_leaf=True, namespace=NAMESPACE
+    )
+    classes = {type(x) for x in found if _unbuildable_namedtuple(x)} - set(_lossy)
+    with _lock, warnings.catch_warnings():
+        # optree notes that a namedtuple subclass is overridden in our namespace: intended.
+        warnings.simplefilter("ignore", UserWarning)
+        for cls in classes:
+            base = _namedtuple_class(cls)
+            assert base is not None
+            _register_subclass(cls, base)
+    return bool(classes)
 
 
 def leaf_paths(spec: optree.PyTreeSpec, root: str = "batch") -> list[str]:

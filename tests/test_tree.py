@@ -199,3 +199,26 @@ def test_flatten_does_not_warn_for_buildable_trees():
         warnings.simplefilter("error")
         leaves, spec = _tree.flatten(tree)
         _tree.unflatten(spec, [np.zeros(1) if isinstance(v, np.ndarray) else v for v in leaves])
+
+
+NT2 = collections.namedtuple("NT2", "a b")
+
+
+class NT2WithNew(NT2):
+    def __new__(cls, a):
+        return super().__new__(cls, a, 0)
+
+
+def test_namedtuple_subclass_with_its_own_constructor_is_rebuilt_as_its_base():
+    torch = pytest.importorskip("torch")
+    import looptoolkit as lt
+
+    tree = {"p": NT2WithNew(np.ones(2))}
+    with pytest.warns(lt.ContainerRebuildWarning, match="NT2WithNew"):
+        out = lt.to_device(tree, torch.device("cpu"))
+    assert type(out["p"]) is NT2
+    assert isinstance(out["p"].a, torch.Tensor) and out["p"].b == 0
+    with pytest.raises(TypeError, match=r"batch\['p'\].*NT2WithNew"):
+        lt.to_device(tree, torch.device("cpu"), strict=True)
+    same = lt.to_device(tree, "cpu")  # nothing inside changes: the same object back
+    assert same["p"] is tree["p"]
