@@ -37,7 +37,7 @@ import optree
 
 from looptoolkit import tree as _tree
 from looptoolkit.adapters import Backend, backend_of
-from looptoolkit.device import Target, parse_device, to_device
+from looptoolkit.device import Target, TransferError, parse_device, to_device
 from looptoolkit.order import EpochOrder, Order, normalize_shuffle, resolve_rank
 
 __all__ = ["Loader", "LoaderIterator", "LoaderStats"]
@@ -718,7 +718,14 @@ class Loader:
                 # batches that a JAX sharding cannot split.
                 k = _probe_rows(self._target, rows.leaves[0], self._order)
                 probe = rows.build([leaf[:k] for leaf in rows.leaves])
-                to_device(probe, self._target, dtype=dtype, non_blocking=non_blocking)
+                try:
+                    to_device(probe, self._target, dtype=dtype, non_blocking=non_blocking)
+                except TransferError as e:
+                    # Name the leaf as the user's `data`, like every other Loader error.
+                    if e.path is None or not e.path.startswith("batch"):
+                        raise
+                    path = "data" + e.path[len("batch") :]
+                    raise TransferError(str(e).replace(e.path, path, 1), path) from e.__cause__
         self._rows = rows
         self._stats: LoaderStats | None = LoaderStats() if stats else None
         self.return_mask = bool(return_mask)

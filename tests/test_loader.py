@@ -710,3 +710,10 @@ def test_return_mask_marks_padding(n, batch_size, world_size, consumed):
             for (_, want), (_, got) in zip(pairs[consumed:], resumed, strict=True):
                 np.testing.assert_array_equal(got, want)
     assert sorted(real) == list(range(n))
+
+
+def test_absent_device_names_the_data_leaf_at_construction():
+    import looptoolkit as lt
+
+    with pytest.raises(lt.TransferError, match=r"data\['y'\].*cpu:5"):
+        Loader({"y": np.arange(8)}, 4, device="cpu:5")
