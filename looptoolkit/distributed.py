@@ -3,19 +3,24 @@
 This module sits beside the data flow rather than in it. Under
 ``torch.distributed`` the :class:`~looptoolkit.Loader` needs nothing from here: it
 reads rank and world size from the process group and :mod:`looptoolkit.order`
-cuts each global batch into per-rank slices. Under multi-process JAX each
-process runs a Loader over its slice of every global batch (``rank`` = process
-index, ``world_size`` = process count) and :func:`global_batch` assembles the
+gives each rank its share of the epoch. Under multi-process JAX each process
+runs a Loader over its share of every global batch (``rank`` = process index,
+``world_size`` = process count) and :func:`global_batch` assembles the
 process-local batches into one ``jax.Array`` per leaf, sharded over the mesh,
 without any process touching another's rows.
 
-The slicing contract, shared with :mod:`looptoolkit.order`: global batch ``i``
-holds rows ``[i*G, (i+1)*G)`` of the epoch's (padded) global order, and process
-``p`` of ``P`` loads rows ``[p*G/P, (p+1)*G/P)`` of it (:func:`process_slice`).
-A mesh whose devices of process ``p`` hold exactly those rows
-(:func:`process_rows` says which rows they hold) yields global arrays in the
-same row order as a single process would; any other layout yields the same set
-of samples per step in another row order.
+The layout, shared with :mod:`looptoolkit.order` (it is
+``DistributedSampler``'s): global batch ``i`` is positions ``[i*G, (i+1)*G)``
+of the epoch's (padded) global order, and process ``p`` of ``P`` loads every
+``P``-th of them from ``i*G + p`` on (:func:`process_positions`: positions
+``p, p + P, ...`` of the global batch). :func:`global_batch` concatenates the
+processes' rows: on a mesh whose devices of process ``p`` hold block
+``[p*G/P, (p+1)*G/P)`` of the batch axis (:func:`process_rows` says which rows
+they hold; :func:`process_slice` is that block), process ``p``'s local batch
+becomes that block of the global arrays. So a global batch holds the same
+samples at any process count; with several processes its rows are in another
+order than with one (row ``p*G/P + j`` holds position ``p + j*P``), which a step
+that reduces over the batch does not notice.
 
 Nothing here imports a framework at import time: JAX is imported inside the
 functions that need it.
@@ -30,7 +35,13 @@ import numpy as np
 from looptoolkit import tree as _tree
 from looptoolkit.adapters import backend_of
 
-__all__ = ["drop_padding", "global_batch", "process_rows", "process_slice"]
+__all__ = [
+    "drop_padding",
+    "global_batch",
+    "process_positions",
+    "process_rows",
+    "process_slice",
+]
 
 
 def _jax_process(process_index: int | None, process_count: int | None) -> tuple[int, int]:
@@ -48,16 +59,32 @@ def _jax_process(process_index: int | None, process_count: int | None) -> tuple[
     return process_index, process_count
 
 
-def process_slice(
+def _check_process(global_batch_size: int, process_index: int, process_count: int) -> int:
+    """Validated ``G // P``."""
+    if process_count < 1:
+        raise ValueError(f"`process_count` must be >= 1, got {process_count}.")
+    if not 0 <= process_index < process_count:
+        raise ValueError(f"`process_index` must be in [0, {process_count}), got {process_index}.")
+    if global_batch_size < 1 or global_batch_size % process_count:
+        raise ValueError(
+            f"`global_batch_size` must be a positive multiple of the process count "
+            f"{process_count}, got {global_batch_size}."
+        )
+    return global_batch_size // process_count
+
+
+def process_positions(
     global_batch_size: int,
     process_index: int | None = None,
     process_count: int | None = None,
 ) -> slice:
-    """Rows of each global batch that one process loads.
+    """Positions of each global batch, in the epoch's order, that one process loads.
 
-    Process ``p`` of ``P`` loads rows ``[p*G/P, (p+1)*G/P)`` of a global batch of
-    ``G`` rows: exactly what ``Loader(data, G // P, rank=p, world_size=P)`` yields
-    for it, batch by batch.
+    Process ``p`` of ``P`` loads positions ``p, p + P, p + 2P, ...`` of a global
+    batch of ``G`` positions (``DistributedSampler``'s interleaving): exactly what
+    ``Loader(data, G // P, rank=p, world_size=P)`` yields for it, batch by batch.
+    Indexing batch ``i`` of ``Loader(data, G)`` (one process) with this slice
+    gives process ``p``'s batch ``i``.
 
     Args:
         global_batch_size: rows per global batch, ``G``.
@@ -65,7 +92,43 @@ def process_slice(
         process_count: number of processes, ``P``; default ``jax.process_count()``.
 
     Returns:
-        The slice of the global batch's rows that process ``p`` loads.
+        ``slice(p, G, P)``.
+
+    Raises:
+        ValueError: ``G`` is not a positive multiple of ``P``, or ``p`` is outside
+            ``[0, P)``.
+
+    Examples:
+        >>> process_positions(8, 1, 4)
+        slice(1, 8, 4)
+        >>> process_positions(8, 0, 1)
+        slice(0, 8, 1)
+    """
+    process_index, process_count = _jax_process(process_index, process_count)
+    _check_process(global_batch_size, process_index, process_count)
+    return slice(process_index, global_batch_size, process_count)
+
+
+def process_slice(
+    global_batch_size: int,
+    process_index: int | None = None,
+    process_count: int | None = None,
+) -> slice:
+    """Rows of each assembled global batch that hold one process's local batch.
+
+    :func:`global_batch` concatenates the processes' local batches in process
+    order, so process ``p`` of ``P`` fills rows ``[p*G/P, (p+1)*G/P)`` of a
+    global batch of ``G`` rows. Those rows hold positions
+    :func:`process_positions` ``(G, p, P)`` of the global batch in the epoch's
+    order (the samples ``Loader(data, G // P, rank=p, world_size=P)`` yields).
+
+    Args:
+        global_batch_size: rows per global batch, ``G``.
+        process_index: this process, ``p``; default ``jax.process_index()``.
+        process_count: number of processes, ``P``; default ``jax.process_count()``.
+
+    Returns:
+        The slice of the global arrays' rows that process ``p``'s batch fills.
 
     Raises:
         ValueError: ``G`` is not a positive multiple of ``P``, or ``p`` is outside
@@ -78,16 +141,7 @@ def process_slice(
         slice(0, 8, None)
     """
     process_index, process_count = _jax_process(process_index, process_count)
-    if process_count < 1:
-        raise ValueError(f"`process_count` must be >= 1, got {process_count}.")
-    if not 0 <= process_index < process_count:
-        raise ValueError(f"`process_index` must be in [0, {process_count}), got {process_index}.")
-    if global_batch_size < 1 or global_batch_size % process_count:
-        raise ValueError(
-            f"`global_batch_size` must be a positive multiple of the process count "
-            f"{process_count}, got {global_batch_size}."
-        )
-    local = global_batch_size // process_count
+    local = _check_process(global_batch_size, process_index, process_count)
     return slice(process_index * local, (process_index + 1) * local)
 
 
@@ -97,8 +151,8 @@ def process_rows(
     """Rows along axis 0 that the devices of one process hold under ``sharding``.
 
     Compare with :func:`process_slice` to check that a mesh keeps each process's
-    devices on its own block of the batch axis (then a global batch has the same
-    row order as on a single process).
+    devices on its own block of the batch axis (then each process's rows stay
+    on its own devices when :func:`global_batch` assembles them).
 
     Args:
         sharding: a ``jax.sharding.Sharding`` for arrays of ``global_shape``.
@@ -134,8 +188,12 @@ def global_batch(local_batch: Any, sharding: Any) -> Any:
     Every process calls this with its own rows (a Loader built with
     ``rank=jax.process_index()``, ``world_size=jax.process_count()``); each array
     leaf becomes one global array of ``local rows * process count`` rows, sharded
-    by ``sharding``, through ``jax.make_array_from_process_local_data``. No
-    process sends rows to another. With one process this is ``jax.device_put``.
+    by ``sharding``, through ``jax.make_array_from_process_local_data``. Each
+    process's rows fill the rows its devices hold (:func:`process_rows`); on a
+    mesh where that is block ``p`` (:func:`process_slice`, true for
+    ``jax.make_mesh`` on usual topologies) the global batch is the concatenation
+    of the local batches in process order. No process sends rows to another.
+    With one process this is ``jax.device_put``.
 
     Args:
         local_batch: a pytree (any container :func:`~looptoolkit.to_device`

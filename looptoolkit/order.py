@@ -13,17 +13,22 @@ measured trade-offs):
    ``"none"`` is ``arange(n)``; ``"full"`` a uniform random permutation;
    ``"grouped"`` cuts a randomly rotated index range into groups of
    ``group_size``, shuffles the order of the groups and, independently for each
-   group, the order inside it. Grouped orders are produced chunk by chunk (a
-   few groups at a time, each chunk from its own random stream), so any
-   position can be computed without an ``n``-long array.
+   group, the order inside it, then rotates the resulting stream by a random
+   shift that is not a multiple of the group size (so batch boundaries never
+   sit on the same group boundaries in two epochs). Grouped orders are produced
+   chunk by chunk (a few groups at a time, each chunk from its own random
+   stream), so any position can be computed without an ``n``-long array.
 2. **Padding**: unless ``drop_last``, ``G`` is extended by wrapping around from
    its start to ``L = ceil(n / world_size) * world_size`` positions (as
    ``torch.utils.data.DistributedSampler`` does); with ``drop_last`` it is cut
    to ``L = (n // world_size) * world_size``.
-3. **Sharding**: the padded order is cut into global batches of
-   ``batch_size * world_size`` positions and rank ``r`` takes the ``r``-th
-   contiguous slice of ``batch_size`` of each (of ``b`` for a last partial
-   global batch of ``b * world_size``, which ``drop_last`` drops).
+3. **Sharding**, as ``DistributedSampler`` does: rank ``r`` takes every
+   ``world_size``-th position of the padded order ``P`` from ``offset + r`` on,
+   ``P[offset + r : L : world_size]``, and cuts that stream into batches of
+   ``batch_size`` (a last partial one unless ``drop_last``). A rank's order
+   therefore does not depend on ``batch_size``, and ``k`` batches on every rank
+   consume exactly the global positions ``[offset, offset + k * batch_size *
+   world_size)``.
 
 Random streams are derived from ``(seed, epoch, stream, ...)`` with an injective
 encoding into :class:`numpy.random.SeedSequence` entropy, so no two
@@ -172,7 +177,7 @@ class Order:
         (3, [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]])
         >>> two = Order(5, 2, shuffle=False, rank=1, world_size=2)
         >>> [b.tolist() for b in two.epoch(0)], two.epoch(0).padding_mask(1).tolist()
-        ([[2, 3], [0]], [True])
+        ([[1, 3], [0]], [True])
     """
 
     def __init__(
@@ -295,8 +300,9 @@ class EpochOrder:
     """The batches of one epoch for one rank: what the Loader gathers.
 
     Batches are 1-D ``np.intp`` arrays. Iterating yields views into blocks that
-    the iteration generated (or into the epoch's permutation for ``"full"``), so
-    a batch costs no copy; copy one before writing to it.
+    the iteration generated (or into the epoch's permutation for ``"full"``),
+    strided by ``world_size`` when there are several ranks, so a batch costs no
+    copy; copy one before writing to it.
 
     Attributes:
         order: the :class:`Order` this epoch belongs to.
@@ -333,8 +339,12 @@ class EpochOrder:
         for k0 in range(0, self._full, step):
             k1 = min(self._full, k0 + step)
             block = self._values(self.offset + k0 * g, self.offset + k1 * g)
-            # Row views of a 2-D block: one C-level step per batch.
-            yield from block.reshape(k1 - k0, w, b)[:, r, :]
+            # Row views of a 2-D block: one C-level step per batch. Position
+            # j * w + r of a global batch is row j of rank r's batch.
+            if w == 1:
+                yield from block.reshape(k1 - k0, b)
+            else:
+                yield from block.reshape(k1 - k0, b, w)[:, :, r]
         if self._last:
             yield self.batch(self._full)
 
@@ -345,7 +355,9 @@ class EpochOrder:
             IndexError: ``i`` is out of range.
         """
         start, stop = self._span(i)
-        return self._values(start, stop)
+        w = self.order.world_size
+        values = self._values(start, stop)
+        return values if w == 1 else values[self.order.rank :: w]
 
     def padding_mask(self, i: int) -> np.ndarray | None:
         """Where batch ``i`` holds padding, or None when it holds none.
@@ -360,45 +372,47 @@ class EpochOrder:
             IndexError: ``i`` is out of range.
         """
         start, stop = self._span(i)
-        if stop <= self._n:
+        w = self.order.world_size
+        positions = np.arange(start + self.order.rank, stop, w)
+        if positions[-1] < self._n:
             return None
-        return np.arange(start, stop) >= self._n
+        return positions >= self._n
 
     def indices(self) -> np.ndarray:
         """All batches of this rank, concatenated, as one 1-D ``np.intp`` array.
 
-        May share memory with this object (for ``"full"`` with one rank it is a
-        slice of the epoch's permutation).
+        This is ``P[offset + rank : offset + len * world_size : world_size]`` of
+        the padded order ``P``, whatever the batch size (with ``drop_last`` it
+        stops before the dropped partial batch). May share memory with this
+        object (for ``"full"`` with one rank it is a slice of the permutation).
         """
-        b, w, r = self.order.batch_size, self.order.world_size, self.order.rank
-        total = self._full * b + self._last
+        w, r = self.order.world_size, self.order.rank
+        total = self._full * self.order.batch_size + self._last
         if w == 1:
             return self._values(self.offset, self.offset + total)
         out = np.empty(total, dtype=np.intp)
-        g = self.global_batch
-        step = max(1, _BLOCK_POSITIONS // g)
-        for k0 in range(0, self._full, step):
-            k1 = min(self._full, k0 + step)
-            block = self._values(self.offset + k0 * g, self.offset + k1 * g)
-            out[k0 * b : k1 * b].reshape(k1 - k0, b)[...] = block.reshape(k1 - k0, w, b)[:, r, :]
-        if self._last:
-            out[self._full * b :] = self.batch(self._full)
+        per_block = max(1, _BLOCK_POSITIONS // w)  # this rank's samples per block
+        for j0 in range(0, total, per_block):
+            j1 = min(total, j0 + per_block)
+            block = self._values(self.offset + j0 * w, self.offset + j1 * w)
+            out[j0:j1] = block[r::w]
         return out
 
     def _span(self, i: int) -> tuple[int, int]:
-        """Global positions ``[start, stop)`` of this rank's batch ``i``."""
+        """Positions ``[start, stop)`` of the global batch holding this rank's batch ``i``.
+
+        The rank's rows are positions ``start + rank, start + rank + world_size, ...``.
+        """
         if not isinstance(i, int | np.integer) or isinstance(i, bool):
             raise TypeError(f"batch index must be an int, got {type(i).__name__}.")
         index = int(i)
         i = index + self._len if index < 0 else index
         if not 0 <= i < self._len:
             raise IndexError(f"batch {index} out of range for an epoch of {self._len} batches.")
-        b, r = self.order.batch_size, self.order.rank
+        start = self.offset + i * self.global_batch
         if i < self._full:
-            start = self.offset + i * self.global_batch + r * b
-            return start, start + b
-        start = self.offset + self._full * self.global_batch + r * self._last
-        return start, start + self._last
+            return start, start + self.global_batch
+        return start, start + self._last * self.order.world_size
 
     def _values(self, start: int, stop: int) -> np.ndarray:
         """Padded global order at positions ``[start, stop)``; wraps past ``n``."""
@@ -456,10 +470,18 @@ class _Grouped:
     Virtual index ``q`` stands for sample ``(rotation + q) % n``, with a rotation
     drawn per epoch so that group membership changes between epochs. Groups are
     ``[j * g, (j + 1) * g)`` of the virtual range (the last one may be short).
-    Slot ``t`` of the epoch holds group ``group_perm[t]``; chunk ``c`` covers
-    slots ``[c * per_chunk, (c + 1) * per_chunk)`` and draws the in-group orders
-    of its groups from its own stream ``(seed, epoch, _STREAM_CHUNK, c)``, so
-    any chunk can be computed on its own.
+    Slot ``t`` of the grouped stream holds group ``group_perm[t]``; chunk ``c``
+    covers slots ``[c * per_chunk, (c + 1) * per_chunk)`` and draws the in-group
+    orders of its groups from its own stream ``(seed, epoch, _STREAM_CHUNK, c)``,
+    so any chunk can be computed on its own.
+
+    Position ``t`` of the epoch's order is position ``(t + shift) % n`` of the
+    grouped stream, with ``shift`` drawn per epoch in ``[1, g)`` (0 when
+    ``g == 1``). Without it, a batch size that is a multiple of ``g`` (with
+    ``g`` dividing ``n``) would make every batch a union of whole groups, and two
+    epochs with the same ``rotation % g`` would have the same batches; with it
+    batch boundaries never coincide with group boundaries, so every batch holds
+    a random part of a group, different in each epoch.
     """
 
     def __init__(self, n: int, group_size: int, seed: int, epoch: int) -> None:
@@ -475,6 +497,7 @@ class _Grouped:
         rng = _generator(seed, epoch, _STREAM_GROUPS)
         self.group_perm = rng.permutation(k)
         self.rotation = int(rng.integers(n))
+        self.shift = 1 + int(rng.integers(g - 1)) if g > 1 else 0
         # Slot of the short group; slots after it start `short` positions earlier.
         self.short_slot = int(np.flatnonzero(self.group_perm == k - 1)[0]) if self.short else k
         self._cache: dict[int, np.ndarray] = {}
@@ -535,6 +558,16 @@ class _Grouped:
         )
 
     def segment(self, start: int, stop: int) -> np.ndarray:
+        n, u = self.n, self.shift
+        start, stop = start + u, stop + u
+        if stop <= n:
+            return self._stream(start, stop)
+        if start >= n:
+            return self._stream(start - n, stop - n)
+        return np.concatenate((self._stream(start, n), self._stream(0, stop - n)))
+
+    def _stream(self, start: int, stop: int) -> np.ndarray:
+        """Positions ``[start, stop)`` of the grouped stream (before the shift)."""
         c0, c1 = self.chunk_of(start), self.chunk_of(stop - 1)
         if c0 == c1:
             s = self.chunk_start(c0)
@@ -549,11 +582,16 @@ class _Grouped:
         return np.concatenate(pieces)
 
     def materialize(self) -> np.ndarray:
-        out = np.empty(self.n, dtype=np.int64)
+        n, u = self.n, self.shift
+        out = np.empty(n, dtype=np.int64)
         for c in range(self.num_chunks):
-            s = self.chunk_start(c)
             values = self._generate(c)
-            out[s : s + len(values)] = values
+            s = self.chunk_start(c) - u  # where the chunk lands after the shift
+            if s < 0:
+                s += n
+            head = min(len(values), n - s)
+            out[s : s + head] = values[:head]
+            out[: len(values) - head] = values[head:]
         return out
 
 

@@ -170,13 +170,21 @@ def _reference_order(kwargs: dict[str, Any], epoch: int) -> np.ndarray:
 
 
 def _global_sequence(ranks: list[dict[str, Any]]) -> tuple[list[int], list[bool]]:
-    """Step by step, rank 0's rows then rank 1's and so on: the global batches in order."""
+    """The global order the ranks consumed, step by step.
+
+    Rank ``r``'s batch at a step holds positions ``r, r + W, r + 2W, ...`` of that
+    step's global batch (``DistributedSampler``'s interleaving), so the global
+    batch is the ranks' rows interleaved: row 0 of every rank, then row 1, ...
+    """
     idx: list[int] = []
     mask: list[bool] = []
     for step in range(len(ranks[0]["idx"])):
-        for record in ranks:
-            idx += record["idx"][step]
-            mask += record["mask"][step]
+        rows = {len(record["idx"][step]) for record in ranks}
+        assert len(rows) == 1, rows  # every rank as many rows at each step
+        for j in range(rows.pop()):
+            for record in ranks:
+                idx.append(record["idx"][step][j])
+                mask.append(record["mask"][step][j])
     return idx, mask
 
 
@@ -298,6 +306,35 @@ def test_resume_at_another_world_size(runs: dict[int, list[dict[str, Any]]], wor
     idx, mask = _global_sequence([r["resume_next_epoch"] for r in runs[world]])
     assert sorted(i for i, m in zip(idx, mask, strict=True) if m) == list(range(N))
     assert idx[:N] == _reference_order(RESUME, 1).tolist()
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4, 8])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_sequential_shards_are_distributed_samplers(world: int, drop_last: bool) -> None:
+    # Unshuffled, each rank's order is DistributedSampler's, whatever the batch size.
+    from torch.utils.data import DistributedSampler
+
+    from looptoolkit import Loader
+
+    for rank in range(world):
+        sampler = DistributedSampler(
+            range(N), num_replicas=world, rank=rank, shuffle=False, drop_last=drop_last
+        )
+        want = list(sampler)
+        for batch_size in (1, 4, 10, 32):
+            loader = Loader(
+                {"idx": np.arange(N)},
+                batch_size,
+                shuffle=False,
+                rank=rank,
+                world_size=world,
+                drop_last=drop_last,
+            )
+            got = loader.indices(0).tolist()
+            if drop_last:  # the loader also drops its last partial batch
+                assert got == want[: len(got)] and len(want) - len(got) < batch_size
+            else:
+                assert got == want
 
 
 # -- the documented example, under torchrun ----------------------------------------

@@ -5,7 +5,8 @@ JAX fixes its device count when its backend starts, so every check that needs
 ``XLA_FLAGS=--xla_force_host_platform_device_count=8``; each test asserts that
 its own check passed there. The multi-process test starts two real JAX
 processes (4 CPU devices each, ``jax.distributed`` with gloo collectives) that
-each load only their slice of every global batch.
+each load only their share of every global batch (positions ``p::P`` of it,
+``DistributedSampler``'s interleaving), assembled in process order.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from looptoolkit.distributed import drop_padding, process_slice
+from looptoolkit.distributed import drop_padding, process_positions, process_slice
 
 pytest.importorskip("jax")
 
@@ -249,7 +250,8 @@ def check_loader_mask_marks_padding_of_sharded_batches() -> None:
         in_shardings=({"x": sharding, "idx": sharding, "label": sharding}, sharding),
         out_shardings=replicated,
     )
-    # 4 ranks: padded to 64 positions; 61-63 end the last global batch, on rank 3.
+    # 4 ranks: padded to 64 positions; 61, 62 and 63 end the last global batch, and
+    # rank r takes positions r, r + 4, ...: one padding row each on ranks 1, 2, 3.
     data = _data(61)
     total = 0
     for rank in range(4):
@@ -264,7 +266,7 @@ def check_loader_mask_marks_padding_of_sharded_batches() -> None:
                 _assert_sharded_rows(got[key], want[key], sharding, mesh)
             total += int(masked_sum(got, got_mask))
         padding = sum(int((~np.asarray(m)).sum()) for _, m in host)
-        assert padding == (3 if rank == 3 else 0), (rank, padding)
+        assert padding == (1 if rank else 0), (rank, padding)
     assert total == sum(range(61))  # every sample once over the 4 ranks
 
 
@@ -294,9 +296,9 @@ def _simulated_global_batch(
 ) -> dict[str, Any]:
     """What ``make_array_from_process_local_data`` builds across P processes.
 
-    Process p owns the devices of mesh block p (devices ``[p*8/P, (p+1)*8/P)``) and
-    has loaded rows ``process_slice(G, p, P)``; each device takes its rows from
-    its own process's batch only.
+    Process p owns the devices of mesh block p (devices ``[p*8/P, (p+1)*8/P)``),
+    which hold rows ``process_slice(G, p, P)`` of the global arrays; each device
+    takes its rows from its own process's batch only.
     """
     import jax
 
@@ -315,6 +317,13 @@ def _simulated_global_batch(
             pieces.append(jax.device_put(local[rows.start - lo : rows.stop - lo], device))
         out[key] = jax.make_array_from_single_device_arrays(shape, sharding, pieces)
     return out
+
+
+def _assembled_positions(global_rows: int, count: int) -> np.ndarray:
+    """Row ``q`` of a global batch assembled from ``count`` processes holds this position."""
+    return np.concatenate(
+        [np.arange(global_rows)[process_positions(global_rows, p, count)] for p in range(count)]
+    )
 
 
 @check
@@ -344,16 +353,18 @@ def check_process_local_loading_assembles_the_global_batch() -> None:
         ]
         for p, batches in enumerate(per_process):
             assert len(batches) == len(reference), (count, p)
+        assembled = _assembled_positions(global_rows, count)
         for i, want in enumerate(reference):
-            # Each process loaded only its own rows of global batch i ...
+            # Each process loaded only its own positions of global batch i ...
             for p in range(count):
-                rows = process_slice(global_rows, p, count)
+                positions = process_positions(global_rows, p, count)
                 for key in data:
-                    np.testing.assert_array_equal(per_process[p][i][key], want[key][rows])
-            # ... and the global array built from them is global batch i, in order.
+                    np.testing.assert_array_equal(per_process[p][i][key], want[key][positions])
+            # ... and the global array built from them holds global batch i, the
+            # processes' rows one block after another.
             got = _simulated_global_batch([b[i] for b in per_process], sharding, global_rows)
             for key in data:
-                _assert_sharded_rows(got[key], want[key], sharding, mesh)
+                _assert_sharded_rows(got[key], want[key][assembled], sharding, mesh)
             _assert_consumed_without_resharding(step, got, sharding)
 
 
@@ -468,10 +479,34 @@ def test_process_slice_arithmetic() -> None:
         assert slices[0].start == 0 and slices[-1].stop == 16
         assert all(a.stop == b.start for a, b in itertools.pairwise(slices))
         assert {s.stop - s.start for s in slices} == {16 // count}
-    with pytest.raises(ValueError, match="multiple of the process count 4, got 6"):
-        process_slice(6, 0, 4)
-    with pytest.raises(ValueError, match=r"`process_index` must be in \[0, 2\), got 2"):
-        process_slice(8, 2, 2)
+        positions = [np.arange(16)[process_positions(16, p, count)] for p in range(count)]
+        assert [len(x) for x in positions] == [16 // count] * count
+        assert sorted(np.concatenate(positions).tolist()) == list(range(16))
+        assert positions[-1][0] == count - 1
+    for helper in (process_slice, process_positions):
+        with pytest.raises(ValueError, match="multiple of the process count 4, got 6"):
+            helper(6, 0, 4)
+        with pytest.raises(ValueError, match=r"`process_index` must be in \[0, 2\), got 2"):
+            helper(8, 2, 2)
+
+
+def test_process_positions_match_the_loader() -> None:
+    # Process p's batch i is positions p::P of the one-process batch i, for any batch size.
+    import looptoolkit as lt
+
+    data = _data(61)
+    for count, global_rows in ((1, 8), (2, 8), (4, 16), (4, 8)):
+        reference = list(lt.Loader(data, global_rows, seed=3, drop_last=True))
+        for p in range(count):
+            local = list(
+                lt.Loader(
+                    data, global_rows // count, seed=3, drop_last=True, rank=p, world_size=count
+                )
+            )
+            assert len(local) == len(reference)
+            positions = process_positions(global_rows, p, count)
+            for got, want in zip(local, reference, strict=True):
+                np.testing.assert_array_equal(got["idx"], want["idx"][positions])
 
 
 def test_drop_padding_keeps_real_rows() -> None:
@@ -492,7 +527,7 @@ GLOBAL_ROWS = 16
 
 
 def multiprocess_worker(process_id: int, port: int, out: str) -> None:
-    """One of PROCESSES real JAX processes: load its slice, assemble, step, report."""
+    """One of PROCESSES real JAX processes: load its share, assemble, step, report."""
     import jax
 
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -559,7 +594,7 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-def test_multiprocess_jax_each_process_loads_its_slice(tmp_path: Path) -> None:
+def test_multiprocess_jax_each_process_loads_its_share(tmp_path: Path) -> None:
     port = _free_port()
     outs = [tmp_path / f"process{p}.json" for p in range(PROCESSES)]
     procs = [
@@ -575,22 +610,24 @@ def test_multiprocess_jax_each_process_loads_its_slice(tmp_path: Path) -> None:
 
     data = _data()
     reference = list(lt.Loader(data, GLOBAL_ROWS, shuffle=True, seed=11, drop_last=True))
+    assembled = _assembled_positions(GLOBAL_ROWS, PROCESSES)
     for p, report in enumerate(reports):
         assert report["process_index"] == p and report["process_count"] == PROCESSES
         assert report["devices"] == [DEVICES, DEVICES // PROCESSES]
         rows = process_slice(GLOBAL_ROWS, p, PROCESSES)
         assert report["rows"] == report["mesh_rows"] == [rows.start, rows.stop]
         assert len(report["batches"]) == len(reference)
+        positions = process_positions(GLOBAL_ROWS, p, PROCESSES)
         for got, want in zip(report["batches"], reference, strict=True):
-            assert got["local_idx"] == want["idx"][rows].tolist()
-            # This process's devices hold its own rows, in the global batch's order.
+            assert got["local_idx"] == want["idx"][positions].tolist()
+            # This process's devices hold its own rows, block p of the global arrays.
             per_device = GLOBAL_ROWS // DEVICES
             assert sorted(int(k) for k in got["shards"]) == list(
                 range(rows.start, rows.stop, per_device)
             )
             for start, values in got["shards"].items():
                 start = int(start)
-                assert values == want["idx"][start : start + per_device].tolist()
+                assert values == want["idx"][assembled[start : start + per_device]].tolist()
             expected = want["x"] * 2 + want["label"][:, None]
             assert got["total"] == pytest.approx(float(expected.sum()))
 
@@ -622,7 +659,9 @@ def test_documented_jax_example_runs_on_one_and_two_processes() -> None:
     single = _example([], DEVICES)
     output = _communicate(single)
     assert single.returncode == 0, output
-    one = _loss(output, "process 0/1: loaded rows [0, 64) of each global batch of 64")
+    one = _loss(
+        output, "process 0/1: loaded positions 0::1 of each global batch of 64 (rows [0, 64)"
+    )
 
     port = _free_port()
     procs = [
@@ -636,10 +675,15 @@ def test_documented_jax_example_runs_on_one_and_two_processes() -> None:
     for proc, out in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, out
     two = [
-        _loss(outputs[p], f"process {p}/2: loaded rows [{32 * p}, {32 * (p + 1)})")
+        _loss(
+            outputs[p],
+            f"process {p}/2: loaded positions {p}::2 of each global batch of 64 "
+            f"(rows [{32 * p}, {32 * (p + 1)}) of the global arrays)",
+        )
         for p in range(2)
     ]
-    # The same global batches in the same order: the same training at any process count.
+    # The same samples in every global batch (in another row order): the same training
+    # at any process count, up to float rounding.
     assert two[0] == two[1] == pytest.approx(one, rel=1e-3)
 
 

@@ -1,8 +1,9 @@
 """Epoch orders: permutations, padding, sharding, resume, validation (looptoolkit.order).
 
 The expected batches are computed here from the formal definition (global order
--> np.resize padding -> global batches cut into per-rank slices) and compared with
-what Order/EpochOrder produce.
+-> np.resize padding -> rank r takes every world_size-th position from offset + r,
+as DistributedSampler does -> cut into batches) and compared with what
+Order/EpochOrder produce.
 """
 
 from __future__ import annotations
@@ -53,18 +54,15 @@ def expected_batches(
     """(indices, padding positions mask) of each batch of `rank`, from the definition."""
     n = len(global_order)
     p = padded(global_order, world_size, drop_last)
-    positions = np.arange(offset, len(p))
-    rest = p[offset:]
-    per_rank = len(rest) // world_size
+    stream = p[offset + rank :: world_size]
+    positions = np.arange(offset + rank, len(p), world_size)
+    per_rank = (len(p) - offset) // world_size
+    assert len(stream) == per_rank
     full, last = divmod(per_rank, batch_size)
-    g = batch_size * world_size
     out = []
-    for k in range(full):
-        sl = slice(k * g + rank * batch_size, k * g + (rank + 1) * batch_size)
-        out.append((rest[sl], positions[sl] >= n))
-    if last and not drop_last:
-        sl = slice(full * g + rank * last, full * g + (rank + 1) * last)
-        out.append((rest[sl], positions[sl] >= n))
+    for k in range(full + (1 if last and not drop_last else 0)):
+        sl = slice(k * batch_size, (k + 1) * batch_size)
+        out.append((stream[sl], positions[sl] >= n))
     return out
 
 
@@ -131,7 +129,7 @@ def test_orders_are_pinned():
 
 
 PINNED_FULL = [3, 5, 9, 7, 1, 6, 2, 4, 8, 0]
-PINNED_GROUPED = [7, 9, 8, 0, 5, 4, 3, 6, 2, 1]
+PINNED_GROUPED = [9, 8, 0, 5, 4, 3, 6, 2, 1, 7]
 
 
 @pytest.mark.parametrize("mode", ["full", "grouped"])
@@ -178,12 +176,16 @@ def test_grouped_batches_are_not_fixed_sets_across_epochs(group):
 
 def test_grouped_groups_are_contiguous_index_ranges():
     # Each group holds `group_size` consecutive indices (mod n, after the epoch's
-    # rotation), in shuffled order: this is what makes grouped gathers local.
+    # rotation), in shuffled order: this is what makes grouped gathers local. The
+    # epoch's order is the grouped stream shifted by `shift` positions.
     n, group = 100 * 1024, 1024
     order = Order(n, 300, shuffle="grouped", group_size=group, seed=4)
-    rotations = set()
+    rotations, shifts = set(), set()
     for epoch in range(3):
-        g = order.global_order(epoch)
+        shift = order_module._Grouped(n, group, order.seed, epoch).shift
+        assert 0 < shift < group
+        shifts.add(shift)
+        g = np.roll(order.global_order(epoch), shift)  # undo the shift
         for slot in (0, 37, 99):
             values = g[slot * group : (slot + 1) * group]
             present = set(values.tolist())
@@ -193,6 +195,40 @@ def test_grouped_groups_are_contiguous_index_ranges():
             assert not np.array_equal(values, np.sort(values))  # shuffled inside
             rotations.add(starts[0] % group)
     assert len(rotations) > 1  # group boundaries move between epochs
+    assert len(shifts) > 1  # and so do batch boundaries relative to them
+
+
+@pytest.mark.parametrize(("n", "batch", "group"), [(16_384, 256, 256), (16_384, 512, 256)])
+def test_grouped_batch_partitions_differ_between_epochs(n, batch, group):
+    # Regression: with batch a multiple of group and group dividing n, a batch was a
+    # union of whole groups, so two epochs with the same rotation % group (1 in 256)
+    # had exactly the same batches (N=102400, B=G=256, seed 0: epochs 1 and 2).
+    order = Order(n, batch, shuffle="grouped", group_size=group, seed=0)
+    partitions = [frozenset(frozenset(b.tolist()) for b in order.epoch(e)) for e in range(20)]
+    assert len(set(partitions)) == len(partitions)
+    for a in range(len(partitions)):
+        for c in range(a + 1, len(partitions)):
+            assert not partitions[a] & partitions[c]  # not a single batch repeats
+    big = Order(102_400, 256, shuffle="grouped", group_size=256, seed=0)
+    first, second = ({frozenset(b.tolist()) for b in big.epoch(e)} for e in (1, 2))
+    assert not first & second
+
+
+@FAST
+@given(
+    n=st.integers(1, 3000),
+    group=st.integers(1, 600),
+    seed=SEEDS,
+    epoch=EPOCHS,
+)
+def test_grouped_shift_is_never_a_multiple_of_the_group(n, group, seed, epoch):
+    source = order_module._Grouped(n, group, seed, epoch)
+    g = min(group, n)
+    assert (source.shift == 0) if g == 1 else (0 < source.shift < g)
+    # Random access matches the materialised order around the wrap of the shift.
+    whole = source.materialize()
+    for start, stop in ((0, n), (max(0, n - source.shift - 3), n), (n // 3, n // 3 + 1)):
+        assert np.array_equal(source.segment(start, stop), whole[start:stop])
 
 
 # -- padding, sharding, resume -----------------------------------------------
@@ -272,6 +308,42 @@ def test_batches_follow_the_definition(layout):
         assert set(delivered.tolist()) <= set(p[offset:].tolist())
     else:
         assert np.array_equal(np.sort(delivered), np.sort(p[offset:]))
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+@pytest.mark.parametrize("mode", ["none", "full", "grouped"])
+@pytest.mark.parametrize("n", [1, 7, 1001, 70_001])
+def test_rank_order_does_not_depend_on_batch_size(world, mode, n):
+    # The order of a shard is a function of (seed, epoch, N, shuffle, group_size,
+    # rank, world_size) only, as with DistributedSampler.
+    for rank in range(world):
+        kwargs = {"shuffle": mode, "group_size": 64, "seed": 5, "rank": rank, "world_size": world}
+        small, large = Order(n, 10, **kwargs), Order(n, 32, **kwargs)  # type: ignore[arg-type]
+        for epoch in (0, 3):
+            a, c = small.epoch(epoch).indices(), large.epoch(epoch).indices()
+            assert np.array_equal(a, c)
+            assert np.array_equal(np.concatenate(list(small.epoch(epoch))), a)
+            assert np.array_equal(np.concatenate(list(large.epoch(epoch))), a)
+            p = padded(small.global_order(epoch), world, drop_last=False)
+            assert np.array_equal(a, p[rank::world])
+            # With drop_last the shard is a prefix of the same stream.
+            cut = Order(n, 32, **kwargs, drop_last=True).epoch(epoch).indices()  # type: ignore[arg-type]
+            assert np.array_equal(
+                cut, padded(small.global_order(epoch), world, True)[rank::world][: len(cut)]
+            )
+
+
+def test_consumed_prefix_is_whole_global_batches():
+    # After k batches on every rank the ranks have consumed exactly P[o : o + k*B*W].
+    n, b, w = 1003, 7, 3
+    orders = [Order(n, b, seed=2, rank=r, world_size=w) for r in range(w)]
+    g = padded(orders[0].global_order(1), w, drop_last=False)
+    for o in (0, b * w * 4):
+        epochs = [x.epoch(1, o) for x in orders]
+        for k in range(len(epochs[0]) + 1):
+            taken = [epochs[r].batch(i) for r in range(w) for i in range(k)]
+            got = np.sort(np.concatenate(taken)) if taken else np.empty(0, np.intp)
+            assert np.array_equal(got, np.sort(g[o : min(len(g), o + k * b * w)]))
 
 
 @settings(max_examples=100, deadline=None)

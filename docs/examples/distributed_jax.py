@@ -12,9 +12,11 @@ host, the coordinator's address, and no ``XLA_FLAGS``)::
     python docs/examples/distributed_jax.py --processes 2 --process-id 1
 
 With one process, ``Loader(..., device=sharding)`` yields global batches already
-split along the batch axis. With several, each process loads only its slice of
-every global batch and ``looptoolkit.distributed.global_batch`` assembles the
-slices into global arrays; no process reads another's rows.
+split along the batch axis. With several, each process loads only its share of
+every global batch (positions ``p, p + P, ...`` of it for process ``p`` of ``P``,
+as ``DistributedSampler`` interleaves) and ``looptoolkit.distributed.global_batch``
+assembles the shares, one block per process, into global arrays; no process
+reads another's rows.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from looptoolkit import Loader
-from looptoolkit.distributed import global_batch, process_slice
+from looptoolkit.distributed import global_batch, process_positions, process_slice
 
 N, FEATURES, GLOBAL_BATCH = 1024, 16, 64
 
@@ -74,7 +76,7 @@ def main() -> None:
         # The Loader puts each global batch straight onto the mesh.
         batches: Any = Loader(make_data(), GLOBAL_BATCH, shuffle=True, seed=0, device=sharding)
     else:
-        # Each process loads rows process_slice(G) of every global batch ...
+        # Each process loads positions process_positions(G) of every global batch ...
         local = Loader(
             make_data(),
             GLOBAL_BATCH // jax.process_count(),
@@ -83,16 +85,17 @@ def main() -> None:
             rank=jax.process_index(),
             world_size=jax.process_count(),
         )
-        # ... and the slices are assembled into global arrays, none crossing processes.
+        # ... which become rows process_slice(G) of the global arrays, none crossing processes.
         batches = (global_batch(b, sharding) for b in local)
 
     for batch in batches:  # one epoch
         w = step(w, batch)
-    rows = process_slice(GLOBAL_BATCH)
+    positions, rows = process_positions(GLOBAL_BATCH), process_slice(GLOBAL_BATCH)
     loss = loss_fn(w, jax.device_put(make_data(), replicated))
     print(
-        f"process {jax.process_index()}/{jax.process_count()}: loaded rows "
-        f"[{rows.start}, {rows.stop}) of each global batch of {GLOBAL_BATCH} over "
+        f"process {jax.process_index()}/{jax.process_count()}: loaded positions "
+        f"{positions.start}::{positions.step} of each global batch of {GLOBAL_BATCH} "
+        f"(rows [{rows.start}, {rows.stop}) of the global arrays) over "
         f"{jax.device_count()} devices; loss {float(loss):.4f}"
     )
     if args.processes > 1:

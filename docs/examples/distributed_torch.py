@@ -90,6 +90,7 @@ def main() -> None:
     dist.all_reduce(totals)
     if rank == 0:
         print(f"eval over {int(totals[1])} of {N} samples: mse {totals[0] / totals[1]:.4f}")
+    dist.barrier()  # no rank tears gloo down while another still talks to it
     dist.destroy_process_group()
 
 
