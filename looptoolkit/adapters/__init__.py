@@ -176,6 +176,18 @@ def backend_of(x: object) -> Backend | None:
     return owner
 
 
+def chunked(items: Iterable[np.ndarray], size: int) -> Iterator[list[np.ndarray]]:
+    """Consecutive lists of ``size`` items (the last one shorter)."""
+    chunk: list[np.ndarray] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
 def __getattr__(name: str) -> Any:
     # `looptoolkit.adapters.torch` etc. resolve lazily, as optree.integrations does.
     if name in BACKENDS:

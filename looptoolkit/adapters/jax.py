@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from looptoolkit.adapters import chunked
 from looptoolkit.adapters.numpy import as_numpy_dtype
 from looptoolkit.device import cast_before_copy
 
@@ -50,7 +51,7 @@ def _take_on_device(
     """Gathers on ``device``: the indices of 16 batches per transfer and per dispatch."""
     small = max(leaf.shape[0] for leaf in leaves) < 2**31
     dtype = np.int32 if small else np.int64
-    for chunk in _chunks(batches, _CHUNK):
+    for chunk in chunked(batches, _CHUNK):
         size = len(chunk[0])
         if len(chunk) == _CHUNK and all(len(idx) == size for idx in chunk):
             flat = jax.device_put(np.concatenate(chunk).astype(dtype), device)
@@ -58,18 +59,6 @@ def _take_on_device(
         else:
             for idx in chunk:
                 yield list(_take(leaves, jax.device_put(idx.astype(dtype), device)))
-
-
-def _chunks(items: Iterable[np.ndarray], size: int) -> Iterator[list[np.ndarray]]:
-    """Consecutive lists of ``size`` items (the last one shorter)."""
-    chunk: list[np.ndarray] = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
 
 
 def resolve_device(target: Target) -> Any:

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch._utils import _flatten_dense_tensors
 
+from looptoolkit.adapters import chunked
 from looptoolkit.device import cast_before_copy
 
 if TYPE_CHECKING:
@@ -198,18 +199,6 @@ def pack_copy(tensors: Sequence[torch.Tensor], device: torch.device) -> list[tor
 _INDEX_CHUNK = 64
 
 
-def _chunks(items: Iterable[np.ndarray], size: int) -> Iterator[list[np.ndarray]]:
-    """Consecutive lists of ``size`` items (the last one shorter)."""
-    chunk: list[np.ndarray] = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
 def _host_view(leaf: torch.Tensor) -> np.ndarray | None:
     """A zero-copy NumPy view of a host tensor NumPy can gather from, else None."""
     if leaf.device.type != "cpu" or leaf.dtype not in _NUMPY_OK or leaf.layout != torch.strided:
@@ -276,7 +265,7 @@ class TorchBackend:
             return
         devices = {leaf.device for leaf, view in zip(leaves, views, strict=True) if view is None}
         cuda = any(device.type == "cuda" for device in devices)
-        for chunk in _chunks(batches, _INDEX_CHUNK):
+        for chunk in chunked(batches, _INDEX_CHUNK):
             flat = from_numpy(np.concatenate(chunk).astype(np.int64, copy=False))
             if cuda:
                 # From pinned memory the copy is queued, not waited for: a pageable
