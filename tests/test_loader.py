@@ -717,3 +717,95 @@ def test_absent_device_names_the_data_leaf_at_construction():
 
     with pytest.raises(lt.TransferError, match=r"data\['y'\].*cpu:5"):
         Loader({"y": np.arange(8)}, 4, device="cpu:5")
+
+
+# -- CUDA paths (skipped without a GPU; run with `pytest -m cuda` on a GPU machine) ---
+
+
+def _cuda_data(n: int = 1000):
+    rng = np.random.default_rng(0)
+    return {
+        "x": rng.standard_normal((n, 8)).astype(np.float32),
+        "im": rng.integers(0, 255, (n, 3, 4, 4), dtype=np.uint8),
+        "idx": np.arange(n),
+    }
+
+
+def _host_batches(data, **kwargs):
+    return [{k: np.asarray(v) for k, v in b.items()} for b in Loader(data, 64, seed=5, **kwargs)]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_cuda_prefetch_yields_the_host_batches_on_the_device(cuda, prefetch):
+    torch = pytest.importorskip("torch")
+    data = _cuda_data()
+    want = _host_batches(data)
+    loader = Loader(data, 64, seed=5, device=cuda, prefetch=prefetch)
+    got = list(loader)
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g["x"].device.type == "cuda" and g["im"].dtype == torch.uint8
+        for key in w:
+            np.testing.assert_array_equal(g[key].cpu().numpy(), w[key])
+
+
+@pytest.mark.cuda
+def test_cuda_prefetch_casts_uint8_on_the_device(cuda):
+    torch = pytest.importorskip("torch")
+    data = _cuda_data()
+    want = _host_batches(data)
+    loader = Loader(data, 64, seed=5, device=cuda, dtype={np.uint8: np.float16})
+    for g, w in zip(loader, want, strict=True):
+        assert g["im"].dtype == torch.float16 and g["im"].device.type == "cuda"
+        np.testing.assert_array_equal(g["im"].cpu().numpy(), w["im"].astype(np.float16))
+
+
+@pytest.mark.cuda
+def test_cuda_resident_loader_gathers_on_the_device(cuda):
+    data = _cuda_data()
+    want = _host_batches(data)
+    loader = Loader(data, 64, seed=5, device=cuda, resident=True)
+    for epoch in range(2):
+        got = list(loader)
+        expected = want if epoch == 0 else _host_batches_epoch(data, 1)
+        for g, w in zip(got, expected, strict=True):
+            assert g["x"].device.type == "cuda"
+            for key in w:
+                np.testing.assert_array_equal(g[key].cpu().numpy(), w[key])
+
+
+def _host_batches_epoch(data, epoch):
+    loader = Loader(data, 64, seed=5)
+    loader.set_epoch(epoch)
+    return [{k: np.asarray(v) for k, v in b.items()} for b in loader]
+
+
+@pytest.mark.cuda
+def test_cuda_break_in_prefetch_leaves_no_thread(cuda):
+    import threading
+    import time
+
+    before = threading.active_count()
+    loader = Loader(_cuda_data(), 64, device=cuda, prefetch=3)
+    for i, _ in enumerate(loader):
+        if i == 2:
+            break
+    deadline = time.monotonic() + 5
+    while threading.active_count() > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert threading.active_count() == before
+
+
+@pytest.mark.cuda
+def test_cuda_jax_device_put_to_the_gpu(cuda):
+    jax = pytest.importorskip("jax")
+    gpus = [d for d in jax.devices() if d.platform == "gpu"]
+    if not gpus:
+        pytest.skip("jax has no GPU")
+    data = _cuda_data()
+    want = _host_batches(data)
+    for g, w in zip(Loader(data, 64, seed=5, device=gpus[0]), want, strict=True):
+        assert g["x"].devices() == {gpus[0]}
+        for key in w:
+            np.testing.assert_array_equal(np.asarray(g[key]), w[key])
