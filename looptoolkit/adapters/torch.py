@@ -492,6 +492,30 @@ def _sampling(
     return None, shuffle, torch.Generator().manual_seed(seed) if shuffle else None
 
 
+def _dataloader(
+    dataset: Any,
+    batch_size: int,
+    order: Any,
+    shuffle: bool,
+    seed: int,
+    drop_last: bool,
+    num_workers: int,
+    kwargs: dict[str, Any],
+) -> DataLoader:
+    """A ``DataLoader`` over ``dataset`` in the Loader's order, or DataLoader's own."""
+    sampler, shuffle, generator = _sampling(len(dataset), order, shuffle, seed)
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=shuffle,
+        sampler=sampler,
+        generator=generator,
+        drop_last=drop_last,
+        num_workers=num_workers,
+        **kwargs,
+    )
+
+
 def per_sample_dataloader(
     data: Any,
     batch_size: int,
@@ -524,17 +548,8 @@ def per_sample_dataloader(
     Returns:
         The ``DataLoader``; each ``iter()`` is the next epoch.
     """
-    dataset = PerSampleDataset(data)
-    sampler, shuffle, generator = _sampling(len(dataset), order, shuffle, seed)
-    return DataLoader(
-        dataset,
-        batch_size=batch_size,
-        shuffle=shuffle,
-        sampler=sampler,
-        generator=generator,
-        drop_last=drop_last,
-        num_workers=num_workers,
-        **kwargs,
+    return _dataloader(
+        PerSampleDataset(data), batch_size, order, shuffle, seed, drop_last, num_workers, kwargs
     )
 
 
@@ -570,18 +585,9 @@ def getitems_dataloader(
     """
     from looptoolkit.dataset import GetItemsDataset
 
-    dataset = GetItemsDataset(data)
-    sampler, shuffle, generator = _sampling(len(dataset), order, shuffle, seed)
     kwargs.setdefault("collate_fn", keep_batch)
-    return DataLoader(
-        dataset,
-        batch_size=batch_size,
-        shuffle=shuffle,
-        sampler=sampler,
-        generator=generator,
-        drop_last=drop_last,
-        num_workers=num_workers,
-        **kwargs,
+    return _dataloader(
+        GetItemsDataset(data), batch_size, order, shuffle, seed, drop_last, num_workers, kwargs
     )
 
 
