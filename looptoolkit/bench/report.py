@@ -7,6 +7,7 @@ sets the run's ratios against the targets of BENCHMARKS.md.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -344,37 +345,20 @@ def evaluate_targets(
     resident = _median(by_name, "loader-torch-resident")
     getitems = _median(by_name, "dataloader-getitems")
     bare = _median(by_name, "torch-resident-gather")
-    row: dict[str, Any] = {
-        "target": "GPU: device-resident Loader >= 10x batches/s of DataLoader + __getitems__",
-        "workload": tab_name,
-        "variant": "loader-torch-resident",
-    }
-    if not gpu:
-        row.update(measured=None, status="not measurable on CPU")
-    elif resident is None or getitems is None:
-        row.update(measured=None, status="not measured (variant did not run)")
-    else:
-        speedup = getitems / resident
-        row.update(measured=f"{speedup:.1f}x", value=speedup,
-                   status="met" if speedup >= 10 else "not met")  # fmt: skip
-    rows.append(row)
-    row = {"target": "GPU: device-resident Loader within 1.5x of the bare on-device gather",
-           "workload": tab_name, "variant": "loader-torch-resident"}  # fmt: skip
-    if not gpu:
-        row.update(measured=None, status="not measurable on CPU")
-    elif resident is None or bare is None:
-        row.update(measured=None, status="not measured (variant did not run)")
-    else:
-        slowdown = resident / bare
-        row.update(measured=f"{slowdown:.2f}x", value=slowdown,
-                   status="met" if slowdown <= 1.5 else "not met")  # fmt: skip
-    rows.append(row)
+    rows.append(_gpu_ratio_row(
+        "GPU: device-resident Loader >= 10x batches/s of DataLoader + __getitems__",
+        tab_name, gpu, getitems, resident, lambda r: r >= 10, "{:.1f}x",
+    ))  # fmt: skip
+    rows.append(_gpu_ratio_row(
+        "GPU: device-resident Loader within 1.5x of the bare on-device gather",
+        tab_name, gpu, resident, bare, lambda r: r <= 1.5, "{:.2f}x",
+    ))  # fmt: skip
 
     # On GPU the Loader on torch data prefetches to the device; on CPU the host Loader
     # prefetches only with a device ("cpu"): that is loader-numpy-prefetch.
     prefetcher = "loader-torch" if gpu else "loader-numpy-prefetch"
     step_row = next((r for r in step_rows if r["name"] == prefetcher and "error" not in r), None)
-    row = {"target": "GPU: prefetch overlap, data wait per step < 5% of the step",
+    row: dict[str, Any] = {"target": "GPU: prefetch overlap, data wait per step < 5% of the step",
            "workload": "step section", "variant": prefetcher}  # fmt: skip
     if step_row is None or step_row["wait_of_step"] is None:
         row.update(measured=None, status="not measured (no step section)")
@@ -405,3 +389,26 @@ def evaluate_targets(
                  "status": "not measured here (looptoolkit transfer)" if gpu
                  else "not measurable on CPU"})  # fmt: skip
     return rows
+
+
+def _gpu_ratio_row(
+    target: str,
+    workload: str | None,
+    gpu: bool,
+    numerator: float | None,
+    denominator: float | None,
+    ok: Callable[[float], bool],
+    fmt: str,
+) -> dict[str, Any]:
+    """A target row for ``loader-torch-resident``: ``numerator / denominator`` against ``ok``."""
+    row: dict[str, Any] = {"target": target, "workload": workload,
+                           "variant": "loader-torch-resident"}  # fmt: skip
+    if not gpu:
+        row.update(measured=None, status="not measurable on CPU")
+    elif numerator is None or denominator is None:
+        row.update(measured=None, status="not measured (variant did not run)")
+    else:
+        ratio = numerator / denominator
+        row.update(measured=fmt.format(ratio), value=ratio,
+                   status="met" if ok(ratio) else "not met")  # fmt: skip
+    return row
