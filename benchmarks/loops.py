@@ -155,7 +155,7 @@ def torch_randperm(data: Any, batch_size: int) -> Callable[[], Iterable[Any]]:
 
 
 def dataloader_getitems(data: Any, batch_size: int) -> Callable[[], Iterable[Any]]:
-    from looptoolkit.dataset import make_dataloader
+    from looptoolkit.torch_data import make_dataloader
 
     loader = make_dataloader(data, batch_size, shuffle=True, seed=SEED, num_workers=0)
     return lambda: loader

@@ -2,23 +2,30 @@
 
 - :func:`to_device` moves any nested batch to a device.
 - :class:`Loader` batches in-memory (or memory-mapped) arrays with one gather
-  per leaf per batch, full or grouped shuffling, resume, sharding and prefetch.
-- :class:`GetItemsDataset` brings the batched fetch to ``torch.utils.data.DataLoader``.
+  per leaf per batch, full or grouped shuffling, resume, sharding and prefetch;
+  :class:`Order` is its epoch order on its own.
+- :class:`GetItemsDataset`, :func:`make_dataloader` and :func:`keep_batch` bring
+  the batched fetch to ``torch.utils.data.DataLoader`` (they need torch);
+  :func:`loader_dataset` yields the Loader's batches from ``tf.data`` (needs
+  tensorflow).
 
 Importing looptoolkit imports no framework: torch, jax and tensorflow are
-loaded only when their arrays are used or their backend is asked for.
+loaded only when their arrays are used or their integration is asked for.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from looptoolkit.device import TransferError, to_device
+from looptoolkit._errors import TransferError
+from looptoolkit.device import to_device
 from looptoolkit.tree import ContainerRebuildWarning
 
 if TYPE_CHECKING:
-    from looptoolkit.dataset import GetItemsDataset
-    from looptoolkit.loader import Loader
+    from looptoolkit.loader import Loader, LoaderStats
+    from looptoolkit.order import Order
+    from looptoolkit.tf_data import loader_dataset
+    from looptoolkit.torch_data import GetItemsDataset, keep_batch, make_dataloader
 
 __version__ = "0.1.0"
 
@@ -26,16 +33,29 @@ __all__ = [
     "ContainerRebuildWarning",
     "GetItemsDataset",
     "Loader",
+    "LoaderStats",
+    "Order",
     "TransferError",
     "__version__",
+    "keep_batch",
+    "loader_dataset",
+    "make_dataloader",
     "to_device",
 ]
 
-_LAZY = {"Loader": "looptoolkit.loader", "GetItemsDataset": "looptoolkit.dataset"}
+# Loaded on first use: the torch and tf integrations import their framework.
+_LAZY = {
+    "Loader": "looptoolkit.loader",
+    "LoaderStats": "looptoolkit.loader",
+    "Order": "looptoolkit.order",
+    "GetItemsDataset": "looptoolkit.torch_data",
+    "keep_batch": "looptoolkit.torch_data",
+    "make_dataloader": "looptoolkit.torch_data",
+    "loader_dataset": "looptoolkit.tf_data",
+}
 
 
 def __getattr__(name: str) -> Any:
-    # Loader and GetItemsDataset load on first use; GetItemsDataset needs torch.
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,77 +13,23 @@ grows it (uint8 -> float16) after it, on the destination.
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from looptoolkit import tree as _tree
-from looptoolkit.adapters import Backend, backend_of, get_backend
+from looptoolkit._dtypes import DtypePolicy, dtype_name
+from looptoolkit._errors import TransferError
+from looptoolkit._target import Target, parse_device_string
+from looptoolkit.adapters import (
+    DEVICE_HOMES,
+    Backend,
+    backend_of,
+    get_backend,
+    native_target,
+    object_backend,
+)
 
 __all__ = ["Target", "TransferError", "dtype_name", "parse_device", "to_device"]
-
-
-class TransferError(RuntimeError):
-    """A leaf could not be moved; the message names its key path and the cause."""
-
-    def __init__(self, message: str, path: str | None = None) -> None:
-        super().__init__(message)
-        self.path = path
-
-
-@dataclass(frozen=True)
-class Target:
-    """A parsed device.
-
-    Attributes:
-        spec: what the caller passed.
-        platform: ``"cpu"``, ``"cuda"``, ``"tpu"``, ``"mps"``, ...
-        index: device ordinal, or None for the framework's default.
-        home: the framework NumPy leaves go to (None: they stay NumPy).
-        native: a framework object to use as is (a ``torch.device``, a ``jax.Device``,
-            a ``jax.sharding.Sharding``), or None.
-    """
-
-    spec: Any
-    platform: str
-    index: int | None = None
-    home: str | None = None
-    native: Any = None
-
-    def __str__(self) -> str:
-        return repr(self.spec) if not isinstance(self.spec, str) else f"'{self.spec}'"
-
-
-_KNOWN = "'cpu', 'cuda', 'cuda:N', 'mps', 'gpu', 'gpu:N', 'tpu', '/GPU:N', '/CPU:N'"
-
-
-def _split_index(text: str, spec: str) -> tuple[str, int | None]:
-    name, sep, number = text.partition(":")
-    if not sep:
-        return name, None
-    if not number.isdigit():
-        raise ValueError(f"`device` {spec!r} is not a known device; use one of {_KNOWN}.")
-    return name, int(number)
-
-
-def _parse_str(spec: str) -> Target:
-    text = spec.strip()
-    if text.startswith("/"):  # TensorFlow: "/GPU:0", "/device:GPU:0", "/job:x/device:CPU:0"
-        last = text.rsplit("/", 1)[-1].removeprefix("device:")
-        kind, index = _split_index(last, spec)
-        if kind.upper() in ("GPU", "CPU"):
-            platform = "cuda" if kind.upper() == "GPU" else "cpu"
-            return Target(spec, platform, index, home="tf")
-        raise ValueError(f"`device` {spec!r} is not a known device; use one of {_KNOWN}.")
-    name, index = _split_index(text.lower(), spec)
-    if name == "cpu":
-        return Target(spec, "cpu", index, home=None)
-    if name in ("cuda", "mps", "xpu"):
-        return Target(spec, name, index, home="torch")
-    if name in ("gpu", "tpu"):
-        return Target(spec, "cuda" if name == "gpu" else name, index, home="jax")
-    raise ValueError(f"`device` {spec!r} is not a known device; use one of {_KNOWN}.")
 
 
 def parse_device(device: Any) -> Target:
@@ -93,7 +39,7 @@ def parse_device(device: Any) -> Target:
         device: what the caller passed as ``device``.
 
     Returns:
-        The parsed :class:`Target`.
+        The parsed :class:`~looptoolkit._target.Target`.
 
     Raises:
         ValueError: an unknown device string.
@@ -108,131 +54,24 @@ def parse_device(device: Any) -> Target:
     if isinstance(device, Target):
         return device
     if isinstance(device, str):
-        return _parse_str(device)
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(device, torch.device):
-        return Target(device, device.type, device.index, home="torch", native=device)
-    jax = sys.modules.get("jax")
-    if jax is not None:
-        if isinstance(device, jax.Device):
-            platform = "cuda" if device.platform in ("gpu", "cuda", "rocm") else device.platform
-            return Target(device, platform, device.id, home="jax", native=device)
-        if isinstance(device, jax.sharding.Sharding):
-            first = next(iter(device.device_set))
-            platform = "cuda" if first.platform in ("gpu", "cuda", "rocm") else first.platform
-            return Target(device, platform, None, home="jax", native=device)
-    raise TypeError(
-        "`device` must be a string, a torch.device, a jax.Device or a jax.sharding.Sharding, "
-        f"got {type(device).__name__}."
-    )
-
-
-# -- dtypes ----------------------------------------------------------------------
-
-_ITEMSIZE = {
-    "bool": 1, "int8": 1, "uint8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
-    "int16": 2, "uint16": 2, "float16": 2, "bfloat16": 2,
-    "int32": 4, "uint32": 4, "float32": 4,
-    "int64": 8, "uint64": 8, "float64": 8, "complex64": 8,
-    "complex128": 16,
-}  # fmt: skip
-_FLOATING = frozenset(n for n in _ITEMSIZE if n.startswith(("float", "bfloat")))
-_TORCH_ALIASES = {"float": "float32", "double": "float64", "half": "float16", "long": "int64",
-                  "int": "int32", "short": "int16", "cfloat": "complex64"}  # fmt: skip
-
-
-def dtype_name(dtype: Any) -> str:
-    """NumPy-style name of a NumPy, torch, JAX or tf dtype, or of a dtype string.
-
-    Examples:
-        >>> import numpy as np
-        >>> dtype_name(np.float16), dtype_name("uint8")
-        ('float16', 'uint8')
-    """
-    if dtype is None:
-        # np.dtype(None) is float64: never what a caller who wrote None meant.
-        raise TypeError("`dtype` None is not a dtype.")
-    if isinstance(dtype, str):
-        if dtype.startswith("torch."):
-            # torch's own aliases, only with torch's prefix: a bare "float" or "int"
-            # means what it means to NumPy (float64, int64).
-            name = dtype.removeprefix("torch.")
-            name = _TORCH_ALIASES.get(name, name)
-        else:
-            name = dtype
-        if name in _ITEMSIZE:
-            return name
-    else:
-        torch = sys.modules.get("torch")
-        if torch is not None and isinstance(dtype, torch.dtype):
-            return dtype_name(str(dtype))
-        tf = sys.modules.get("tensorflow")
-        if tf is not None and isinstance(dtype, tf.dtypes.DType):
-            return str(dtype.name)
-    import numpy as np
-
-    try:
-        return np.dtype(dtype).name
-    except TypeError:
-        raise TypeError(f"`dtype` {dtype!r} is not a dtype.") from None
-
-
-def itemsize(name: str) -> int:
-    """Bytes per element of the dtype called ``name``."""
-    size = _ITEMSIZE.get(name)
-    if size is None:
-        from looptoolkit.adapters.numpy import as_numpy_dtype
-
-        size = as_numpy_dtype(name).itemsize
-    return size
-
-
-def cast_before_copy(source: str, target: str) -> bool:
-    """Whether to cast before the copy: only when it makes the copy smaller.
-
-    uint8 -> float16 is copied as uint8 (1 byte per element) and cast on the
-    destination; float32 -> float16 is cast first (2 bytes instead of 4).
-
-    Examples:
-        >>> cast_before_copy("float32", "float16"), cast_before_copy("uint8", "float16")
-        (True, False)
-    """
-    return itemsize(target) < itemsize(source)
-
-
-class _DtypePolicy:
-    """Which dtype each leaf should arrive in."""
-
-    __slots__ = ("mapping", "single")
-
-    def __init__(self, dtype: Any) -> None:
-        self.single: str | None = None
-        self.mapping: dict[str, str] | None = None
-        if dtype is None:
-            return
-        if isinstance(dtype, Mapping):
-            self.mapping = {dtype_name(k): dtype_name(v) for k, v in dtype.items()}
-        else:
-            self.single = dtype_name(dtype)
-
-    def __call__(self, source: str) -> str | None:
-        if self.single is not None:
-            target = self.single if source in _FLOATING else None
-        elif self.mapping is not None:
-            target = self.mapping.get(source)
-        else:
-            return None
-        return None if target == source else target
+        return parse_device_string(device, DEVICE_HOMES)
+    target = native_target(device)
+    if target is None:
+        raise TypeError(
+            "`device` must be a string, a torch.device, a jax.Device or a "
+            f"jax.sharding.Sharding, got {type(device).__name__}."
+        )
+    return target
 
 
 # -- to_device ---------------------------------------------------------------------
 
 
 def _describe(leaf: Any) -> str:
+    """``"torch float32 [2, 3]"``: the leaf's framework, dtype name and shape."""
     shape = tuple(getattr(leaf, "shape", ()))
-    dtype = getattr(leaf, "dtype", "")
-    # numpy, jax and tf dtypes have a `.name`; torch's print as "torch.float32".
-    name = getattr(dtype, "name", None) or str(dtype).removeprefix("torch.")
+    backend = backend_of(leaf)
+    name = backend.dtype_name(leaf) if backend is not None else type(leaf).__name__
     return f"{type(leaf).__module__.split('.')[0]} {name} {list(shape)}"
 
 
@@ -284,7 +123,7 @@ def _route(leaf: Any, home: str | None) -> Backend | str | None:
     return decided
 
 
-def _casts(policy: _DtypePolicy, items: Sequence[Any]) -> list[str | None]:
+def _casts(policy: DtypePolicy, items: Sequence[Any]) -> list[str | None]:
     """Target dtype of each leaf, decided once per distinct source dtype."""
     memo: dict[Any, str | None] = {}
     out: list[str | None] = []
@@ -301,15 +140,11 @@ def _casts(policy: _DtypePolicy, items: Sequence[Any]) -> list[str | None]:
 
 
 def _move_object(obj: Any, device: Any, target: Target) -> Any:
-    """``obj.to(device)``; torch objects get the ``torch.device`` the target names."""
-    root = type(obj).__module__.partition(".")[0]
-    if root in ("torch", "tensordict") or (
-        "torch" in sys.modules and isinstance(obj, sys.modules["torch"].nn.Module)
-    ):
+    """``obj.to(device)``; a framework's objects get that framework's device for the target."""
+    backend = object_backend(obj)
+    if backend is not None:
         # An nn.Module or a TensorDict does not understand "/CPU:0" or a jax.Device.
-        from looptoolkit.adapters.torch import resolve_device
-
-        return obj.to(resolve_device(target))
+        return obj.to(backend.resolve_device(target))
     return obj.to(device)
 
 
@@ -369,7 +204,7 @@ def to_device(
         (dtype('float32'), 3)
     """
     target = parse_device(device)
-    policy = _DtypePolicy(dtype) if dtype is not None else None
+    policy = DtypePolicy(dtype) if dtype is not None else None
     leaves, spec, types = _tree.flatten_typed(tree)
     home = target.home
     if len(types) == 1:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import itertools
 import queue
-import sys
 import threading
 import time
 import weakref
@@ -33,20 +32,16 @@ from collections.abc import Generator, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
-import optree
 
 from looptoolkit import tree as _tree
-from looptoolkit.adapters import Backend, backend_of
-from looptoolkit.device import Target, TransferError, parse_device, to_device
+from looptoolkit._prefetch import END, Prefetcher
+from looptoolkit._rows import Rows, merge, take_batches
+from looptoolkit._target import Target
+from looptoolkit.adapters import Stager, batch_shards, get_backend
+from looptoolkit.device import TransferError, parse_device, to_device
 from looptoolkit.order import EpochOrder, Order, normalize_shuffle, resolve_rank
 
 __all__ = ["Loader", "LoaderIterator", "LoaderStats"]
-
-# How often a blocked queue operation wakes up to check for shutdown (seconds).
-_POLL_S = 0.05
-# How long shutting down waits for the background thread to finish its batch.
-_JOIN_S = 10.0
-
 
 class LoaderStats:
     """Where the time of a training loop goes: waiting for data, or in the step.
@@ -139,230 +134,7 @@ class LoaderIterator:
         self._source.close()
 
 
-# -- background prefetch ---------------------------------------------------------
-
-
-class _End:
-    """Put in the queue after the last batch."""
-
-
-_END = _End()
-
-
-class _Failure:
-    """An exception raised in the background thread, carried to the consumer."""
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-
-def _put(q: queue.Queue[Any], stop: threading.Event, item: Any) -> bool:
-    while not stop.is_set():
-        try:
-            q.put(item, timeout=_POLL_S)
-        except queue.Full:
-            continue
-        return True
-    return False
-
-
-def _produce(batches: Iterator[Any], q: queue.Queue[Any], stop: threading.Event) -> None:
-    # Runs in the background thread. It holds the queue, the event and the batch
-    # source, never the consumer's iterator, so dropping that iterator frees it.
-    try:
-        while not stop.is_set():
-            try:
-                item = next(batches)
-            except StopIteration:
-                _put(q, stop, _END)
-                return
-            if not _put(q, stop, item):
-                return
-    except BaseException as e:  # everything goes to the consumer, which re-raises it
-        _put(q, stop, _Failure(e))
-    finally:
-        close = getattr(batches, "close", None)
-        if close is not None:
-            close()
-
-
-def _shutdown(stop: threading.Event, q: queue.Queue[Any], thread: threading.Thread) -> None:
-    stop.set()
-    try:  # free a slot so that a blocked `put` returns and sees the event
-        while True:
-            q.get_nowait()
-    except queue.Empty:
-        pass
-    if thread is not threading.current_thread():
-        thread.join(_JOIN_S)
-
-
-def _reraise(error: BaseException) -> BaseException:
-    """The exception to raise in the consumer for one raised in the background thread."""
-    message = f"{type(error).__name__} in looptoolkit.Loader's background thread: {error}"
-    try:
-        new = type(error)(message)
-    except Exception:  # an exception type that takes other arguments
-        new = RuntimeError(message)
-    else:
-        new.__dict__.update(getattr(error, "__dict__", {}))
-    return new
-
-
-class _Prefetcher:
-    """Runs a batch source in one daemon thread, ``depth`` batches ahead."""
-
-    def __init__(self, batches: Iterator[Any], depth: int) -> None:
-        self.queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
-        stop = threading.Event()
-        self.thread = threading.Thread(
-            target=_produce,
-            args=(batches, self.queue, stop),
-            name="looptoolkit-loader-prefetch",
-            daemon=True,
-        )
-        self.thread.start()
-        # Stops the thread when the consumer's generator is collected, closed or fails.
-        self.close = weakref.finalize(self, _shutdown, stop, self.queue, self.thread)
-
-    def get(self) -> Any:
-        """The next item; ``_END`` after the last one."""
-        get = self.queue.get
-        while True:
-            try:
-                item = get(timeout=_POLL_S)
-            except queue.Empty:
-                if not self.thread.is_alive() and self.queue.empty():
-                    raise RuntimeError(
-                        "looptoolkit.Loader's background thread ended without a result."
-                    ) from None
-                continue
-            if isinstance(item, _Failure):
-                self.close()
-                raise _reraise(item.error) from item.error
-            if item is _END:
-                self.close()
-            return item
-
-
-class _CudaPipeline:
-    """torch + CUDA: stage host rows in pinned buffers, copy on a side stream.
-
-    Host leaves are gathered straight into pinned buffers (one per leaf and
-    slot, reused across batches), copied non-blocking on a side stream, and an
-    event recorded after each batch. A slot is refilled only after its copy has
-    finished; the consumer's stream waits for the batch's event, and every
-    tensor made on the side stream is marked as used by the consumer's stream
-    (``record_stream``) so that its memory is not reused too early.
-    """
-
-    def __init__(self, rows: Rows, batch_size: int, target: Target, slots: int) -> None:
-        from looptoolkit.adapters import torch as torch_adapter
-
-        torch = sys.modules["torch"]
-        self.torch = torch
-        self.device = torch_adapter.resolve_device(target)
-        self.stream = torch.cuda.Stream(self.device)
-        self.batch_size = batch_size
-        self.slots = slots
-        self.events: list[Any] = [None] * slots
-        # position -> host NumPy view, for leaves that can be staged
-        self.views: dict[int, np.ndarray] = {}
-        for i, leaf in enumerate(rows.leaves):
-            view = self._host_view(leaf)
-            if view is not None:
-                self.views[i] = view
-        self.buffers: list[dict[int, Any]] = []
-        self.arrays: list[dict[int, np.ndarray]] = []
-        for _ in range(slots):
-            tensors, arrays = {}, {}
-            for i, view in self.views.items():
-                t = torch.empty(
-                    (self.batch_size, *view.shape[1:]),
-                    dtype=torch.from_numpy(np.empty(0, view.dtype)).dtype,
-                    pin_memory=True,
-                )
-                tensors[i], arrays[i] = t, t.numpy()
-            self.buffers.append(tensors)
-            self.arrays.append(arrays)
-
-    def _host_view(self, leaf: Any) -> np.ndarray | None:
-        torch = self.torch
-        if isinstance(leaf, np.ndarray):
-            view = leaf.view(np.ndarray) if isinstance(leaf, np.memmap) else leaf
-        elif isinstance(leaf, torch.Tensor) and leaf.device.type == "cpu":
-            try:
-                view = leaf.detach().numpy()
-            except (RuntimeError, TypeError):
-                return None
-        else:
-            return None
-        try:
-            torch.from_numpy(np.empty(0, view.dtype))
-        except (TypeError, ValueError):  # a dtype torch lacks, a non-native byte order
-            return None
-        return view
-
-    def staged(self, batches: Iterable[np.ndarray]) -> Iterator[list[Any]]:
-        """Pinned batches of the staged leaves (in the order of ``views``)."""
-        positions = list(self.views)
-        for k, idx in enumerate(batches):
-            slot = k % self.slots
-            event = self.events[slot]
-            if event is not None:
-                event.synchronize()  # the copy out of this slot has finished
-            n = len(idx)
-            arrays, tensors = self.arrays[slot], self.buffers[slot]
-            for i in positions:
-                # mode="clip" lets `take` write into `out` directly (no buffering).
-                self.views[i].take(idx, axis=0, out=arrays[i][:n], mode="clip")
-            yield [tensors[i][:n] for i in positions]
-
-    def record(self, k: int) -> Any:
-        """Record the event of batch ``k`` on the side stream."""
-        event = self.torch.cuda.Event()
-        event.record(self.stream)
-        self.events[k % self.slots] = event
-        return event
-
-    def hand_over(self, batch: Any, event: Any) -> Any:
-        """Make the consumer's current stream wait for ``batch``; return it."""
-        torch = self.torch
-        current = torch.cuda.current_stream(self.device)
-        current.wait_event(event)
-        for leaf in optree.tree_leaves(batch, none_is_leaf=True, namespace=_tree.NAMESPACE):
-            if isinstance(leaf, torch.Tensor) and leaf.is_cuda:
-                leaf.record_stream(current)
-        return batch
-
-
 # -- the Loader ----------------------------------------------------------------------
-
-
-def _take_batches(
-    backend: Backend, leaves: list[Any], batches: Iterable[np.ndarray]
-) -> Iterator[list[Any]]:
-    """Gathered ``leaves`` for each index array of ``batches``, one backend call each."""
-    take_batches = getattr(backend, "take_batches", None)
-    if take_batches is not None:
-        gathered: Iterator[list[Any]] = take_batches(leaves, batches)
-        return gathered
-    return (backend.take(leaves, idx) for idx in batches)
-
-
-def _merge(
-    n: int, parts: Sequence[tuple[Sequence[int], Iterator[list[Any]]]]
-) -> Iterator[list[Any]]:
-    """Zip per-group batches back into one list of leaves in the data's order."""
-    positions = [p for p, _ in parts]
-    for chunks in zip(*(g for _, g in parts), strict=True):
-        out: list[Any] = [None] * n
-        for where, chunk in zip(positions, chunks, strict=True):
-            for i, value in zip(where, chunk, strict=True):
-                out[i] = value
-        yield out
 
 
 def _timed(source: Generator[Any, None, None], stats: LoaderStats) -> Generator[Any, None, None]:
@@ -401,25 +173,15 @@ def _with_masks(
         source.close()
 
 
-def _describe(leaf: Any) -> str:
-    return f"{type(leaf).__module__.split('.')[0]}.{type(leaf).__name__}"
-
-
 def _probe_rows(target: Target, leaf: Any, order: Order) -> int:
-    """Rows to probe ``target`` with: 1, or one per shard of a JAX sharding's batch axis.
+    """Rows to probe ``target`` with: 1, or one per shard of a sharding's batch axis.
 
     Raises:
         ValueError: the batches (the epoch's last one too) do not split evenly over
             the sharding's batch axis.
     """
-    jax = sys.modules.get("jax")
-    sharding = target.native
-    if jax is None or not isinstance(sharding, jax.sharding.Sharding):
-        return 1
-    devices = len(sharding.device_set)
-    try:
-        shards = devices // sharding.shard_shape((devices, *leaf.shape[1:]))[0]
-    except ValueError:  # another axis does not split: the probe's to_device names the leaf
+    shards = batch_shards(target, leaf)
+    if shards == 1:
         return 1
     b = order.batch_size
     if b % shards:
@@ -434,125 +196,6 @@ def _probe_rows(target: Target, leaf: Any, order: Order) -> int:
             f"{shards} shards of `device`'s batch axis; pass `drop_last=True`."
         )
     return shards
-
-
-def _is_batched_node(x: Any) -> bool:
-    """A container that records its batch size (TensorDict, tensorclass)."""
-    td = sys.modules.get("tensordict")
-    return td is not None and (isinstance(x, td.TensorDictBase) or td.is_tensorclass(x))
-
-
-class Rows:
-    """The data side of a Loader: a flattened pytree, gathered a batch at a time.
-
-    Flattens ``data`` once, checks it, groups the leaves by backend, and builds
-    batches: one backend call per group per batch, then the data's containers
-    around the gathered leaves. Shared by :class:`Loader` and
-    :class:`~looptoolkit.GetItemsDataset`; not part of the public API.
-
-    Raises:
-        ValueError: an empty pytree, a 0-d leaf, no rows, leaves of different
-            leading dimensions (both named, with their sizes).
-        TypeError: a leaf that is not an array (named by its key path).
-    """
-
-    def __init__(self, data: Any) -> None:
-        leaves, spec = _tree.flatten(data)
-        self.n = self._check(leaves, spec)
-        self.leaves: list[Any] = leaves
-        self.spec: optree.PyTreeSpec = spec
-        groups: dict[str, tuple[Backend, list[int]]] = {}
-        for i, leaf in enumerate(leaves):
-            backend = backend_of(leaf)
-            assert backend is not None  # checked above
-            groups.setdefault(backend.name, (backend, []))[1].append(i)
-        # (backend, positions in `leaves`, those leaves)
-        self.groups = [(b, p, [leaves[i] for i in p]) for b, p in groups.values()]
-        self.backends = sorted(groups)
-        # A TensorDict records its batch size, so the batch's containers depend on
-        # the batch's length: then one spec per length, made on first use.
-        nodes, outer = optree.tree_flatten(
-            data, is_leaf=_is_batched_node, none_is_leaf=True, namespace=_tree.NAMESPACE
-        )
-        self._batched = (nodes, outer) if any(map(_is_batched_node, nodes)) else None
-        self._specs: dict[int, optree.PyTreeSpec] = {}
-
-    @staticmethod
-    def _check(leaves: list[Any], spec: optree.PyTreeSpec) -> int:
-        if not leaves:
-            raise ValueError("`data` must hold at least one array, got an empty pytree.")
-        paths: list[str] = []
-        first: tuple[str, int] | None = None
-        for i, leaf in enumerate(leaves):
-            backend = backend_of(leaf)
-            if backend is None or len(getattr(leaf, "shape", ())) == 0:
-                paths = paths or _tree.leaf_paths(spec, "data")
-                if backend is None:
-                    raise TypeError(
-                        f"`data` must hold only arrays; {paths[i]} is a {_describe(leaf)}."
-                    )
-                raise ValueError(
-                    f"`data` leaves need a leading (sample) dimension; {paths[i]} is 0-d."
-                )
-            size = int(backend.length(leaf))
-            if first is None:
-                paths = paths or _tree.leaf_paths(spec, "data")
-                first = (paths[i], size)
-            elif size != first[1]:
-                raise ValueError(
-                    f"`data` leaves must share the leading dimension; {first[0]} has "
-                    f"{first[1]} rows and {paths[i]} has {size}."
-                )
-        assert first is not None
-        if first[1] == 0:
-            raise ValueError("`data` must have at least one row, got leaves of length 0.")
-        return first[1]
-
-    def spec_for(self, length: int) -> optree.PyTreeSpec:
-        """The treespec of a batch of ``length`` rows."""
-        if self._batched is None:
-            return self.spec
-        spec = self._specs.get(length)
-        if spec is None:
-            nodes, outer = self._batched
-            sliced = [x[:length] if _is_batched_node(x) else x for x in nodes]
-            spec = self._specs[length] = _tree.flatten(outer.unflatten(sliced))[1]
-        return spec
-
-    def build(self, leaves: list[Any]) -> Any:
-        """The batch: the data's containers around gathered leaves."""
-        if self._batched is None:
-            return self.spec.unflatten(leaves)
-        return self.spec_for(int(leaves[0].shape[0])).unflatten(leaves)
-
-    def gather(self, batches: Iterator[np.ndarray]) -> Iterator[list[Any]]:
-        """Gathered leaf lists (in the data's leaf order) for each index array."""
-        if len(self.groups) == 1:
-            backend, _, leaves = self.groups[0]
-            return _take_batches(backend, leaves, batches)
-        copies = itertools.tee(batches, len(self.groups))
-        parts = [
-            (positions, _take_batches(backend, leaves, copy))
-            for (backend, positions, leaves), copy in zip(self.groups, copies, strict=True)
-        ]
-        return _merge(len(self.leaves), parts)
-
-    def take(self, idx: np.ndarray) -> Any:
-        """The batch of rows ``idx``."""
-        out: list[Any] = [None] * len(self.leaves)
-        for backend, positions, leaves in self.groups:
-            for i, value in zip(positions, backend.take(leaves, idx), strict=True):
-                out[i] = value
-        return self.build(out)
-
-    def row(self, i: int) -> Any:
-        """Row ``i`` (negative counts from the end), without its batch dimension."""
-        if not -self.n <= i < self.n:
-            raise IndexError(f"index {i} is out of range for {self.n} rows.")
-        if self._batched is None:
-            return self.spec.unflatten([leaf[i] for leaf in self.leaves])
-        nodes, outer = self._batched
-        return outer.unflatten([x[i] for x in nodes])
 
 
 class Loader:
@@ -760,11 +403,10 @@ class Loader:
         for leaves in rows.gather(batches):
             yield to_device(rows.build(leaves), target, dtype=dtype, non_blocking=non_blocking)
 
-    def _moved_cuda(self, batches: Iterator[np.ndarray], cuda: _CudaPipeline) -> Iterator[Any]:
-        """As :meth:`_moved`, with pinned staging and a side stream (background thread)."""
-        torch = cuda.torch
+    def _moved_staged(self, batches: Iterator[np.ndarray], stager: Stager) -> Iterator[Any]:
+        """As :meth:`_moved`, through the backend's staged upload (background thread)."""
         rows = self._rows
-        staged_at = set(cuda.views)
+        staged_at = set(stager.positions)
         groups = []
         for backend, positions, leaves in rows.groups:
             rest = [(i, x) for i, x in zip(positions, leaves, strict=True) if i not in staged_at]
@@ -772,48 +414,48 @@ class Loader:
                 groups.append((backend, [i for i, _ in rest], [x for _, x in rest]))
         copies = itertools.tee(batches, len(groups) + 1)
         parts: list[tuple[Sequence[int], Iterator[list[Any]]]] = [
-            (positions, _take_batches(backend, leaves, copy))
+            (positions, take_batches(backend, leaves, copy))
             for (backend, positions, leaves), copy in zip(groups, copies, strict=False)
         ]
-        parts.append((list(cuda.views), cuda.staged(copies[-1])))
+        parts.append((stager.positions, stager.staged(copies[-1])))
         target, dtype = self._target, self._dtype
         non_blocking = True if self._non_blocking is None else self._non_blocking
-        with torch.cuda.device(cuda.device), torch.cuda.stream(cuda.stream):
-            for k, leaves in enumerate(_merge(len(rows.leaves), parts)):
+        with stager.context():
+            for k, leaves in enumerate(merge(len(rows.leaves), parts)):
                 batch = to_device(
                     rows.build(leaves), target, dtype=dtype, non_blocking=non_blocking
                 )
-                yield batch, cuda.record(k)
+                yield batch, stager.record(k)
 
     def _batches_prefetched(
         self, batches: Iterator[np.ndarray], progress: _Progress
     ) -> Generator[Any, None, None]:
-        cuda = self._cuda_pipeline()
-        if cuda is None:
-            prefetcher = _Prefetcher(self._moved(batches), self.prefetch)
+        stager = self._stager()
+        if stager is None:
+            prefetcher = Prefetcher(self._moved(batches), self.prefetch)
         else:
-            prefetcher = _Prefetcher(self._moved_cuda(batches, cuda), self.prefetch)
+            prefetcher = Prefetcher(self._moved_staged(batches, stager), self.prefetch)
         try:
             get = prefetcher.get
             while True:
                 item = get()
-                if item is _END:
+                if item is END:
                     return
-                if cuda is not None:
-                    item = cuda.hand_over(*item)
+                if stager is not None:
+                    item, token = item
+                    stager.hand_over(_tree.flatten(item)[0], token)
                 progress.consumed += 1
                 yield item
         finally:
             prefetcher.close()
 
-    def _cuda_pipeline(self) -> _CudaPipeline | None:
+    def _stager(self) -> Stager | None:
+        """The backend's staged upload for this loader's device, if it has one."""
         target = self._target
-        if target is None or target.platform != "cuda" or target.home != "torch":
+        if target is None or target.home is None:
             return None
-        if "torch" not in sys.modules:
-            return None
-        pipeline = _CudaPipeline(self._rows, self.batch_size, target, slots=self.prefetch + 1)
-        return pipeline if pipeline.views else None
+        backend = get_backend(target.home)
+        return backend.stager(self._rows.leaves, self.batch_size, target, self.prefetch + 1)
 
     # -- public API ----------------------------------------------------------------------
 

@@ -38,17 +38,20 @@ and ``(2, 0)`` equal).
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
+
+from looptoolkit.adapters import process_group
 
 __all__ = [
     "DEFAULT_GROUP_SIZE",
     "SHUFFLE_MODES",
     "EpochOrder",
     "Order",
+    "batch_count",
+    "epoch_indices",
     "normalize_shuffle",
     "resolve_rank",
 ]
@@ -83,6 +86,52 @@ _STREAM_GROUPS = 1
 _STREAM_CHUNK = 2
 
 
+def batch_count(n: int, batch_size: int, drop_last: bool = False) -> int:
+    """Batches of ``batch_size`` that ``n`` samples make (a last short one unless ``drop_last``).
+
+    The one definition of a batch count: :class:`Order`, the integrations and the
+    comparison pipelines all use it.
+
+    Examples:
+        >>> batch_count(10, 3), batch_count(10, 3, drop_last=True)
+        (4, 3)
+    """
+    return n // batch_size if drop_last else -(-n // batch_size)
+
+
+def epoch_indices(order: Any, epoch: int) -> np.ndarray:
+    """The sample order of ``epoch`` as a 1-D NumPy integer array.
+
+    Args:
+        order: a :class:`looptoolkit.Loader` (``indices(epoch)``), an
+            :class:`Order` (``epoch(epoch).indices()``: this shard's order, as the
+            Loader gathers it), or a function of the epoch returning the order.
+        epoch: the epoch number.
+
+    Returns:
+        The indices, in the order the epoch visits them.
+
+    Raises:
+        TypeError: ``order`` is none of those.
+
+    Examples:
+        >>> epoch_indices(lambda e: np.arange(4)[::-1], 0)
+        array([3, 2, 1, 0])
+    """
+    if callable(getattr(order, "indices", None)):
+        indices = order.indices(epoch)
+    elif callable(getattr(order, "epoch", None)):
+        indices = order.epoch(epoch).indices()
+    elif callable(order):
+        indices = order(epoch)
+    else:
+        raise TypeError(
+            "`order` must be an Order, a Loader or a function of the epoch, "
+            f"got {type(order).__name__}."
+        )
+    return np.asarray(indices)
+
+
 def normalize_shuffle(shuffle: bool | str) -> str:
     """The shuffle mode named by ``shuffle``, one of :data:`SHUFFLE_MODES`.
 
@@ -115,9 +164,9 @@ def normalize_shuffle(shuffle: bool | str) -> str:
 def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
     """``(rank, world_size)`` of this process, validated.
 
-    When both are None they come from ``torch.distributed`` if torch is already
-    imported and a process group is initialised (torch is never imported here),
-    and are ``(0, 1)`` otherwise.
+    When both are None they come from an initialised process group of a framework
+    that is already imported (``torch.distributed``; none is imported here), and
+    are ``(0, 1)`` otherwise.
 
     Args:
         rank: this process's shard, in ``[0, world_size)``, or None.
@@ -138,11 +187,7 @@ def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
         (1, 4)
     """
     if rank is None and world_size is None:
-        torch = sys.modules.get("torch")
-        dist = getattr(torch, "distributed", None) if torch is not None else None
-        if dist is not None and dist.is_available() and dist.is_initialized():
-            return int(dist.get_rank()), int(dist.get_world_size())
-        return 0, 1
+        return process_group() or (0, 1)
     if rank is None or world_size is None:
         raise ValueError(
             "`rank` and `world_size` must both be given or both be None, "
@@ -237,8 +282,7 @@ class Order:
                 or past the padded length.
         """
         per_rank = (self.padded_length - self._check_offset(offset)) // self.world_size
-        full, rest = divmod(per_rank, self.batch_size)
-        return full + (1 if rest and not self.drop_last else 0)
+        return batch_count(per_rank, self.batch_size, self.drop_last)
 
     def __len__(self) -> int:
         return self.num_batches(0)

@@ -8,7 +8,8 @@ to :mod:`looptoolkit.device` (or the Loader) and gets them back for
 optree already handles dict (key order kept), OrderedDict, defaultdict, deque,
 list, tuple and namedtuples (subclasses too). On first sight this module
 registers, in optree's ``"looptoolkit"`` namespace only: dataclasses (frozen too),
-TensorDict and tensorclass, and subclasses of the built-in containers. A
+frameworks' own containers (TensorDict and tensorclass, whose flattening the
+backend provides: ``Backend.container``), and subclasses of the built-in containers. A
 container that cannot be rebuilt as its own type (a dict subclass with its own
 ``__init__``, a read-only mapping, ``torch.Size``) comes back as it is when
 nothing inside it changed, and is otherwise rebuilt as its closest base with a
@@ -30,6 +31,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import optree
+
+from looptoolkit.adapters import container_node
 
 __all__ = [
     "NAMESPACE",
@@ -106,44 +109,6 @@ def _register_dataclass(cls: type) -> None:
         for name, value in zip(names, children, strict=True):
             if value is not _UNSET:
                 object.__setattr__(new, name, value)
-        return new
-
-    _register(cls, flatten_fn, unflatten_fn)
-
-
-# -- TensorDict / tensorclass (only when tensordict is already imported) -------
-
-
-def _common_device(values: Iterable[Any]) -> Any:
-    devices = {v.device for v in values if hasattr(v, "device") and hasattr(v, "is_pinned")}
-    return devices.pop() if len(devices) == 1 else None
-
-
-def _register_tensordict(cls: type) -> None:
-    def flatten_fn(td: Any) -> tuple[list[Any], tuple[Any, ...], list[str]]:
-        keys = list(td.keys())
-        return [td.get(k) for k in keys], (keys, td.batch_size), keys
-
-    def unflatten_fn(meta: tuple[Any, ...], children: Iterable[Any]) -> Any:
-        keys, batch_size = meta
-        values = list(children)
-        return cls(
-            dict(zip(keys, values, strict=True)),
-            batch_size=batch_size,
-            device=_common_device(values),
-        )
-
-    _register(cls, flatten_fn, unflatten_fn)
-
-
-def _register_tensorclass(cls: Any) -> None:
-    def flatten_fn(obj: Any) -> tuple[list[Any], Any, list[str]]:
-        return [obj._tensordict], _Ref(obj), ["_tensordict"]
-
-    def unflatten_fn(ref: _Ref, children: Iterable[Any]) -> Any:
-        (td,) = children
-        new = copy.copy(ref.obj)
-        object.__setattr__(new, "_tensordict", td)
         return new
 
     _register(cls, flatten_fn, unflatten_fn)
@@ -321,14 +286,10 @@ class _Unbuildable(Exception):
 
 def _classify(cls: type) -> bool:
     """Register ``cls`` as a node when it is a container; True when it was registered."""
-    td = sys.modules.get("tensordict")
-    if td is not None:
-        if cls is td.TensorDict:
-            _register_tensordict(cls)
-            return True
-        if td.is_tensorclass(cls):
-            _register_tensorclass(cls)
-            return True
+    node = container_node(cls)  # a framework's own container (TensorDict, tensorclass)
+    if node is not None:
+        _register(cls, *node)
+        return True
     if dataclasses.is_dataclass(cls):
         _register_dataclass(cls)
         return True

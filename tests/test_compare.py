@@ -118,14 +118,14 @@ def test_epochs_are_spread_over_rounds_and_bad_flags_fail(tmp_path, capsys):
 
 
 def _wrong_order(ctx: Context):
-    from looptoolkit.adapters.numpy import numpy_manual
+    from looptoolkit.bench.native_numpy import numpy_manual
 
     # Its own permutation, while claiming to reproduce the Loader's.
     return numpy_manual(ctx.data, ctx.batch_size, seed=99)
 
 
 def _misaligned(ctx: Context):
-    from looptoolkit.adapters.numpy import EpochPipeline
+    from looptoolkit.bench.epochs import EpochPipeline
 
     def epoch(e):
         for start in range(0, ctx.workload.n, ctx.batch_size):

@@ -31,7 +31,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from looptoolkit import ContainerRebuildWarning, TransferError, to_device
-from looptoolkit.device import Target, cast_before_copy, dtype_name, parse_device
+from looptoolkit._dtypes import cast_before_copy, dtype_name
+from looptoolkit._target import Target
+from looptoolkit.device import parse_device
 
 CASES = corpus()
 DEVICES = cpu_devices()

@@ -1,27 +1,53 @@
-"""The examples in docstrings run as written."""
+"""The examples in docstrings run as written, in every module that has them."""
 
 import doctest
 import importlib
+import pkgutil
 
 import pytest
 
-MODULES = {
-    "looptoolkit.device": None,
-    "looptoolkit.tree": None,
-    "looptoolkit.order": None,
-    "looptoolkit.loader": None,
-    "looptoolkit.distributed": None,
-    "looptoolkit.dataset": "torch",
+import looptoolkit
+
+# Modules that need a framework beyond NumPy -> the framework.
+NEEDS = {
+    "looptoolkit.torch_data": "torch",
+    "looptoolkit.tf_data": "tensorflow",
     "looptoolkit.adapters.torch": "torch",
+    "looptoolkit.adapters._torch_cuda": "torch",
     "looptoolkit.adapters.jax": "jax",
     "looptoolkit.adapters.tf": "tensorflow",
+    "looptoolkit.bench.native_torch": "torch",
+    "looptoolkit.bench.native_jax": "jax",
+    "looptoolkit.bench.native_tf": "tensorflow",
 }
+# Modules whose public functions show how they are used: they must have examples.
+WITH_EXAMPLES = {
+    "looptoolkit._dtypes",
+    "looptoolkit._target",
+    "looptoolkit.device",
+    "looptoolkit.order",
+    "looptoolkit.loader",
+    "looptoolkit.distributed",
+    "looptoolkit.torch_data",
+    "looptoolkit.tf_data",
+}
+MODULES = sorted(
+    info.name
+    for info in pkgutil.walk_packages(looptoolkit.__path__, "looptoolkit.")
+    if info.name != "looptoolkit.__main__"
+)
 
 
-@pytest.mark.parametrize("name", sorted(MODULES))
+def test_every_module_with_examples_is_collected():
+    assert WITH_EXAMPLES <= set(MODULES)
+
+
+@pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples(name):
-    if MODULES[name]:
-        pytest.importorskip(MODULES[name])
+    if name in NEEDS:
+        pytest.importorskip(NEEDS[name])
     module = importlib.import_module(name)
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0
+    if name in WITH_EXAMPLES:
+        assert result.attempted > 0, f"{name} lost its examples"

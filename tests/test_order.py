@@ -589,18 +589,17 @@ def test_resolve_rank_does_not_import_torch():
     subprocess.run([sys.executable, "-W", "error", "-c", code], check=True, timeout=60)
 
 
-def test_resolve_rank_reads_an_initialised_torch_process_group(monkeypatch):
-    # A stand-in for an already imported torch; this file never imports torch.
-    dist = types.SimpleNamespace(
-        is_available=lambda: True,
-        is_initialized=lambda: True,
-        get_rank=lambda: 3,
-        get_world_size=lambda: 4,
-    )
-    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(distributed=dist))
+def test_resolve_rank_reads_a_loaded_backends_process_group(monkeypatch):
+    # A stand-in for a loaded framework with a process group; the real one (torch
+    # with gloo ranks) is exercised in tests/test_distributed.py.
+    import looptoolkit.adapters as registry
+
+    group: list[tuple[int, int] | None] = [(3, 4)]
+    backend = types.SimpleNamespace(process_group=lambda: group[0])
+    monkeypatch.setattr(registry, "loaded_backends", lambda: [backend])
     assert resolve_rank(None, None) == (3, 4)
     assert resolve_rank(0, 2) == (0, 2)  # explicit values win
-    dist.is_initialized = lambda: False
+    group[0] = None
     assert resolve_rank(None, None) == (0, 1)
 
 

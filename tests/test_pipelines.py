@@ -6,15 +6,9 @@ import numpy as np
 import pytest
 
 from looptoolkit import Loader
-from looptoolkit.adapters.numpy import (
-    EpochPipeline,
-    epoch_indices,
-    numpy_manual,
-    order_length,
-    pure_python,
-    split_batches,
-)
-from looptoolkit.order import Order
+from looptoolkit.bench.epochs import EpochPipeline, order_length, split_batches
+from looptoolkit.bench.native_numpy import numpy_manual, pure_python
+from looptoolkit.order import Order, epoch_indices
 
 N, B = 103, 10
 SHUFFLES = [True, "grouped", False]
@@ -135,7 +129,7 @@ def test_drop_last_matches_the_loader():
 @pytest.mark.parametrize("shuffle", SHUFFLES)
 def test_torch_dataloaders_yield_the_loaders_batches(shuffle):
     torch = pytest.importorskip("torch")
-    from looptoolkit.adapters.torch import per_sample_dataloader, resident_gather
+    from looptoolkit.bench.native_torch import per_sample_dataloader, resident_gather
 
     data = {k: torch.from_numpy(v) for k, v in make_data().items()}
     expected = loader_epochs(data, shuffle)
@@ -146,8 +140,8 @@ def test_torch_dataloaders_yield_the_loaders_batches(shuffle):
 @pytest.mark.torch
 def test_getitems_dataloader_yields_the_loaders_batches():
     torch = pytest.importorskip("torch")
-    pytest.importorskip("looptoolkit.dataset")
-    from looptoolkit.adapters.torch import getitems_dataloader
+    pytest.importorskip("torch")
+    from looptoolkit.bench.native_torch import getitems_dataloader
 
     data = {k: torch.from_numpy(v) for k, v in make_data().items()}
     expected = loader_epochs(data, True)
@@ -159,7 +153,7 @@ def test_getitems_dataloader_yields_the_loaders_batches():
 @pytest.mark.torch
 def test_torch_loops_with_their_own_order_cover_every_row():
     torch = pytest.importorskip("torch")
-    from looptoolkit.adapters.torch import OrderSampler, per_sample_dataloader, randperm_loop
+    from looptoolkit.bench.native_torch import OrderSampler, per_sample_dataloader, randperm_loop
 
     data = {k: torch.from_numpy(v) for k, v in make_data().items()}
     assert_covers(list(per_sample_dataloader(data, B, seed=1)))
@@ -178,7 +172,7 @@ def test_torch_loops_with_their_own_order_cover_every_row():
 @pytest.mark.slow
 def test_per_sample_dataloader_with_workers_yields_the_loaders_batches():
     torch = pytest.importorskip("torch")
-    from looptoolkit.adapters.torch import per_sample_dataloader
+    from looptoolkit.bench.native_torch import per_sample_dataloader
 
     data = {k: torch.from_numpy(v).clone() for k, v in make_data().items()}
     expected = loader_epochs(data, True)
@@ -200,7 +194,7 @@ def test_per_sample_dataloader_with_workers_yields_the_loaders_batches():
 @pytest.mark.parametrize("shuffle", SHUFFLES)
 def test_jax_pipelines_yield_the_loaders_batches(shuffle):
     jax = pytest.importorskip("jax")
-    from looptoolkit.adapters.jax import host_gather_device_put, resident_gather
+    from looptoolkit.bench.native_jax import host_gather_device_put, resident_gather
 
     data = make_data()
     jax_data = jax.device_put(data)
@@ -214,7 +208,7 @@ def test_jax_pipelines_place_batches_on_a_device_or_sharding():
     jax = pytest.importorskip("jax")
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    from looptoolkit.adapters.jax import host_gather_device_put, naive_loop, resident_gather
+    from looptoolkit.bench.native_jax import host_gather_device_put, naive_loop, resident_gather
 
     mesh = Mesh(np.array(jax.devices()[:1]), ("batch",))
     sharding = NamedSharding(mesh, PartitionSpec("batch"))
@@ -238,7 +232,7 @@ def test_jax_pipelines_place_batches_on_a_device_or_sharding():
 @pytest.mark.parametrize("shuffle", SHUFFLES)
 def test_loader_dataset_yields_the_loaders_batches(shuffle):
     tf = pytest.importorskip("tensorflow")
-    from looptoolkit.adapters.tf import loader_dataset
+    from looptoolkit.tf_data import loader_dataset
 
     data = make_data()
     tf_data = {k: tf.convert_to_tensor(v) for k, v in data.items()}
@@ -254,7 +248,7 @@ def test_loader_dataset_yields_the_loaders_batches(shuffle):
 @pytest.mark.tf
 def test_loader_dataset_from_a_loader_and_with_drop_last():
     tf = pytest.importorskip("tensorflow")
-    from looptoolkit.adapters.tf import loader_dataset
+    from looptoolkit.tf_data import loader_dataset
 
     data = make_data()
     loader = Loader(data, B, seed=3, group_size=16)
@@ -275,7 +269,7 @@ def test_loader_dataset_from_a_loader_and_with_drop_last():
 @pytest.mark.tf
 def test_classic_dataset_covers_every_row_and_reshuffles():
     pytest.importorskip("tensorflow")
-    from looptoolkit.adapters.tf import classic_dataset
+    from looptoolkit.bench.native_tf import classic_dataset
 
     ds = classic_dataset(make_data(), B, seed=1)
     first, second = list(ds), list(ds)

@@ -13,10 +13,31 @@ def test_public_names():
         "ContainerRebuildWarning",
         "GetItemsDataset",
         "Loader",
+        "LoaderStats",
+        "Order",
         "TransferError",
         "__version__",
+        "keep_batch",
+        "loader_dataset",
+        "make_dataloader",
         "to_device",
     }
+
+
+def test_public_names_live_where_the_layout_says():
+    # Each name comes from its module; the integrations need their framework.
+    import importlib
+
+    homes = {
+        "Loader": "looptoolkit.loader",
+        "LoaderStats": "looptoolkit.loader",
+        "Order": "looptoolkit.order",
+        "to_device": "looptoolkit.device",
+        "TransferError": "looptoolkit._errors",
+        "ContainerRebuildWarning": "looptoolkit.tree",
+    }
+    for name, module in homes.items():
+        assert getattr(looptoolkit, name) is getattr(importlib.import_module(module), name)
 
 
 def test_unknown_attribute_raises():

@@ -1,8 +1,12 @@
 """Backends: one module per framework behind one small protocol, found lazily.
 
-The core of looptoolkit never imports a framework. It asks this registry which
-backend owns a leaf (:func:`backend_of`) or for a backend by name
-(:func:`get_backend`). A leaf's owner is found by looking at ``sys.modules``
+The core of looptoolkit never imports a framework and has no framework-specific
+branch. It asks this registry which backend owns a leaf (:func:`backend_of`),
+for a backend by name (:func:`get_backend`), or asks every loaded backend a
+question only a framework can answer: what a ``torch.device`` means
+(:func:`native_target`), whether a type is a framework container such as a
+TensorDict (:func:`container_node`), which process group this process is in
+(:func:`process_group`). A leaf's owner is found by looking at ``sys.modules``
 first: a ``torch.Tensor`` can only exist once torch has been imported, so
 recognising leaves never imports a framework that was not already loaded.
 
@@ -14,20 +18,32 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
 if TYPE_CHECKING:
-    from looptoolkit.device import Target
+    from looptoolkit._target import Target
 
 __all__ = [
     "BACKENDS",
+    "DEVICE_HOMES",
     "Backend",
+    "BackendBase",
+    "Stager",
     "available_backends",
     "backend_of",
+    "batch_shards",
+    "chunked",
+    "container_node",
     "get_backend",
+    "is_batched_node",
+    "loaded_backends",
+    "native_target",
+    "object_backend",
+    "process_group",
 ]
 
 # backend name -> (adapter module, framework's top-level module, pip extra)
@@ -38,6 +54,45 @@ BACKENDS: dict[str, tuple[str, str, str]] = {
     "tf": ("looptoolkit.adapters.tf", "tensorflow", "tf"),
 }
 
+# Device string names -> the backend NumPy leaves go to ("/" stands for tf-style
+# "/GPU:0" names). "cpu" is nobody's: NumPy leaves stay NumPy.
+DEVICE_HOMES: dict[str, str] = {
+    "cuda": "torch",
+    "mps": "torch",
+    "xpu": "torch",
+    "gpu": "jax",
+    "tpu": "jax",
+    "/": "tf",
+}
+
+
+class Stager(Protocol):
+    """A staged upload: host rows gathered into reusable (pinned) buffers, copied ahead.
+
+    A backend offers one (:meth:`Backend.stager`) where it can beat a plain
+    ``move`` of each batch, e.g. torch on CUDA: gather into pinned buffers, copy
+    on a side stream, hand over with an event.
+    """
+
+    positions: list[int]
+    """Positions, in the data's leaves, of the leaves this stager gathers itself."""
+
+    def staged(self, batches: Iterable[np.ndarray]) -> Iterator[list[Any]]:
+        """The staged leaves of each batch (in the order of :attr:`positions`), on the host."""
+        ...
+
+    def context(self) -> AbstractContextManager[Any]:
+        """Where the moves of staged batches run (a side stream); entered by the producer."""
+        ...
+
+    def record(self, k: int) -> Any:
+        """Mark batch ``k``'s copies as queued; returns what :meth:`hand_over` waits on."""
+        ...
+
+    def hand_over(self, leaves: Iterable[Any], token: Any) -> None:
+        """In the consumer's thread: make its stream wait for the batch of ``leaves``."""
+        ...
+
 
 @runtime_checkable
 class Backend(Protocol):
@@ -45,7 +100,8 @@ class Backend(Protocol):
 
     Leaves are handled in lists, one call per backend per batch, so that a
     framework with a high per-call cost (a JAX dispatch, an eager tf op) pays it
-    once per batch, not once per leaf.
+    once per batch, not once per leaf. :class:`BackendBase` gives every optional
+    hook its do-nothing answer.
     """
 
     name: str
@@ -93,6 +149,82 @@ class Backend(Protocol):
     def synchronize(self, target: Target | None = None) -> None:
         """Wait until work queued on the target's device has finished."""
         ...
+
+    def native_target(self, device: Any) -> Target | None:
+        """The :class:`Target` of a device object of this framework, or None if it is not one."""
+        ...
+
+    def resolve_device(self, target: Target) -> Any:
+        """This framework's device for ``target``; raises when it is not present."""
+        ...
+
+    def host_view(self, leaf: Any) -> np.ndarray | None:
+        """A zero-copy NumPy view of a host leaf, or None where there is none."""
+        ...
+
+    def owns_object(self, obj: Any) -> bool:
+        """Whether ``obj`` (not an array, with its own ``.to``) belongs to this framework."""
+        ...
+
+    def container(self, cls: type) -> tuple[Callable[..., Any], Callable[..., Any]] | None:
+        """optree ``(flatten, unflatten)`` functions for a container type of this framework."""
+        ...
+
+    def is_batched_node(self, x: Any) -> bool:
+        """Whether ``x`` is a container that records its batch size (a TensorDict)."""
+        ...
+
+    def process_group(self) -> tuple[int, int] | None:
+        """``(rank, world_size)`` of an initialised process group of this framework."""
+        ...
+
+    def batch_shards(self, target: Target, leaf: Any) -> int:
+        """How many shards ``target`` splits a batch's leading axis into (1: none)."""
+        ...
+
+    def stager(
+        self, leaves: Sequence[Any], batch_size: int, target: Target, slots: int
+    ) -> Stager | None:
+        """A staged upload of these leaves to ``target``, where it beats a plain ``move``."""
+        ...
+
+
+class BackendBase:
+    """The optional hooks of :class:`Backend`, answered for a framework that has none."""
+
+    def native_target(self, device: Any) -> Target | None:
+        """No device objects of its own."""
+        return None
+
+    def host_view(self, leaf: Any) -> np.ndarray | None:
+        """No NumPy view."""
+        return None
+
+    def owns_object(self, obj: Any) -> bool:
+        """No objects of its own."""
+        return False
+
+    def container(self, cls: type) -> tuple[Callable[..., Any], Callable[..., Any]] | None:
+        """No container types of its own."""
+        return None
+
+    def is_batched_node(self, x: Any) -> bool:
+        """No batch-sized containers."""
+        return False
+
+    def process_group(self) -> tuple[int, int] | None:
+        """No process groups."""
+        return None
+
+    def batch_shards(self, target: Target, leaf: Any) -> int:
+        """Batches are not split across devices."""
+        return 1
+
+    def stager(
+        self, leaves: Sequence[Any], batch_size: int, target: Target, slots: int
+    ) -> Stager | None:
+        """No staged upload: batches are moved one ``move`` at a time."""
+        return None
 
 
 def _import_backend(name: str) -> Backend:
@@ -145,6 +277,18 @@ def available_backends() -> list[str]:
     return names
 
 
+def loaded_backends() -> list[Backend]:
+    """The backends whose framework is already imported (imports no framework).
+
+    NumPy's is not among them: it owns no device objects, containers or process groups.
+    """
+    out = []
+    for name, (_, framework, _) in BACKENDS.items():
+        if name != "numpy" and framework in sys.modules:
+            out.append(get_backend(name))
+    return out
+
+
 # type -> owning backend (or None). A type can only be seen once its framework
 # is imported, so a cached None never goes stale for a framework loaded later.
 _owners: dict[type, Backend | None] = {}
@@ -165,15 +309,59 @@ def backend_of(x: object) -> Backend | None:
     if isinstance(x, np.ndarray):
         owner = get_backend("numpy")
     else:
-        for name, (_, framework, _) in BACKENDS.items():
-            if name == "numpy" or framework not in sys.modules:
-                continue
-            backend = get_backend(name)
+        for backend in loaded_backends():
             if backend.is_array(x):
                 owner = backend
                 break
     _owners[cls] = owner
     return owner
+
+
+def native_target(device: Any) -> Target | None:
+    """The :class:`Target` of a framework device object, or None when no backend knows it."""
+    for backend in loaded_backends():
+        target = backend.native_target(device)
+        if target is not None:
+            return target
+    return None
+
+
+def object_backend(obj: Any) -> Backend | None:
+    """The backend whose objects (with their own ``.to``) ``obj`` is, if any."""
+    for backend in loaded_backends():
+        if backend.owns_object(obj):
+            return backend
+    return None
+
+
+def container_node(cls: type) -> tuple[Callable[..., Any], Callable[..., Any]] | None:
+    """optree ``(flatten, unflatten)`` for a framework's container type, else None."""
+    for backend in loaded_backends():
+        node = backend.container(cls)
+        if node is not None:
+            return node
+    return None
+
+
+def is_batched_node(x: Any) -> bool:
+    """Whether ``x`` is a framework container that records its batch size."""
+    return any(backend.is_batched_node(x) for backend in loaded_backends())
+
+
+def process_group() -> tuple[int, int] | None:
+    """``(rank, world_size)`` of an initialised process group, if any framework has one."""
+    for backend in loaded_backends():
+        group = backend.process_group()
+        if group is not None:
+            return group
+    return None
+
+
+def batch_shards(target: Target, leaf: Any) -> int:
+    """How many shards ``target`` splits a batch's leading axis into (1 for one device)."""
+    if target.home is None or target.native is None:
+        return 1
+    return get_backend(target.home).batch_shards(target, leaf)
 
 
 def chunked(items: Iterable[np.ndarray], size: int) -> Iterator[list[np.ndarray]]:

@@ -15,14 +15,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from looptoolkit.adapters import chunked
-from looptoolkit.adapters.numpy import as_numpy_dtype
-from looptoolkit.device import cast_before_copy
+from looptoolkit._dtypes import as_numpy_dtype, cast_before_copy
+from looptoolkit._target import Target
+from looptoolkit.adapters import BackendBase, chunked
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
-
-    from looptoolkit.device import Target
 
 
 @partial(jax.jit, static_argnames=())
@@ -90,10 +88,45 @@ def _check_cast(name: str) -> None:
         )
 
 
-class JaxBackend:
+def _platform(device: Any) -> str:
+    return "cuda" if device.platform in ("gpu", "cuda", "rocm") else str(device.platform)
+
+
+class JaxBackend(BackendBase):
     """Backend for ``jax.Array``."""
 
     name = "jax"
+
+    def native_target(self, device: Any) -> Target | None:
+        """The target of a ``jax.Device`` or a ``jax.sharding.Sharding``."""
+        if isinstance(device, jax.Device):
+            return Target(device, _platform(device), device.id, home="jax", native=device)
+        if isinstance(device, jax.sharding.Sharding):
+            first = next(iter(device.device_set))
+            return Target(device, _platform(first), None, home="jax", native=device)
+        return None
+
+    def resolve_device(self, target: Target) -> Any:
+        """The ``jax.Device`` or ``Sharding`` for ``target``; raises when it is not present."""
+        return resolve_device(target)
+
+    def host_view(self, leaf: jax.Array) -> np.ndarray | None:
+        """A zero-copy NumPy view of an array on one host CPU device, else None."""
+        devices = leaf.devices()
+        if len(devices) != 1 or next(iter(devices)).platform != "cpu":
+            return None
+        return np.asarray(leaf)
+
+    def batch_shards(self, target: Target, leaf: Any) -> int:
+        """Shards of a ``Sharding``'s batch axis (1 for a device, or an axis that does not split)."""
+        sharding = target.native
+        if not isinstance(sharding, jax.sharding.Sharding):
+            return 1
+        devices = len(sharding.device_set)
+        try:
+            return int(devices // sharding.shard_shape((devices, *leaf.shape[1:]))[0])
+        except ValueError:  # another axis does not split: moving the leaf names it
+            return 1
 
     def is_array(self, x: object) -> bool:
         """Whether ``x`` is a JAX array."""
@@ -180,170 +213,3 @@ class JaxBackend:
 
 
 backend = JaxBackend()
-
-
-# =============================================================================
-# Native pipelines for the cross-framework comparison (`looptoolkit compare`)
-#
-# JAX loops the way JAX users write them: a host gather then `jax.device_put`
-# (to a device or a `Sharding`), and a device-resident one with the whole
-# epoch order on the device and one jitted gather per batch; plus the naive
-# `jax.random.permutation` + `jnp.take` loop. Given an `order`, they yield
-# exactly the Loader's batches.
-# =============================================================================
-
-# Imported here, not at the top: this section is appended to the backend module.
-from collections.abc import Iterator  # noqa: E402
-
-from looptoolkit import tree as _tree  # noqa: E402
-from looptoolkit.adapters.numpy import (  # noqa: E402
-    EpochPipeline,
-    epoch_indices,
-    num_batches,
-    order_length,
-    split_batches,
-)
-
-
-def placement(device: Any = None) -> Any:
-    """The ``jax.Device`` or ``Sharding`` for ``device``: a device, a sharding, a string, or None.
-
-    None is JAX's default device; strings are looptoolkit device names
-    (``"cpu"``, ``"gpu"``, ``"cuda:0"``, ``"tpu"``).
-    """
-    if device is None:
-        return jax.devices()[0]
-    from looptoolkit.device import parse_device
-
-    return resolve_device(parse_device(device))
-
-
-def _host_leaves(data: Any) -> tuple[list[np.ndarray], Any]:
-    leaves, spec = _tree.flatten(data)
-    return [np.asarray(leaf) for leaf in leaves], spec
-
-
-def _index_dtype(n: int) -> Any:
-    # int32 unless the data needs more (JAX without x64 has no int64 arrays).
-    return np.int32 if n < 2**31 else np.int64
-
-
-def host_gather_device_put(
-    data: Any,
-    batch_size: int,
-    *,
-    order: Any,
-    device: Any = None,
-    drop_last: bool = False,
-) -> EpochPipeline:
-    """Gather on the host with NumPy, then one ``jax.device_put`` of the batch.
-
-    The common JAX input loop for in-memory data: rows are gathered from host
-    arrays (``np.take``), and the whole batch (every leaf) is put on ``device``
-    with one ``jax.device_put``; with a ``jax.sharding.Sharding`` it is split
-    across its devices.
-
-    Args:
-        data: a pytree of NumPy (or JAX, read back once) arrays.
-        batch_size: rows per batch (divisible by the sharding's batch axis when
-            sharded).
-        order: an ``Order``, a ``Loader`` or a function of the epoch.
-        device: a ``jax.Device``, a ``Sharding``, a device string, or None (default device).
-        drop_last: drop the last partial batch.
-
-    Returns:
-        An :class:`~looptoolkit.adapters.numpy.EpochPipeline` of batches of JAX arrays.
-    """
-    leaves, spec = _host_leaves(data)
-    n = int(leaves[0].shape[0])
-    where = placement(device)
-
-    def epoch_fn(epoch: int) -> Iterator[Any]:
-        for idx in split_batches(epoch_indices(order, epoch), batch_size, drop_last):
-            batch = [np.take(leaf, idx, axis=0) for leaf in leaves]
-            yield _tree.unflatten(spec, jax.device_put(batch, where))
-
-    length = order_length(order, n, batch_size, drop_last)
-    return EpochPipeline(epoch_fn, length, name="host_gather_device_put")
-
-
-@partial(jax.jit, static_argnames=("size",))
-def _slice_take(
-    leaves: list[jax.Array], order: jax.Array, start: jax.Array, size: int
-) -> list[jax.Array]:
-    idx = jax.lax.dynamic_slice_in_dim(order, start, size)
-    return [jnp.take(leaf, idx, axis=0, mode="clip") for leaf in leaves]
-
-
-def resident_gather(
-    data: Any,
-    batch_size: int,
-    *,
-    order: Any,
-    device: Any = None,
-    drop_last: bool = False,
-) -> EpochPipeline:
-    """Device-resident data and order; one jitted gather per batch.
-
-    The data is put on ``device`` once. Each epoch's order is put there once;
-    each batch is one jitted call that slices the order and gathers every leaf
-    (one dispatch per batch, whatever the number of leaves).
-
-    Args:
-        data: a pytree of NumPy or JAX arrays.
-        batch_size: rows per batch.
-        order: an ``Order``, a ``Loader`` or a function of the epoch.
-        device: a ``jax.Device``, a ``Sharding``, a device string, or None (default device).
-        drop_last: drop the last partial batch.
-
-    Returns:
-        An :class:`~looptoolkit.adapters.numpy.EpochPipeline` of batches of JAX arrays.
-    """
-    leaves, spec = _tree.flatten(data)
-    where = placement(device)
-    resident = jax.device_put(list(leaves), where)
-    n = int(resident[0].shape[0])
-    index_dtype = _index_dtype(n)
-
-    def epoch_fn(epoch: int) -> Iterator[Any]:
-        host = epoch_indices(order, epoch).astype(index_dtype)
-        m = len(host)
-        indices = jax.device_put(host, where)
-        stop = m - m % batch_size if drop_last else m
-        for start in range(0, stop, batch_size):
-            size = min(batch_size, m - start)
-            yield _tree.unflatten(spec, _slice_take(resident, indices, start, size))
-
-    length = order_length(order, n, batch_size, drop_last)
-    return EpochPipeline(epoch_fn, length, name="resident_gather")
-
-
-def naive_loop(
-    data: Any, batch_size: int, *, seed: int = 0, drop_last: bool = False
-) -> EpochPipeline:
-    """The naive JAX loop: ``jax.random.permutation`` per epoch, eager ``jnp.take`` per leaf.
-
-    What a first JAX input loop looks like; the order is JAX's, not the Loader's.
-
-    Args:
-        data: a pytree of NumPy or JAX arrays (put on the default device once).
-        batch_size: rows per batch.
-        seed: ``jax.random.key(seed)``, folded with the epoch number.
-        drop_last: drop the last partial batch.
-
-    Returns:
-        An :class:`~looptoolkit.adapters.numpy.EpochPipeline` of batches of JAX arrays.
-    """
-    leaves, spec = _tree.flatten(data)
-    arrays = [jnp.asarray(leaf) for leaf in leaves]
-    n = int(arrays[0].shape[0])
-    key = jax.random.key(seed)
-
-    def epoch_fn(epoch: int) -> Iterator[Any]:
-        perm = jax.random.permutation(jax.random.fold_in(key, epoch), n)
-        stop = n - n % batch_size if drop_last else n
-        for start in range(0, stop, batch_size):
-            idx = perm[start : start + batch_size]
-            yield _tree.unflatten(spec, [jnp.take(x, idx, axis=0) for x in arrays])
-
-    return EpochPipeline(epoch_fn, num_batches(n, batch_size, drop_last), name="naive_loop")

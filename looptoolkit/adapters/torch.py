@@ -10,8 +10,10 @@ before anything is returned.
 
 from __future__ import annotations
 
+import copy
+import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
@@ -19,13 +21,13 @@ import numpy as np
 import torch
 from torch._utils import _flatten_dense_tensors
 
-from looptoolkit.adapters import chunked
-from looptoolkit.device import cast_before_copy
+from looptoolkit._dtypes import cast_before_copy
+from looptoolkit._target import Target
+from looptoolkit.adapters import BackendBase, Stager, chunked
+from looptoolkit.adapters._torch_cuda import CudaStager
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
-
-    from looptoolkit.device import Target
+    from collections.abc import Iterator
 
 # Leaves at most this large are packed; larger ones are copied on their own.
 PACK_MAX_BYTES = 256 * 1024
@@ -131,14 +133,6 @@ def resolve_device(target: Target) -> torch.device:
     return device
 
 
-def _same_device(a: torch.device, b: torch.device) -> bool:
-    if a.type != b.type:
-        return False
-    if a.type == "cpu":
-        return True
-    return (a.index or 0) == (b.index or 0) if None in (a.index, b.index) else a.index == b.index
-
-
 def _with_index(device: torch.device) -> torch.device:
     """``device`` with its index filled in, so that ``tensor.device == device`` is exact."""
     if device.index is not None or device.type == "cpu":
@@ -209,10 +203,127 @@ def _host_view(leaf: torch.Tensor) -> np.ndarray | None:
         return None
 
 
-class TorchBackend:
-    """Backend for ``torch.Tensor``."""
+class _Ref:
+    """Carries an object as treespec metadata, compared by identity."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Ref) and other.obj is self.obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+
+def _common_device(values: Iterable[Any]) -> Any:
+    devices = {v.device for v in values if isinstance(v, torch.Tensor)}
+    return devices.pop() if len(devices) == 1 else None
+
+
+def _tensordict_node(cls: type) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    def flatten_fn(td: Any) -> tuple[list[Any], tuple[Any, ...], list[str]]:
+        keys = list(td.keys())
+        return [td.get(k) for k in keys], (keys, td.batch_size), keys
+
+    def unflatten_fn(meta: tuple[Any, ...], children: Iterable[Any]) -> Any:
+        keys, batch_size = meta
+        values = list(children)
+        return cls(
+            dict(zip(keys, values, strict=True)),
+            batch_size=batch_size,
+            device=_common_device(values),
+        )
+
+    return flatten_fn, unflatten_fn
+
+
+def _tensorclass_node() -> tuple[Callable[..., Any], Callable[..., Any]]:
+    def flatten_fn(obj: Any) -> tuple[list[Any], Any, list[str]]:
+        return [obj._tensordict], _Ref(obj), ["_tensordict"]
+
+    def unflatten_fn(ref: _Ref, children: Iterable[Any]) -> Any:
+        (td,) = children
+        new = copy.copy(ref.obj)
+        object.__setattr__(new, "_tensordict", td)
+        return new
+
+    return flatten_fn, unflatten_fn
+
+
+def _stageable(leaf: Any) -> np.ndarray | None:
+    """A host NumPy view of a tensor or NumPy array that torch can wrap, or None."""
+    if isinstance(leaf, torch.Tensor):
+        return _host_view(leaf)
+    if not isinstance(leaf, np.ndarray):
+        return None
+    view = leaf.view(np.ndarray) if isinstance(leaf, np.memmap) else leaf
+    try:
+        torch.from_numpy(np.empty(0, view.dtype))
+    except (TypeError, ValueError):  # a dtype torch lacks, a non-native byte order
+        return None
+    return view
+
+
+class TorchBackend(BackendBase):
+    """Backend for ``torch.Tensor`` (and, for containers, TensorDict and tensorclass)."""
 
     name = "torch"
+
+    def native_target(self, device: Any) -> Target | None:
+        """The target of a ``torch.device``."""
+        if isinstance(device, torch.device):
+            return Target(device, device.type, device.index, home="torch", native=device)
+        return None
+
+    def resolve_device(self, target: Target) -> torch.device:
+        """The ``torch.device`` for ``target``; raises when that device is not present."""
+        return resolve_device(target)
+
+    def host_view(self, leaf: torch.Tensor) -> np.ndarray | None:
+        """A zero-copy NumPy view of a host tensor NumPy can gather from, else None."""
+        return _host_view(leaf)
+
+    def owns_object(self, obj: Any) -> bool:
+        """torch and tensordict objects (an ``nn.Module``, a TensorDict) take a ``torch.device``."""
+        root = type(obj).__module__.partition(".")[0]
+        return root in ("torch", "tensordict") or isinstance(obj, torch.nn.Module)
+
+    def container(self, cls: type) -> tuple[Callable[..., Any], Callable[..., Any]] | None:
+        """TensorDict and tensorclass types (only when tensordict is already imported)."""
+        td = sys.modules.get("tensordict")
+        if td is None:
+            return None
+        if cls is td.TensorDict:
+            return _tensordict_node(cls)
+        if td.is_tensorclass(cls):
+            return _tensorclass_node()
+        return None
+
+    def is_batched_node(self, x: Any) -> bool:
+        """TensorDict and tensorclass instances record their batch size."""
+        td = sys.modules.get("tensordict")
+        return td is not None and (isinstance(x, td.TensorDictBase) or td.is_tensorclass(x))
+
+    def process_group(self) -> tuple[int, int] | None:
+        """Rank and world size of an initialised ``torch.distributed`` process group."""
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank()), int(dist.get_world_size())
+        return None
+
+    def stager(
+        self, leaves: Sequence[Any], batch_size: int, target: Target, slots: int
+    ) -> Stager | None:
+        """On CUDA: gather into pinned buffers, copy on a side stream (see ``_torch_cuda``)."""
+        if target.platform != "cuda" or target.home != "torch":
+            return None
+        views = [(i, v) for i, v in enumerate(map(_stageable, leaves)) if v is not None]
+        if not views:
+            return None
+        return CudaStager(views, batch_size, resolve_device(target), slots)
 
     def is_array(self, x: object) -> bool:
         """Whether ``x`` is a torch tensor."""
@@ -387,281 +498,3 @@ class TorchBackend:
 
 
 backend = TorchBackend()
-
-
-# =============================================================================
-# Native pipelines for the cross-framework comparison (`looptoolkit compare`)
-#
-# `torch.utils.data.DataLoader` the way PyTorch users run it: per-sample
-# `__getitem__` + `default_collate` (the default), and over `GetItemsDataset`
-# (one `__getitems__` gather per batch); plus `torch.randperm` + indexing. Given
-# an `order`, the DataLoaders yield exactly the Loader's batches for the seed.
-# =============================================================================
-
-# Imported here, not at the top: this section is appended to the backend module.
-from collections.abc import Iterator  # noqa: E402
-
-from torch.utils.data import DataLoader, Dataset, Sampler  # noqa: E402
-
-from looptoolkit import tree as _tree  # noqa: E402
-from looptoolkit.adapters.numpy import (  # noqa: E402
-    EpochPipeline,
-    epoch_indices,
-    num_batches,
-    order_length,
-)
-
-
-def as_torch(x: Any) -> torch.Tensor:
-    """A torch tensor for a NumPy array (zero-copy) or a tensor (as is)."""
-    if isinstance(x, torch.Tensor):
-        return x
-    return from_numpy(np.asarray(x))
-
-
-class PerSampleDataset(Dataset):
-    """A map-style dataset over a pytree of tensors that returns one row at a time.
-
-    What ``torch.utils.data.TensorDataset`` does, for any pytree: ``dataset[i]``
-    is the tree of row ``i``, and ``DataLoader``'s ``default_collate`` stacks
-    the rows of a batch. It has no ``__getitems__``, so ``DataLoader`` calls
-    ``__getitem__`` once per sample: the per-sample path users run by default.
-
-    Args:
-        data: a pytree of tensors or NumPy arrays (turned into tensors without a
-            copy) sharing the leading dimension.
-    """
-
-    def __init__(self, data: Any) -> None:
-        leaves, self._spec = _tree.flatten(data)
-        self._leaves = [as_torch(leaf) for leaf in leaves]
-        sizes = {int(leaf.shape[0]) for leaf in self._leaves}
-        if len(sizes) != 1:
-            raise ValueError(
-                f"every leaf of `data` must have the same length, got {sorted(sizes)}."
-            )
-        self._n = sizes.pop()
-
-    def __len__(self) -> int:
-        return self._n
-
-    def __getitem__(self, i: int) -> Any:
-        return _tree.unflatten(self._spec, [leaf[i] for leaf in self._leaves])
-
-
-class OrderSampler(Sampler[int]):
-    """A sampler that yields the epoch orders of an ``Order`` (or a ``Loader``).
-
-    Each ``iter()`` is the next epoch, as ``DataLoader`` asks for one iterator
-    per epoch; ``set_epoch(e)`` chooses the next one, like ``DistributedSampler``.
-
-    Args:
-        order: an ``Order``, a ``Loader`` or a function of the epoch returning
-            the sample order.
-        n: samples per epoch.
-        start_epoch: the epoch of the first ``iter()``.
-    """
-
-    def __init__(self, order: Any, n: int, *, start_epoch: int = 0) -> None:
-        self.order = order
-        self.n = n
-        self.epoch = start_epoch
-
-    def set_epoch(self, epoch: int) -> None:
-        """Make ``epoch`` the one the next ``iter()`` yields."""
-        self.epoch = epoch
-
-    def __iter__(self) -> Iterator[int]:
-        epoch, self.epoch = self.epoch, self.epoch + 1
-        return iter(epoch_indices(self.order, epoch).tolist())
-
-    def __len__(self) -> int:
-        return self.n
-
-
-def keep_batch(batch: Any) -> Any:
-    """``collate_fn`` for a dataset whose ``__getitems__`` already returns the batch."""
-    return batch
-
-
-def _sampling(
-    n: int, order: Any, shuffle: bool, seed: int
-) -> tuple[Sampler[int] | None, bool, torch.Generator | None]:
-    if order is not None:
-        return OrderSampler(order, n), False, None
-    return None, shuffle, torch.Generator().manual_seed(seed) if shuffle else None
-
-
-def _dataloader(
-    dataset: Any,
-    batch_size: int,
-    order: Any,
-    shuffle: bool,
-    seed: int,
-    drop_last: bool,
-    num_workers: int,
-    kwargs: dict[str, Any],
-) -> DataLoader:
-    """A ``DataLoader`` over ``dataset`` in the Loader's order, or DataLoader's own."""
-    sampler, shuffle, generator = _sampling(len(dataset), order, shuffle, seed)
-    return DataLoader(
-        dataset,
-        batch_size=batch_size,
-        shuffle=shuffle,
-        sampler=sampler,
-        generator=generator,
-        drop_last=drop_last,
-        num_workers=num_workers,
-        **kwargs,
-    )
-
-
-def per_sample_dataloader(
-    data: Any,
-    batch_size: int,
-    *,
-    order: Any = None,
-    shuffle: bool = True,
-    seed: int = 0,
-    drop_last: bool = False,
-    num_workers: int = 0,
-    **kwargs: Any,
-) -> DataLoader:
-    """``DataLoader`` over :class:`PerSampleDataset`: one ``__getitem__`` per sample.
-
-    The loop PyTorch users write by default. With ``order`` the samples come in
-    the Loader's order (an :class:`OrderSampler`), so the batches equal the
-    Loader's; without it, ``shuffle=True`` is DataLoader's own ``RandomSampler``
-    seeded with ``seed``.
-
-    Args:
-        data: a pytree of tensors or NumPy arrays.
-        batch_size: samples per batch.
-        order: an ``Order``, a ``Loader`` or a function of the epoch.
-        shuffle: without ``order``: DataLoader's ``shuffle``.
-        seed: without ``order``: seeds DataLoader's generator.
-        drop_last: drop the last partial batch.
-        num_workers: DataLoader worker processes.
-        **kwargs: passed to ``DataLoader`` (``pin_memory``, ``persistent_workers``,
-            ``multiprocessing_context``, ...).
-
-    Returns:
-        The ``DataLoader``; each ``iter()`` is the next epoch.
-    """
-    return _dataloader(
-        PerSampleDataset(data), batch_size, order, shuffle, seed, drop_last, num_workers, kwargs
-    )
-
-
-def getitems_dataloader(
-    data: Any,
-    batch_size: int,
-    *,
-    order: Any = None,
-    shuffle: bool = True,
-    seed: int = 0,
-    drop_last: bool = False,
-    num_workers: int = 0,
-    **kwargs: Any,
-) -> DataLoader:
-    """``DataLoader`` over :class:`looptoolkit.GetItemsDataset`: one gather per batch.
-
-    DataLoader's sampler and ``BatchSampler`` still build each batch as a list of
-    ints, which ``__getitems__`` gathers in one call; ``collate_fn`` passes the
-    gathered batch through. With ``order`` the batches equal the Loader's.
-
-    Args:
-        data: a pytree of tensors or NumPy arrays.
-        batch_size: samples per batch.
-        order: an ``Order``, a ``Loader`` or a function of the epoch.
-        shuffle: without ``order``: DataLoader's ``shuffle``.
-        seed: without ``order``: seeds DataLoader's generator.
-        drop_last: drop the last partial batch.
-        num_workers: DataLoader worker processes.
-        **kwargs: passed to ``DataLoader``.
-
-    Returns:
-        The ``DataLoader``; each ``iter()`` is the next epoch.
-    """
-    from looptoolkit.dataset import GetItemsDataset
-
-    kwargs.setdefault("collate_fn", keep_batch)
-    return _dataloader(
-        GetItemsDataset(data), batch_size, order, shuffle, seed, drop_last, num_workers, kwargs
-    )
-
-
-def randperm_loop(
-    data: Any, batch_size: int, *, seed: int = 0, drop_last: bool = False
-) -> EpochPipeline:
-    """``torch.randperm`` per epoch, then ``leaf[idx]`` per leaf per batch.
-
-    The loop a PyTorch user writes by hand for in-memory tensors (torch's own
-    indexing, with its OpenMP threads). The order is torch's, not the Loader's.
-
-    Args:
-        data: a pytree of tensors or NumPy arrays (on any one device).
-        batch_size: rows per batch.
-        seed: seeds the ``torch.Generator`` once; each epoch draws the next permutation.
-        drop_last: drop the last partial batch.
-
-    Returns:
-        An :class:`~looptoolkit.adapters.numpy.EpochPipeline` of batches shaped like ``data``.
-    """
-    leaves, spec = _tree.flatten(data)
-    tensors = [as_torch(leaf) for leaf in leaves]
-    n = int(tensors[0].shape[0])
-    device = tensors[0].device
-    generator = torch.Generator(device=device if device.type == "cuda" else "cpu")
-    generator.manual_seed(seed)
-
-    def epoch_fn(epoch: int) -> Iterator[Any]:
-        perm = torch.randperm(n, generator=generator, device=generator.device)
-        stop = n - n % batch_size if drop_last else n
-        for start in range(0, stop, batch_size):
-            idx = perm[start : start + batch_size]
-            yield _tree.unflatten(spec, [t[idx] for t in tensors])
-
-    return EpochPipeline(epoch_fn, num_batches(n, batch_size, drop_last), name="randperm_loop")
-
-
-def resident_gather(
-    data: Any,
-    batch_size: int,
-    *,
-    order: Any,
-    device: Any = None,
-    drop_last: bool = False,
-) -> EpochPipeline:
-    """Device-resident data, ``index_select`` on the device: the bare on-device gather.
-
-    The data is copied to ``device`` once; each epoch's order is copied once;
-    each batch is one ``index_select`` per leaf on a slice of it. The reference
-    loop for a device-resident Loader.
-
-    Args:
-        data: a pytree of tensors or NumPy arrays.
-        batch_size: rows per batch.
-        order: an ``Order``, a ``Loader`` or a function of the epoch.
-        device: where the data lives (default: where it is).
-        drop_last: drop the last partial batch.
-
-    Returns:
-        An :class:`~looptoolkit.adapters.numpy.EpochPipeline` of batches on ``device``.
-    """
-    leaves, spec = _tree.flatten(data)
-    tensors = [as_torch(leaf) for leaf in leaves]
-    if device is not None:
-        tensors = [t.to(device) for t in tensors]
-    on = tensors[0].device
-    n = int(tensors[0].shape[0])
-
-    def epoch_fn(epoch: int) -> Iterator[Any]:
-        indices = torch.from_numpy(epoch_indices(order, epoch).astype(np.int64)).to(on)
-        m = len(indices)
-        for start in range(0, m - m % batch_size if drop_last else m, batch_size):
-            idx = indices[start : start + batch_size]
-            yield _tree.unflatten(spec, [t.index_select(0, idx) for t in tensors])
-
-    length = order_length(order, n, batch_size, drop_last)
-    return EpochPipeline(epoch_fn, length, name="resident_gather")

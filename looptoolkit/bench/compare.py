@@ -335,7 +335,8 @@ def check_batches(
     full batches (the last may be partial), every row at most once (every row
     exactly once over a whole epoch), each leaf's rows matching the row ids.
     """
-    from looptoolkit.adapters.numpy import epoch_indices, split_batches
+    from looptoolkit.bench.epochs import split_batches
+    from looptoolkit.order import epoch_indices
 
     ready = ready_fn(variant.backend)
     convert = variant.convert

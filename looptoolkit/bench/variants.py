@@ -238,26 +238,26 @@ def _loader(ctx: Context, *, shuffle: str, **kwargs: Any) -> Iterable[Any]:
 
 
 def _pure_python(ctx: Context) -> Iterable[Any]:
-    from looptoolkit.adapters.numpy import pure_python
+    from looptoolkit.bench.native_numpy import pure_python
 
     return pure_python(ctx.data, ctx.batch_size, seed=ctx.seed)
 
 
 def _numpy_manual(ctx: Context) -> Iterable[Any]:
-    from looptoolkit.adapters.numpy import numpy_manual
+    from looptoolkit.bench.native_numpy import numpy_manual
 
-    return numpy_manual(ctx.data, ctx.batch_size, seed=ctx.seed)
+    return numpy_manual(ctx.data, ctx.batch_size, seed=ctx.seed, gather="index")
 
 
 def _randperm(ctx: Context) -> Iterable[Any]:
-    from looptoolkit.adapters.torch import randperm_loop
+    from looptoolkit.bench.native_torch import randperm_loop
 
     return randperm_loop(ctx.data, ctx.batch_size, seed=ctx.seed)
 
 
 def _per_sample(workers: int) -> Factory:
     def factory(ctx: Context) -> Iterable[Any]:
-        from looptoolkit.adapters.torch import per_sample_dataloader
+        from looptoolkit.bench.native_torch import per_sample_dataloader
 
         kwargs: dict[str, Any] = {}
         data = ctx.data
@@ -277,13 +277,13 @@ def _per_sample(workers: int) -> Factory:
 
 
 def _getitems(ctx: Context) -> Iterable[Any]:
-    from looptoolkit.adapters.torch import getitems_dataloader
+    from looptoolkit.bench.native_torch import getitems_dataloader
 
     return getitems_dataloader(ctx.data, ctx.batch_size, order=ctx.order("full"))
 
 
 def _make_dataloader(ctx: Context) -> Iterable[Any]:
-    from looptoolkit.dataset import make_dataloader
+    from looptoolkit.torch_data import make_dataloader
 
     return make_dataloader(ctx.data, ctx.batch_size, shuffle=True, seed=ctx.seed)
 
@@ -298,7 +298,7 @@ def _loader_torch_resident(ctx: Context) -> Iterable[Any]:
 
 
 def _torch_resident_gather(ctx: Context) -> Iterable[Any]:
-    from looptoolkit.adapters.torch import resident_gather
+    from looptoolkit.bench.native_torch import resident_gather
 
     return resident_gather(
         ctx.data, ctx.batch_size, order=ctx.order("full"), device=torch_device(ctx.device)
@@ -306,13 +306,13 @@ def _torch_resident_gather(ctx: Context) -> Iterable[Any]:
 
 
 def _jax_naive(ctx: Context) -> Iterable[Any]:
-    from looptoolkit.adapters.jax import naive_loop
+    from looptoolkit.bench.native_jax import naive_loop
 
     return naive_loop(ctx.data, ctx.batch_size, seed=ctx.seed)
 
 
 def _jax_device_put(ctx: Context) -> Iterable[Any]:
-    from looptoolkit.adapters.jax import host_gather_device_put
+    from looptoolkit.bench.native_jax import host_gather_device_put
 
     return host_gather_device_put(
         ctx.workload.data, ctx.batch_size, order=ctx.order("full"), device=jax_device(ctx.device)
@@ -320,7 +320,7 @@ def _jax_device_put(ctx: Context) -> Iterable[Any]:
 
 
 def _jax_resident(ctx: Context) -> Iterable[Any]:
-    from looptoolkit.adapters.jax import resident_gather
+    from looptoolkit.bench.native_jax import resident_gather
 
     return resident_gather(
         ctx.data, ctx.batch_size, order=ctx.order("full"), device=jax_device(ctx.device)
@@ -328,13 +328,13 @@ def _jax_resident(ctx: Context) -> Iterable[Any]:
 
 
 def _tf_classic(ctx: Context) -> Iterable[Any]:
-    from looptoolkit.adapters.tf import classic_dataset
+    from looptoolkit.bench.native_tf import classic_dataset
 
     return classic_dataset(ctx.data, ctx.batch_size, seed=ctx.seed)
 
 
 def _tf_loader_dataset(ctx: Context) -> Iterable[Any]:
-    from looptoolkit.adapters.tf import loader_dataset
+    from looptoolkit.tf_data import loader_dataset
 
     device = "/GPU:0" if ctx.accelerated else None
     return loader_dataset(ctx.data, ctx.batch_size, order=ctx.order("full"), device=device)
@@ -369,10 +369,10 @@ VARIANTS: list[Variant] = [
             "DataLoader per-sample, 2 workers (persistent, forkserver)",
             _per_sample(2), slow=True, requires=_ORDER),
     Variant("dataloader-getitems", "torch", "DataLoader over GetItemsDataset (__getitems__)",
-            _getitems, requires=("looptoolkit.dataset", *_ORDER)),
+            _getitems, requires=("looptoolkit.torch_data", *_ORDER)),
     Variant("dataloader-getitems-batched", "torch",
             "make_dataloader: GetItemsDataset + the Loader's batch sampler (index arrays)",
-            _make_dataloader, requires=("looptoolkit.dataset",)),
+            _make_dataloader, requires=("looptoolkit.torch_data",)),
     Variant("loader-torch", "torch", "Loader on torch data (+ pinned non-blocking copy on GPU)",
             _loader_torch, requires=_LOADER),
     Variant("loader-torch-resident", "torch", "Loader, data resident on the GPU",

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
-from looptoolkit.loader import Rows
+from looptoolkit._rows import Rows
 from looptoolkit.order import Order, resolve_rank
 
 __all__ = ["GetItemsDataset", "OrderBatchSampler", "keep_batch", "make_dataloader"]

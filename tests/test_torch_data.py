@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from looptoolkit import GetItemsDataset, Loader  # noqa: E402
-from looptoolkit.dataset import OrderBatchSampler, make_dataloader  # noqa: E402
+from looptoolkit.torch_data import OrderBatchSampler, make_dataloader  # noqa: E402
 from looptoolkit.order import Order  # noqa: E402
 
 
@@ -98,7 +98,7 @@ def test_make_dataloader_passes_dataloader_options():
 def test_plain_dataloader_with_keep_batch_gathers_whole_batches():
     from torch.utils.data import DataLoader
 
-    from looptoolkit.dataset import keep_batch
+    from looptoolkit.torch_data import keep_batch
 
     n = 37
     data = {"x": np.arange(n * 2).reshape(n, 2), "y": torch.arange(n)}

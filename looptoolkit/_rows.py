@@ -1,0 +1,166 @@
+"""Rows: the data side of the Loader, gathered a batch at a time.
+
+Between the order and the transfer in the data flow: :class:`Rows` flattens the
+user's ``data`` once, checks it (every leaf an array with the same leading
+dimension, named by key path when not), groups the leaves by backend, and for
+each batch of indices from :mod:`looptoolkit.order` makes one gather call per
+backend, then rebuilds the data's containers around the gathered leaves. The
+batch goes on to :func:`looptoolkit.to_device` (or straight to the loop).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import optree
+
+from looptoolkit import tree as _tree
+from looptoolkit.adapters import Backend, backend_of, is_batched_node
+
+__all__ = ["Rows", "take_batches"]
+
+
+def take_batches(
+    backend: Backend, leaves: list[Any], batches: Iterable[np.ndarray]
+) -> Iterator[list[Any]]:
+    """Gathered ``leaves`` for each index array of ``batches``, one backend call each."""
+    take_batches = getattr(backend, "take_batches", None)
+    if take_batches is not None:
+        gathered: Iterator[list[Any]] = take_batches(leaves, batches)
+        return gathered
+    return (backend.take(leaves, idx) for idx in batches)
+
+
+def merge(
+    n: int, parts: Sequence[tuple[Sequence[int], Iterator[list[Any]]]]
+) -> Iterator[list[Any]]:
+    """Zip per-group batches back into one list of leaves in the data's order."""
+    positions = [p for p, _ in parts]
+    for chunks in zip(*(g for _, g in parts), strict=True):
+        out: list[Any] = [None] * n
+        for where, chunk in zip(positions, chunks, strict=True):
+            for i, value in zip(where, chunk, strict=True):
+                out[i] = value
+        yield out
+
+
+def _describe(leaf: Any) -> str:
+    return f"{type(leaf).__module__.split('.')[0]}.{type(leaf).__name__}"
+
+
+class Rows:
+    """The data side of a Loader: a flattened pytree, gathered a batch at a time.
+
+    Flattens ``data`` once, checks it, groups the leaves by backend, and builds
+    batches: one backend call per group per batch, then the data's containers
+    around the gathered leaves. Shared by :class:`Loader` and
+    :class:`~looptoolkit.GetItemsDataset`; not part of the public API.
+
+    Raises:
+        ValueError: an empty pytree, a 0-d leaf, no rows, leaves of different
+            leading dimensions (both named, with their sizes).
+        TypeError: a leaf that is not an array (named by its key path).
+    """
+
+    def __init__(self, data: Any) -> None:
+        leaves, spec = _tree.flatten(data)
+        self.n = self._check(leaves, spec)
+        self.leaves: list[Any] = leaves
+        self.spec: optree.PyTreeSpec = spec
+        groups: dict[str, tuple[Backend, list[int]]] = {}
+        for i, leaf in enumerate(leaves):
+            backend = backend_of(leaf)
+            assert backend is not None  # checked above
+            groups.setdefault(backend.name, (backend, []))[1].append(i)
+        # (backend, positions in `leaves`, those leaves)
+        self.groups = [(b, p, [leaves[i] for i in p]) for b, p in groups.values()]
+        self.backends = sorted(groups)
+        # A TensorDict records its batch size, so the batch's containers depend on
+        # the batch's length: then one spec per length, made on first use.
+        nodes, outer = optree.tree_flatten(
+            data, is_leaf=is_batched_node, none_is_leaf=True, namespace=_tree.NAMESPACE
+        )
+        self._batched = (nodes, outer) if any(map(is_batched_node, nodes)) else None
+        self._specs: dict[int, optree.PyTreeSpec] = {}
+
+    @staticmethod
+    def _check(leaves: list[Any], spec: optree.PyTreeSpec) -> int:
+        if not leaves:
+            raise ValueError("`data` must hold at least one array, got an empty pytree.")
+        paths: list[str] = []
+        first: tuple[str, int] | None = None
+        for i, leaf in enumerate(leaves):
+            backend = backend_of(leaf)
+            if backend is None or len(getattr(leaf, "shape", ())) == 0:
+                paths = paths or _tree.leaf_paths(spec, "data")
+                if backend is None:
+                    raise TypeError(
+                        f"`data` must hold only arrays; {paths[i]} is a {_describe(leaf)}."
+                    )
+                raise ValueError(
+                    f"`data` leaves need a leading (sample) dimension; {paths[i]} is 0-d."
+                )
+            size = int(backend.length(leaf))
+            if first is None:
+                paths = paths or _tree.leaf_paths(spec, "data")
+                first = (paths[i], size)
+            elif size != first[1]:
+                raise ValueError(
+                    f"`data` leaves must share the leading dimension; {first[0]} has "
+                    f"{first[1]} rows and {paths[i]} has {size}."
+                )
+        assert first is not None
+        if first[1] == 0:
+            raise ValueError("`data` must have at least one row, got leaves of length 0.")
+        return first[1]
+
+    def spec_for(self, length: int) -> optree.PyTreeSpec:
+        """The treespec of a batch of ``length`` rows."""
+        if self._batched is None:
+            return self.spec
+        spec = self._specs.get(length)
+        if spec is None:
+            nodes, outer = self._batched
+            sliced = [x[:length] if is_batched_node(x) else x for x in nodes]
+            spec = self._specs[length] = _tree.flatten(outer.unflatten(sliced))[1]
+        return spec
+
+    def build(self, leaves: list[Any]) -> Any:
+        """The batch: the data's containers around gathered leaves."""
+        if self._batched is None:
+            return self.spec.unflatten(leaves)
+        return self.spec_for(int(leaves[0].shape[0])).unflatten(leaves)
+
+    def gather(self, batches: Iterator[np.ndarray]) -> Iterator[list[Any]]:
+        """Gathered leaf lists (in the data's leaf order) for each index array."""
+        if len(self.groups) == 1:
+            backend, _, leaves = self.groups[0]
+            return take_batches(backend, leaves, batches)
+        copies = itertools.tee(batches, len(self.groups))
+        parts = [
+            (positions, take_batches(backend, leaves, copy))
+            for (backend, positions, leaves), copy in zip(self.groups, copies, strict=True)
+        ]
+        return merge(len(self.leaves), parts)
+
+    def take(self, idx: np.ndarray) -> Any:
+        """The batch of rows ``idx``."""
+        out: list[Any] = [None] * len(self.leaves)
+        for backend, positions, leaves in self.groups:
+            for i, value in zip(positions, backend.take(leaves, idx), strict=True):
+                out[i] = value
+        return self.build(out)
+
+    def row(self, i: int) -> Any:
+        """Row ``i`` (negative counts from the end), without its batch dimension."""
+        if not -self.n <= i < self.n:
+            raise IndexError(f"index {i} is out of range for {self.n} rows.")
+        if self._batched is None:
+            return self.spec.unflatten([leaf[i] for leaf in self.leaves])
+        nodes, outer = self._batched
+        return outer.unflatten([x[i] for x in nodes])
+
+
