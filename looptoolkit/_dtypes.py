@@ -39,11 +39,8 @@ _PREFIXED_ALIASES = {"float": "float32", "double": "float64", "half": "float16",
 
 
 def _from_text(text: str) -> str | None:
-    prefix, dot, base = text.rpartition(".")
-    if dot and prefix:
-        base = _PREFIXED_ALIASES.get(base, base)
-    else:
-        base = text
+    prefix, _, base = text.rpartition(".")
+    base = _PREFIXED_ALIASES.get(base, base) if prefix else text
     return base if base in _ITEMSIZE else None
 
 

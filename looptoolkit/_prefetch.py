@@ -126,5 +126,3 @@ class Prefetcher:
             if item is END:
                 self.close()
             return item
-
-

@@ -162,5 +162,3 @@ class Rows:
             return self.spec.unflatten([leaf[i] for leaf in self.leaves])
         nodes, outer = self._batched
         return outer.unflatten([x[i] for x in nodes])
-
-

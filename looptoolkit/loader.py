@@ -24,11 +24,7 @@ Where the work runs:
 from __future__ import annotations
 
 import itertools
-import queue
-import threading
-import time
-import weakref
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,63 +32,13 @@ import numpy as np
 from looptoolkit import tree as _tree
 from looptoolkit._prefetch import END, Prefetcher
 from looptoolkit._rows import Rows, merge, take_batches
+from looptoolkit._stats import LoaderStats, timed
 from looptoolkit._target import Target
 from looptoolkit.adapters import Stager, batch_shards, get_backend
 from looptoolkit.device import TransferError, parse_device, to_device
 from looptoolkit.order import EpochOrder, Order, normalize_shuffle, resolve_rank
 
 __all__ = ["Loader", "LoaderIterator", "LoaderStats"]
-
-class LoaderStats:
-    """Where the time of a training loop goes: waiting for data, or in the step.
-
-    Measured by a :class:`Loader` created with ``stats=True``, over every epoch
-    since creation (or the last :meth:`reset`).
-
-    Attributes:
-        batches: batches handed to the loop.
-        wait_s: seconds the loop spent waiting for the next batch (inside ``next``).
-        step_s: seconds between handing out a batch and being asked for the next
-            one: the user's step.
-    """
-
-    __slots__ = ("batches", "step_s", "wait_s")
-
-    def __init__(self) -> None:
-        self.batches = 0
-        self.wait_s = 0.0
-        self.step_s = 0.0
-
-    @property
-    def data_wait_fraction(self) -> float:
-        """Share of the loop's time spent waiting for data (0 when nothing was timed).
-
-        Near 1: the loop is data-bound, the model waits for batches. Near 0: the
-        step dominates and faster loading would not help.
-        """
-        total = self.wait_s + self.step_s
-        return self.wait_s / total if total > 0 else 0.0
-
-    def reset(self) -> None:
-        """Start counting again from zero."""
-        self.batches = 0
-        self.wait_s = 0.0
-        self.step_s = 0.0
-
-    def as_dict(self) -> dict[str, float]:
-        """The counters and the data-wait fraction as a dict."""
-        return {
-            "batches": self.batches,
-            "wait_s": self.wait_s,
-            "step_s": self.step_s,
-            "data_wait_fraction": self.data_wait_fraction,
-        }
-
-    def __repr__(self) -> str:
-        return (
-            f"LoaderStats(batches={self.batches}, wait_s={self.wait_s:.6f}, "
-            f"step_s={self.step_s:.6f}, data_wait_fraction={self.data_wait_fraction:.3f})"
-        )
 
 
 class _Progress:
@@ -135,27 +81,6 @@ class LoaderIterator:
 
 
 # -- the Loader ----------------------------------------------------------------------
-
-
-def _timed(source: Generator[Any, None, None], stats: LoaderStats) -> Generator[Any, None, None]:
-    """``source``, with time inside ``next`` counted as waiting and time outside as step."""
-    clock = time.perf_counter
-    last = None
-    try:
-        while True:
-            start = clock()
-            if last is not None:
-                stats.step_s += start - last
-            try:
-                item = next(source)
-            except StopIteration:
-                return
-            last = clock()
-            stats.wait_s += last - start
-            stats.batches += 1
-            yield item
-    finally:
-        source.close()
 
 
 def _with_masks(
@@ -476,7 +401,7 @@ class Loader:
         if self.return_mask:
             source = _with_masks(source, schedule, self.batch_size)
         if self._stats is not None:
-            source = _timed(source, self._stats)
+            source = timed(source, self._stats)
         return LoaderIterator(source, progress)
 
     def __len__(self) -> int:

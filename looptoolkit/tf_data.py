@@ -147,5 +147,3 @@ def loader_dataset(
         else:
             ds = ds.prefetch(tf.data.AUTOTUNE)
     return ds
-
-

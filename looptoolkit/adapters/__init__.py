@@ -167,7 +167,7 @@ class Backend(Protocol):
         ...
 
     def container(self, cls: type) -> tuple[Callable[..., Any], Callable[..., Any]] | None:
-        """optree ``(flatten, unflatten)`` functions for a container type of this framework."""
+        """The ``(flatten, unflatten)`` optree functions for a container type of this framework."""
         ...
 
     def is_batched_node(self, x: Any) -> bool:
@@ -335,7 +335,7 @@ def object_backend(obj: Any) -> Backend | None:
 
 
 def container_node(cls: type) -> tuple[Callable[..., Any], Callable[..., Any]] | None:
-    """optree ``(flatten, unflatten)`` for a framework's container type, else None."""
+    """The ``(flatten, unflatten)`` optree functions for a framework's container type, else None."""
     for backend in loaded_backends():
         node = backend.container(cls)
         if node is not None:

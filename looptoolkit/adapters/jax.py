@@ -118,7 +118,7 @@ class JaxBackend(BackendBase):
         return np.asarray(leaf)
 
     def batch_shards(self, target: Target, leaf: Any) -> int:
-        """Shards of a ``Sharding``'s batch axis (1 for a device, or an axis that does not split)."""
+        """Shards of a ``Sharding``'s batch axis (1 for a device, or an unsplittable axis)."""
         sharding = target.native
         if not isinstance(sharding, jax.sharding.Sharding):
             return 1

@@ -7,7 +7,7 @@ target :mod:`looptoolkit.device` hands them to the framework the device names.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 

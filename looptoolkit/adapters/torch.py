@@ -287,7 +287,7 @@ class TorchBackend(BackendBase):
         return _host_view(leaf)
 
     def owns_object(self, obj: Any) -> bool:
-        """torch and tensordict objects (an ``nn.Module``, a TensorDict) take a ``torch.device``."""
+        """Whether ``obj`` is a torch or tensordict object (an ``nn.Module``, a TensorDict)."""
         root = type(obj).__module__.partition(".")[0]
         return root in ("torch", "tensordict") or isinstance(obj, torch.nn.Module)
 

@@ -1,0 +1,166 @@
+"""The package's layout: imports point one way, down the layers, and the core is framework-free.
+
+Layers, bottom to top (docs/architecture.md draws them). A module may import
+modules of its own layer or of lower ones, never of a higher one, and no import
+(lazy ones included) may close a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent / "looptoolkit"
+
+LAYERS: list[tuple[str, set[str]]] = [
+    ("leaf", {"looptoolkit._errors", "looptoolkit._target", "looptoolkit._dtypes"}),
+    ("registry", {"looptoolkit.adapters"}),
+    (
+        "backends",
+        {
+            "looptoolkit.adapters.numpy",
+            "looptoolkit.adapters._torch_cuda",
+            "looptoolkit.adapters.torch",
+            "looptoolkit.adapters.jax",
+            "looptoolkit.adapters.tf",
+        },
+    ),
+    ("pytree", {"looptoolkit.tree"}),
+    ("order", {"looptoolkit._sources", "looptoolkit.order"}),
+    ("steps", {"looptoolkit.device", "looptoolkit._rows", "looptoolkit._prefetch", "looptoolkit._stats"}),
+    ("loader", {"looptoolkit.loader"}),
+    (
+        "integrations",
+        {"looptoolkit.torch_data", "looptoolkit.tf_data", "looptoolkit.distributed"},
+    ),
+    ("bench", {"looptoolkit.bench"}),  # and every module under it
+    ("entry", {"looptoolkit.cli", "looptoolkit.__main__", "looptoolkit"}),
+]
+CORE = {
+    "looptoolkit._errors",
+    "looptoolkit._target",
+    "looptoolkit._dtypes",
+    "looptoolkit.tree",
+    "looptoolkit._sources",
+    "looptoolkit.order",
+    "looptoolkit.device",
+    "looptoolkit._rows",
+    "looptoolkit._prefetch",
+    "looptoolkit._stats",
+    "looptoolkit.loader",
+}
+FRAMEWORKS = {"torch", "jax", "jnp", "tensorflow", "tf", "tensordict"}
+MAX_LINES = 500
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    out = {}
+    for path in ROOT.rglob("*.py"):
+        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _layer(module: str) -> int:
+    for rank, (_, members) in enumerate(LAYERS):
+        if module in members or any(module.startswith(m + ".") for m in members if m != "looptoolkit"):
+            return rank
+    raise AssertionError(f"{module} is in no layer: add it to LAYERS (and docs/architecture.md)")
+
+
+def _imports(module: str) -> set[str]:
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[: len(parts) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            names = [base, *(f"{base}.{a.name}" for a in node.names)]
+        for name in names:
+            if name in MODULES and name != module and not module.startswith(name + "."):
+                found.add(name)
+    return found
+
+
+GRAPH = {module: _imports(module) for module in MODULES}
+
+
+def test_every_module_has_a_layer():
+    for module in MODULES:
+        _layer(module)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_point_down(module):
+    upward = [dep for dep in GRAPH[module] if _layer(dep) > _layer(module)]
+    assert upward == [], f"{module} imports from a higher layer: {upward}"
+
+
+def test_no_import_cycle():
+    state: dict[str, int] = {}  # 1: on the stack, 2: done
+    stack: list[str] = []
+
+    def visit(module: str) -> None:
+        state[module] = 1
+        stack.append(module)
+        for dep in sorted(GRAPH[module]):
+            if state.get(dep) == 1:
+                cycle = stack[stack.index(dep) :] + [dep]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if dep not in state:
+                visit(dep)
+        stack.pop()
+        state[module] = 2
+
+    for module in sorted(GRAPH):
+        if module not in state:
+            visit(module)
+
+
+@pytest.mark.parametrize("module", sorted(CORE))
+def test_core_mentions_no_framework(module):
+    hits = set()
+    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+        if isinstance(node, ast.Import):
+            hits |= {a.name.split(".")[0] for a in node.names} & FRAMEWORKS
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            hits |= {node.module.split(".")[0]} & FRAMEWORKS
+        elif isinstance(node, ast.Name) and node.id in FRAMEWORKS:
+            hits.add(node.id)
+        elif isinstance(node, ast.Constant) and node.value in FRAMEWORKS:
+            hits.add(repr(node.value))
+    assert hits == set(), f"{module} mentions {sorted(hits)}"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_modules_stay_small(module):
+    lines = len(MODULES[module].read_text().splitlines())
+    assert lines <= MAX_LINES, f"{module} has {lines} lines (> {MAX_LINES})"
+
+
+def test_adapters_hold_no_benchmark_pipelines():
+    # The comparison's loops live in looptoolkit.bench; adapters only adapt.
+    for module in MODULES:
+        if not module.startswith("looptoolkit.adapters"):
+            continue
+        tree = ast.parse(MODULES[module].read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                assert not node.module.startswith("looptoolkit.bench"), module
+        defs = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+        assert not defs & {"numpy_manual", "pure_python", "EpochPipeline", "naive_loop",
+                           "randperm_loop", "classic_dataset", "per_sample_dataloader"}, module
