@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from looptoolkit import order as order_module
+from looptoolkit import _sources as sources_module
 from looptoolkit.order import (
     DEFAULT_GROUP_SIZE,
     SHUFFLE_MODES,
@@ -182,7 +182,7 @@ def test_grouped_groups_are_contiguous_index_ranges():
     order = Order(n, 300, shuffle="grouped", group_size=group, seed=4)
     rotations, shifts = set(), set()
     for epoch in range(3):
-        shift = order_module._Grouped(n, group, order.seed, epoch).shift
+        shift = sources_module.Grouped(n, group, order.seed, epoch).shift
         assert 0 < shift < group
         shifts.add(shift)
         g = np.roll(order.global_order(epoch), shift)  # undo the shift
@@ -222,7 +222,7 @@ def test_grouped_batch_partitions_differ_between_epochs(n, batch, group):
     epoch=EPOCHS,
 )
 def test_grouped_shift_is_never_a_multiple_of_the_group(n, group, seed, epoch):
-    source = order_module._Grouped(n, group, seed, epoch)
+    source = sources_module.Grouped(n, group, seed, epoch)
     g = min(group, n)
     assert (source.shift == 0) if g == 1 else (0 < source.shift < g)
     # Random access matches the materialised order around the wrap of the shift.
@@ -417,7 +417,7 @@ def test_grouped_chunk_boundaries(layout, chunk):
         world_size=order.world_size,
         drop_last=order.drop_last,
     )
-    with mock.patch.object(order_module, "_CHUNK_POSITIONS", chunk):
+    with mock.patch.object(sources_module, "_CHUNK_POSITIONS", chunk):
         g = order.global_order(epoch)
         assert np.array_equal(np.sort(g), np.arange(order.n))
         ep = order.epoch(epoch, offset)
