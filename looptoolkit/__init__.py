@@ -2,8 +2,9 @@
 
 - :func:`to_device` moves any nested batch to a device.
 - :class:`Loader` batches in-memory (or memory-mapped) arrays with one gather
-  per leaf per batch, full or grouped shuffling, resume, sharding and prefetch;
-  :class:`Order` is its epoch order on its own.
+  per leaf per batch, full or grouped shuffling, resume, sharding, prefetch
+  and a ``transform`` run where the batch arrives; :class:`Order` is its epoch
+  order on its own, :func:`normalize` the common transform.
 - :class:`GetItemsDataset`, :func:`make_dataloader` and :func:`keep_batch` bring
   the batched fetch to ``torch.utils.data.DataLoader`` (they need torch);
   :func:`loader_dataset` yields the Loader's batches from ``tf.data`` (needs
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from looptoolkit.loader import Loader, LoaderStats
     from looptoolkit.order import Order
     from looptoolkit.tf_data import loader_dataset
+    from looptoolkit.transforms import normalize
     from looptoolkit.torch_data import GetItemsDataset, keep_batch, make_dataloader
 
 __version__ = "0.1.0"
@@ -40,6 +42,7 @@ __all__ = [
     "keep_batch",
     "loader_dataset",
     "make_dataloader",
+    "normalize",
     "to_device",
 ]
 
@@ -52,6 +55,7 @@ _LAZY = {
     "keep_batch": "looptoolkit.torch_data",
     "make_dataloader": "looptoolkit.torch_data",
     "loader_dataset": "looptoolkit.tf_data",
+    "normalize": "looptoolkit.transforms",
 }
 
 

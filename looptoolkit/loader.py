@@ -23,34 +23,20 @@ Where the work runs:
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator
 from typing import Any
 
 import numpy as np
 
-from looptoolkit import tree as _tree
-from looptoolkit._prefetch import END, Prefetcher
-from looptoolkit._rows import Rows, merge, take_batches
+from looptoolkit._pipeline import Plan, Progress, Transform, inline, prefetched, stager_for
+from looptoolkit._rows import Rows
 from looptoolkit._stats import LoaderStats, timed
 from looptoolkit._target import Target
-from looptoolkit.adapters import Stager, batch_shards, get_backend
+from looptoolkit.adapters import batch_shards
 from looptoolkit.device import TransferError, parse_device, to_device
 from looptoolkit.order import EpochOrder, Order, normalize_shuffle, resolve_rank
 
 __all__ = ["Loader", "LoaderIterator", "LoaderStats"]
-
-
-class _Progress:
-    """How far the user got through one epoch (batches handed out, not prefetched)."""
-
-    __slots__ = ("consumed", "epoch", "start", "total")
-
-    def __init__(self, epoch: int, start: int, total: int) -> None:
-        self.epoch = epoch
-        self.start = start  # global sample offset the epoch was started (or resumed) at
-        self.total = total  # batches this rank gets from `start` on
-        self.consumed = 0
 
 
 class LoaderIterator:
@@ -62,7 +48,7 @@ class LoaderIterator:
 
     __slots__ = ("_progress", "_source")
 
-    def __init__(self, source: Generator[Any, None, None], progress: _Progress) -> None:
+    def __init__(self, source: Generator[Any, None, None], progress: Progress) -> None:
         self._source = source
         self._progress = progress
 
@@ -165,6 +151,16 @@ class Loader:
         return_mask: yield ``(batch, mask)`` pairs, ``mask`` a 1-D NumPy bool array
             that is False at the padding rows of a sharded epoch (see
             :func:`looptoolkit.distributed.drop_padding`).
+        transform: ``fn(batch)``, applied to every batch once it is where it goes
+            (after the move and the ``dtype`` cast); its result, any pytree, is what
+            the loop receives. It runs where the transfer runs: in the prefetch
+            thread when prefetching (on CUDA on the copy's side stream, ordered
+            before the consumer's stream), else in the consumer's thread; with
+            ``resident=True`` after the on-device gather. An exception in it
+            reaches the loop with a note naming the epoch and batch number.
+        jit_transform: compile ``transform`` once with the framework of the batch's
+            arrays (``jax.jit`` for JAX, ``tf.function`` for tf; torch and NumPy
+            run it eagerly). False for a function that cannot be compiled.
 
     Raises:
         ValueError: a wrong value: leaves of different leading dimensions (both
@@ -222,6 +218,8 @@ class Loader:
         non_blocking: bool | None = None,
         stats: bool = False,
         return_mask: bool = False,
+        transform: Callable[[Any], Any] | None = None,
+        jit_transform: bool = True,
     ) -> None:
         self._args = {
             "batch_size": batch_size,
@@ -238,6 +236,8 @@ class Loader:
             "non_blocking": non_blocking,
             "stats": stats,
             "return_mask": return_mask,
+            "transform": transform,
+            "jit_transform": jit_transform,
         }
         normalize_shuffle(shuffle)
         rank, world_size = resolve_rank(rank, world_size)
@@ -245,6 +245,8 @@ class Loader:
             raise TypeError(f"`prefetch` must be an int, got {type(prefetch).__name__}.")
         if prefetch < 0:
             raise ValueError(f"`prefetch` must be >= 0, got {prefetch}.")
+        if transform is not None and not callable(transform):
+            raise TypeError(f"`transform` must be callable, got {type(transform).__name__}.")
         if device is None:
             for name, value in (("resident", resident), ("dtype", dtype)):
                 if value is not None and value is not False:
@@ -295,92 +297,18 @@ class Loader:
                     path = "data" + e.path[len("batch") :]
                     raise TransferError(str(e).replace(e.path, path, 1), path) from e.__cause__
         self._rows = rows
+        self._plan = Plan(
+            self._target,
+            dtype,
+            non_blocking,
+            None if transform is None else Transform(transform, bool(jit_transform)),
+            move=self._target is not None and not self.resident,
+        )
         self._stats: LoaderStats | None = LoaderStats() if stats else None
         self.return_mask = bool(return_mask)
         self._next_epoch = 0
         self._resume_offset = 0
-        self._progress: _Progress | None = None
-
-    # -- the epoch's batches -----------------------------------------------------------
-
-    def _batches_inline(
-        self, batches: Iterator[np.ndarray], progress: _Progress
-    ) -> Generator[Any, None, None]:
-        """Gather (and move) in the consumer's thread."""
-        rows = self._rows
-        gathered = rows.gather(batches)
-        if self._target is None or self.resident:
-            build = rows.spec.unflatten if rows.spec_for(1) is rows.spec else rows.build
-            for leaves in gathered:
-                progress.consumed += 1
-                yield build(leaves)
-            return
-        target, dtype, non_blocking = self._target, self._dtype, self._non_blocking
-        for leaves in gathered:
-            batch = to_device(rows.build(leaves), target, dtype=dtype, non_blocking=non_blocking)
-            progress.consumed += 1
-            yield batch
-
-    def _moved(self, batches: Iterator[np.ndarray]) -> Iterator[Any]:
-        """Gathered and moved batches (runs in the background thread)."""
-        rows = self._rows
-        target, dtype, non_blocking = self._target, self._dtype, self._non_blocking
-        for leaves in rows.gather(batches):
-            yield to_device(rows.build(leaves), target, dtype=dtype, non_blocking=non_blocking)
-
-    def _moved_staged(self, batches: Iterator[np.ndarray], stager: Stager) -> Iterator[Any]:
-        """As :meth:`_moved`, through the backend's staged upload (background thread)."""
-        rows = self._rows
-        staged_at = set(stager.positions)
-        groups = []
-        for backend, positions, leaves in rows.groups:
-            rest = [(i, x) for i, x in zip(positions, leaves, strict=True) if i not in staged_at]
-            if rest:
-                groups.append((backend, [i for i, _ in rest], [x for _, x in rest]))
-        copies = itertools.tee(batches, len(groups) + 1)
-        parts: list[tuple[Sequence[int], Iterator[list[Any]]]] = [
-            (positions, take_batches(backend, leaves, copy))
-            for (backend, positions, leaves), copy in zip(groups, copies, strict=False)
-        ]
-        parts.append((stager.positions, stager.staged(copies[-1])))
-        target, dtype = self._target, self._dtype
-        non_blocking = True if self._non_blocking is None else self._non_blocking
-        with stager.context():
-            for k, leaves in enumerate(merge(len(rows.leaves), parts)):
-                batch = to_device(
-                    rows.build(leaves), target, dtype=dtype, non_blocking=non_blocking
-                )
-                yield batch, stager.record(k)
-
-    def _batches_prefetched(
-        self, batches: Iterator[np.ndarray], progress: _Progress
-    ) -> Generator[Any, None, None]:
-        stager = self._stager()
-        if stager is None:
-            prefetcher = Prefetcher(self._moved(batches), self.prefetch)
-        else:
-            prefetcher = Prefetcher(self._moved_staged(batches, stager), self.prefetch)
-        try:
-            get = prefetcher.get
-            while True:
-                item = get()
-                if item is END:
-                    return
-                if stager is not None:
-                    item, token = item
-                    stager.hand_over(_tree.flatten(item)[0], token)
-                progress.consumed += 1
-                yield item
-        finally:
-            prefetcher.close()
-
-    def _stager(self) -> Stager | None:
-        """The backend's staged upload for this loader's device, if it has one."""
-        target = self._target
-        if target is None or target.home is None:
-            return None
-        backend = get_backend(target.home)
-        return backend.stager(self._rows.leaves, self.batch_size, target, self.prefetch + 1)
+        self._progress: Progress | None = None
 
     # -- public API ----------------------------------------------------------------------
 
@@ -389,15 +317,18 @@ class Loader:
         epoch, offset = self._next_epoch, self._resume_offset
         self._next_epoch, self._resume_offset = epoch + 1, 0
         schedule = self._order.epoch(epoch, offset)
-        progress = self._progress = _Progress(epoch, offset, len(schedule))
+        first = offset // (self.batch_size * self.world_size)
+        progress = self._progress = Progress(epoch, offset, len(schedule), first)
         # Batches are views of blocks of the order, made as the epoch goes: no
         # N-long index array for a grouped or sequential order.
         batches = iter(schedule)
         source: Generator[Any, None, None]
-        if self._target is not None and not self.resident and self.prefetch > 0:
-            source = self._batches_prefetched(batches, progress)
+        if self._plan.move and self.prefetch > 0:
+            assert self._target is not None
+            stager = stager_for(self._rows, self.batch_size, self._target, self.prefetch)
+            source = prefetched(self._rows, batches, progress, self._plan, self.prefetch, stager)
         else:
-            source = self._batches_inline(batches, progress)
+            source = inline(self._rows, batches, progress, self._plan)
         if self.return_mask:
             source = _with_masks(source, schedule, self.batch_size)
         if self._stats is not None:

@@ -29,8 +29,17 @@ LAYERS: list[tuple[str, set[str]]] = [
     ),
     ("pytree", {"looptoolkit.tree"}),
     ("order", {"looptoolkit._sources", "looptoolkit.order"}),
-    ("steps", {"looptoolkit.device", "looptoolkit._rows", "looptoolkit._prefetch", "looptoolkit._stats"}),
-    ("loader", {"looptoolkit.loader"}),
+    (
+        "steps",
+        {
+            "looptoolkit.device",
+            "looptoolkit._rows",
+            "looptoolkit._prefetch",
+            "looptoolkit._stats",
+            "looptoolkit.transforms",
+        },
+    ),
+    ("loader", {"looptoolkit._pipeline", "looptoolkit.loader"}),
     (
         "integrations",
         {"looptoolkit.torch_data", "looptoolkit.tf_data", "looptoolkit.distributed"},
@@ -49,7 +58,9 @@ CORE = {
     "looptoolkit._rows",
     "looptoolkit._prefetch",
     "looptoolkit._stats",
+    "looptoolkit._pipeline",
     "looptoolkit.loader",
+    "looptoolkit.transforms",
 }
 FRAMEWORKS = {"torch", "jax", "jnp", "tensorflow", "tf", "tensordict"}
 MAX_LINES = 500

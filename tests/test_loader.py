@@ -247,11 +247,22 @@ def test_resume_yields_exactly_the_rest(
 
 
 def test_state_dict_counts_consumed_not_prefetched_batches():
-    loader = Loader(make_data(100), 10, device="cpu", prefetch=4)
+    # A transform counts the batches the background thread has prepared: the state
+    # is read only once it has run ahead (four queued behind the two handed out).
+    ahead = threading.Event()
+    prepared = {"n": 0}
+
+    def count(batch: Any) -> Any:
+        prepared["n"] += 1
+        if prepared["n"] >= 6:
+            ahead.set()
+        return batch
+
+    loader = Loader(make_data(100), 10, device="cpu", prefetch=4, transform=count)
     it = iter(loader)
     next(it)
     next(it)
-    time.sleep(0.05)  # let the background thread run ahead
+    assert ahead.wait(10), "the background thread did not run ahead"
     state = loader.state_dict()
     assert state[Loader.EPOCH_KEY] == 0 and state[Loader.OFFSET_KEY] == 20
     it.close()
@@ -546,7 +557,7 @@ def test_close_and_full_epoch_stop_the_background_thread():
 
 
 def test_background_exception_is_raised_in_the_consumer(monkeypatch):
-    import looptoolkit.loader as loader_module
+    import looptoolkit._pipeline as loader_module
 
     baseline = threading.active_count()
     loader = Loader(make_data(100), 10, device="cpu", prefetch=2)
@@ -571,7 +582,7 @@ def test_background_exception_is_raised_in_the_consumer(monkeypatch):
 
 
 def test_background_exception_of_an_unusual_type_becomes_runtime_error(monkeypatch):
-    import looptoolkit.loader as loader_module
+    import looptoolkit._pipeline as loader_module
 
     class Odd(Exception):
         def __init__(self, a: int, b: int) -> None:

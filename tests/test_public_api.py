@@ -20,6 +20,7 @@ def test_public_names():
         "keep_batch",
         "loader_dataset",
         "make_dataloader",
+        "normalize",
         "to_device",
     }
 

@@ -117,6 +117,10 @@ class JaxBackend(BackendBase):
             return None
         return np.asarray(leaf)
 
+    def compile_transform(self, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """``jax.jit(fn)``: compiled once per batch shape, one dispatch per batch."""
+        return jax.jit(fn)
+
     def batch_shards(self, target: Target, leaf: Any) -> int:
         """Shards of a ``Sharding``'s batch axis (1 for a device, or an unsplittable axis)."""
         sharding = target.native
@@ -206,6 +210,14 @@ class JaxBackend(BackendBase):
             x if cast is None else x.astype(as_numpy_dtype(cast))
             for x, cast in zip(moved, after, strict=True)
         ]
+
+    def cast(self, x: jax.Array, name: str) -> jax.Array:
+        """``x.astype(name)``."""
+        return x.astype(as_numpy_dtype(name))
+
+    def constant(self, values: np.ndarray, like: jax.Array) -> jax.Array:
+        """``jnp.asarray(values)`` (JAX moves it to ``like``'s device where they meet)."""
+        return jnp.asarray(values)
 
     def synchronize(self, target: Target | None = None) -> None:
         """Wait for outstanding JAX work with side effects."""

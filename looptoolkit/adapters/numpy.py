@@ -85,6 +85,14 @@ class NumpyBackend(BackendBase):
             for leaf, cast in zip(leaves, casts, strict=True)
         ]
 
+    def cast(self, x: np.ndarray, name: str) -> np.ndarray:
+        """``x.astype(name)``."""
+        return x.astype(as_numpy_dtype(name))
+
+    def constant(self, values: np.ndarray, like: np.ndarray) -> np.ndarray:
+        """``values`` as they are."""
+        return values
+
     def synchronize(self, target: Target | None = None) -> None:
         """Nothing to wait for on the host."""
 

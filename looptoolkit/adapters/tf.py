@@ -80,6 +80,10 @@ class TfBackend(BackendBase):
         """The tf device name (``"/GPU:0"``) for ``target``; raises when it is not present."""
         return device_name(target)
 
+    def compile_transform(self, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """``tf.function(fn)``, traced once per batch shape (``reduce_retracing``)."""
+        return tf.function(fn, reduce_retracing=True)
+
     def host_view(self, leaf: tf.Tensor) -> np.ndarray | None:
         """A zero-copy NumPy view of a numeric host tensor, else None."""
         views = _host_views([leaf])
@@ -148,6 +152,14 @@ class TfBackend(BackendBase):
                     x = leaf if leaf.device.endswith(suffix) else tf.identity(leaf)
                 out.append(x if cast is None else tf.cast(x, cast))
         return out
+
+    def cast(self, x: tf.Tensor, name: str) -> tf.Tensor:
+        """``tf.cast(x, name)``."""
+        return tf.cast(x, name)
+
+    def constant(self, values: np.ndarray, like: tf.Tensor) -> tf.Tensor:
+        """``tf.constant(values)``."""
+        return tf.constant(values)
 
     def synchronize(self, target: Target | None = None) -> None:
         """Wait for queued work on tf's GPUs (host ops complete eagerly)."""

@@ -1,0 +1,188 @@
+"""One epoch's batch stream: gather, move, transform, in the consumer's thread or ahead of it.
+
+Between the order and the user's loop: given the epoch's index batches, the
+:class:`~looptoolkit._rows.Rows` of the data and a :class:`Plan` (where batches
+go, how they are cast, the user's transform), :func:`inline` does every step in
+the consumer's thread, and :func:`prefetched` does them in one background
+thread (:mod:`looptoolkit._prefetch`), through the backend's staged upload when
+it offers one (torch on CUDA: pinned buffers and a side stream). The transform
+runs right after the move, in the same thread, inside the staged upload's
+stream, so that it overlaps the consumer's step and is ordered before it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable, Generator, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from looptoolkit import tree as _tree
+from looptoolkit._prefetch import END, Prefetcher
+from looptoolkit._rows import Rows, merge, take_batches
+from looptoolkit._target import Target
+from looptoolkit.adapters import Stager, backend_of, get_backend
+from looptoolkit.device import to_device
+
+__all__ = ["Plan", "Progress", "Transform", "inline", "prefetched"]
+
+
+class Progress:
+    """How far the user got through one epoch (batches handed out, not prefetched)."""
+
+    __slots__ = ("consumed", "epoch", "first", "start", "total")
+
+    def __init__(self, epoch: int, start: int, total: int, first: int) -> None:
+        self.epoch = epoch
+        self.start = start  # global sample offset the epoch was started (or resumed) at
+        self.total = total  # batches this rank gets from `start` on
+        self.first = first  # number, within the epoch, of the first batch from `start`
+        self.consumed = 0
+
+
+class Transform:
+    """The user's ``transform``: compiled once by the batch's backend, its errors located.
+
+    Args:
+        fn: the function, from a batch to anything.
+        compile: compile it with the backend that owns every array of the first
+            batch it sees (``jax.jit`` for JAX, ``tf.function`` for tf; torch and
+            NumPy run it as it is).
+    """
+
+    def __init__(self, fn: Callable[[Any], Any], compile: bool) -> None:
+        self.fn = fn
+        self.compile = compile
+        self._compiled: Callable[[Any], Any] | None = None
+        self._lock = threading.Lock()
+
+    def _compiled_for(self, batch: Any) -> Callable[[Any], Any]:
+        with self._lock:
+            if self._compiled is None:
+                fn = self.fn
+                if self.compile:
+                    owners = {backend_of(leaf) for leaf in _tree.flatten(batch)[0]} - {None}
+                    if len(owners) == 1:
+                        fn = owners.pop().compile_transform(fn)
+                self._compiled = fn
+            return self._compiled
+
+    def __call__(self, batch: Any, epoch: int, number: int) -> Any:
+        """``fn(batch)``; an exception gets a note naming the epoch and the batch."""
+        fn = self._compiled or self._compiled_for(batch)
+        try:
+            return fn(batch)
+        except Exception as e:
+            e.add_note(
+                f"raised by the `transform` of looptoolkit.Loader on batch {number} "
+                f"of epoch {epoch}"
+            )
+            raise
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What happens to a gathered batch: where it goes, how it is cast, what transforms it."""
+
+    target: Target | None
+    dtype: Any
+    non_blocking: bool | None
+    transform: Transform | None
+    move: bool  # False: batches stay where the gather made them (no device, or resident)
+
+    def finish(
+        self, batch: Any, progress: Progress, k: int, non_blocking: bool | None = None
+    ) -> Any:
+        """Move (unless the gather already made it where it goes) and transform batch ``k``."""
+        if self.move:
+            nb = self.non_blocking if non_blocking is None else non_blocking
+            batch = to_device(batch, self.target, dtype=self.dtype, non_blocking=nb)
+        if self.transform is not None:
+            batch = self.transform(batch, progress.epoch, progress.first + k)
+        return batch
+
+
+def inline(
+    rows: Rows, batches: Iterator[np.ndarray], progress: Progress, plan: Plan
+) -> Generator[Any, None, None]:
+    """Every step in the consumer's thread."""
+    gathered = rows.gather(batches)
+    if not plan.move and plan.transform is None:
+        build = rows.spec.unflatten if rows.spec_for(1) is rows.spec else rows.build
+        for leaves in gathered:
+            progress.consumed += 1
+            yield build(leaves)
+        return
+    for k, leaves in enumerate(gathered):
+        batch = plan.finish(rows.build(leaves), progress, k)
+        progress.consumed += 1
+        yield batch
+
+
+def _produced(
+    rows: Rows, batches: Iterator[np.ndarray], progress: Progress, plan: Plan
+) -> Iterator[Any]:
+    """Gathered, moved and transformed batches (runs in the background thread)."""
+    for k, leaves in enumerate(rows.gather(batches)):
+        yield plan.finish(rows.build(leaves), progress, k)
+
+
+def _staged(
+    rows: Rows, batches: Iterator[np.ndarray], progress: Progress, plan: Plan, stager: Stager
+) -> Iterator[Any]:
+    """As :func:`_produced`, through the backend's staged upload (background thread)."""
+    staged_at = set(stager.positions)
+    groups = []
+    for backend, positions, leaves in rows.groups:
+        rest = [(i, x) for i, x in zip(positions, leaves, strict=True) if i not in staged_at]
+        if rest:
+            groups.append((backend, [i for i, _ in rest], [x for _, x in rest]))
+    copies = itertools.tee(batches, len(groups) + 1)
+    parts: list[tuple[Sequence[int], Iterator[list[Any]]]] = [
+        (positions, take_batches(backend, leaves, copy))
+        for (backend, positions, leaves), copy in zip(groups, copies, strict=False)
+    ]
+    parts.append((stager.positions, stager.staged(copies[-1])))
+    non_blocking = True if plan.non_blocking is None else plan.non_blocking
+    with stager.context():
+        for k, leaves in enumerate(merge(len(rows.leaves), parts)):
+            batch = plan.finish(rows.build(leaves), progress, k, non_blocking)
+            yield batch, stager.record(k)
+
+
+def stager_for(rows: Rows, batch_size: int, target: Target, depth: int) -> Stager | None:
+    """The staged upload of ``target``'s backend for these rows, if it offers one."""
+    if target.home is None:
+        return None
+    return get_backend(target.home).stager(rows.leaves, batch_size, target, depth + 1)
+
+
+def prefetched(
+    rows: Rows,
+    batches: Iterator[np.ndarray],
+    progress: Progress,
+    plan: Plan,
+    depth: int,
+    stager: Stager | None,
+) -> Generator[Any, None, None]:
+    """Every step in one background thread, up to ``depth`` batches ahead."""
+    if stager is None:
+        prefetcher = Prefetcher(_produced(rows, batches, progress, plan), depth)
+    else:
+        prefetcher = Prefetcher(_staged(rows, batches, progress, plan, stager), depth)
+    try:
+        get = prefetcher.get
+        while True:
+            item = get()
+            if item is END:
+                return
+            if stager is not None:
+                item, token = item
+                stager.hand_over(_tree.flatten(item)[0], token)
+            progress.consumed += 1
+            yield item
+    finally:
+        prefetcher.close()
