@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 EXTRAS ?= torch,jax,tf-cpu,dev
 
-.PHONY: install test compare lint transfer clean
+.PHONY: install test compare lint transfer reference clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -22,11 +22,17 @@ install: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
+# Results go to ./looptoolkit-results/ (ignored by git); `make reference` rewrites
+# the committed reference results under benchmarks/results/ on purpose.
 compare: $(STAMP)
 	$(BIN)/looptoolkit compare $(ARGS)
 
 transfer: $(STAMP)
 	$(BIN)/looptoolkit transfer $(ARGS)
+
+reference: $(STAMP)
+	$(BIN)/looptoolkit compare --reference $(ARGS)
+	$(BIN)/looptoolkit transfer --reference
 
 lint: $(STAMP)
 	$(BIN)/ruff check looptoolkit tests benchmarks

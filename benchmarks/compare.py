@@ -2,23 +2,22 @@
 
 Run from the repository root (a benchmark, not a test: it times, never asserts)::
 
-    .venv/bin/python -m benchmarks.compare                 # default, about 2 minutes on 2 cores
-    .venv/bin/python -m benchmarks.compare --workload index --epochs 1000   # the seed talk
+    .venv/bin/python -m benchmarks.compare                  # default, about 2.5 minutes on 2 cores
+    .venv/bin/python -m benchmarks.compare --preset classic  # which loop for 1000 epochs
+    .venv/bin/python -m benchmarks.compare --reference       # rewrite benchmarks/results/
     .venv/bin/python -m benchmarks.compare --help
 
 It is ``looptoolkit compare`` (:mod:`looptoolkit.bench.compare`, documented in
-``docs/compare.md``): the seed talk's pure Python and NumPy loops, torch
-DataLoader per-sample (0 and 2 workers) and over ``GetItemsDataset``, torch
-randperm + index, JAX (naive, host gather + ``device_put``, device-resident
-jitted gather), tf.data (classic ``shuffle(N).batch``, and the Loader's order
-with the gather inside tf.data), and the ``Loader`` on NumPy, torch, JAX and tf
-data, on the ``index``, ``tabular`` and ``images`` workloads. Every variant's
-batches are checked before it is timed. It writes
-``benchmarks/results/compare-<device>.{json,md,png}`` and
-``compare-<device>-transfer.png``; ``docs/benchmarks.md`` shows them.
-
-Last measured: see ``benchmarks/results/compare-cpu.md`` (2 cores, AMD EPYC,
-shared machine) for the tables and the ratios against the BENCHMARKS.md targets.
+``docs/compare.md``): the best hand-written NumPy loop (permutation + ``take``,
+the baseline of every ratio), the NumPy fancy-index loop, the floors (memcpy of
+each batch, sequential take, and each framework's cheapest per-batch wrap), pure
+Python, torch DataLoader per-sample (0 and 2 workers) and over
+``GetItemsDataset``, torch randperm + ``x[idx]`` and + ``index_select``, JAX
+(naive, host gather + ``device_put``, device-resident jitted gather), tf.data
+(classic ``shuffle(N).batch``, and the Loader's order with the gather inside
+tf.data), and the ``Loader`` on NumPy, torch, JAX and tf data, on the ``index``,
+``tabular`` and ``images`` workloads. Results go to ``./looptoolkit-results/``
+(or ``--out``); ``--reference`` rewrites ``benchmarks/results/compare-<device>.*``.
 """
 
 from __future__ import annotations

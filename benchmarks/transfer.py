@@ -4,22 +4,19 @@ Run from the repository root (a benchmark, not a test: it times, never asserts):
 
     .venv/bin/python -m benchmarks.transfer               # default, about half a minute on 2 cores
     .venv/bin/python -m benchmarks.transfer --rounds 200  # steadier medians on a noisy machine
+    .venv/bin/python -m benchmarks.transfer --reference   # rewrite benchmarks/results/
     .venv/bin/python -m benchmarks.transfer --help
 
 It is ``looptoolkit transfer`` (:mod:`looptoolkit.bench.transfer`, documented in
-``docs/to_device.md``). On the ``nested`` workload (a dict of lists of namedtuples,
-1000 small leaves) it times the traversal of ``to_device(tree, dev)`` against bare
-``optree.tree_map``, ``torch.utils._pytree.tree_map``, a hand-written recursive
-``move_to`` and ``TensorDict.to``, every one doing the same cheap move per leaf on
-the host; on the ``images`` workload (uint8 (256, 3, 64, 64) + int64 labels) it
-times casts and copies. With CUDA it also times pinned, packed and cast-on-device
-transfers against one large pinned copy. It writes
-``benchmarks/results/transfer-<device>.{json,md,png}``.
-
-Last measured (``benchmarks/results/transfer-cpu.md``; 2-core AMD EPYC, shared,
-no GPU, 2026-11-21): to_device / optree.tree_map = 0.71 and to_device / move_to =
-0.73 on torch leaves; 1.12 and 1.16 on NumPy leaves going to torch. The GPU rows
-have not been measured yet.
+``docs/benchmarks.md``). On the ``nested`` workload (a dict of lists of
+namedtuples, 1000 small leaves) it times the traversal of ``to_device(tree, dev)``
+against bare ``optree.tree_map``, ``torch.utils._pytree.tree_map``, a hand-written
+recursive ``move_to`` and ``TensorDict.to``, every one doing the same cheap move per
+leaf on the host; on the ``images`` workload (uint8 (256, 3, 64, 64) + int64
+labels) it times casts and copies. With CUDA it also times pinned, packed and
+cast-on-device transfers against one large pinned copy. Results go to
+``./looptoolkit-results/`` (or ``--out``); ``--reference`` rewrites
+``benchmarks/results/transfer-<device>.*``.
 """
 
 from __future__ import annotations

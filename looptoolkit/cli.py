@@ -2,7 +2,8 @@
 
 ``compare`` times every loop variant on the device at hand (the project's main
 job, ``make compare``); ``transfer`` times ``to_device``; ``env`` reports what
-is installed and which devices each framework sees.
+is installed and which devices each framework sees. ``looptoolkit`` alone lists
+the commands; ``looptoolkit --version`` prints the version.
 """
 
 from __future__ import annotations
@@ -10,24 +11,18 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 __all__ = ["environment", "main"]
 
-_FRAMEWORKS = (
-    ("numpy", "numpy", ""),
-    ("torch", "torch", "torch"),
-    ("jax", "jax", "jax"),
-    ("tf", "tensorflow", "tf"),
-)
-
-
-def _quiet_tensorflow() -> None:
-    # tf prints C++ start-up logs on stderr; env output is for people.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+COMMANDS = {
+    "compare": "time every loop variant x backend x workload on the device at hand, checked "
+    "first (--preset classic: which loop is fastest for 1000 epochs of 300,000 samples)",
+    "transfer": "time to_device on a nested tree of 1000 leaves and a batch of images",
+    "env": "installed backends, their devices, pinned memory, Pillow's JPEG decoder",
+}
 
 
 def _torch_info(torch: Any) -> dict[str, Any]:
@@ -75,13 +70,16 @@ def _pillow_info() -> dict[str, Any]:
 def environment() -> dict[str, Any]:
     """Installed backends with versions and devices, pinned memory, Pillow's JPEG decoder.
 
-    Imports every installed framework: meant for the ``env`` command, not for hot paths.
+    Imports every installed framework (quietly): meant for the ``env`` command, not
+    for hot paths.
     """
-    _quiet_tensorflow()
+    from looptoolkit.adapters import BACKENDS
+    from looptoolkit.bench.progress import quiet_import
+
     backends: dict[str, Any] = {}
-    for name, module_name, extra in _FRAMEWORKS:
+    for name, (_, module_name, extra) in BACKENDS.items():
         try:
-            module = importlib.import_module(module_name)
+            module = quiet_import(module_name)
         except ImportError:
             hint = f"pip install 'looptoolkit[{extra}]'" if extra else ""
             backends[name] = {"installed": False, "install": hint}
@@ -146,25 +144,37 @@ def _env(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parser() -> argparse.ArgumentParser:
+    from looptoolkit import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="looptoolkit",
+        description="Fast batch loading and device transfer for PyTorch, JAX, TensorFlow and "
+        "NumPy, measured.",
+        epilog="`looptoolkit COMMAND --help` for a command's flags.",
+    )
+    parser.add_argument("--version", action="version", version=f"looptoolkit {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, text in COMMANDS.items():
+        # compare and transfer parse their own flags.
+        command = sub.add_parser(name, help=text, add_help=name == "env")
+        if name == "env":
+            command.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``looptoolkit`` command."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(
-        prog="looptoolkit", description="Fast batch loading and device transfer, measured."
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("compare", help="time every loop variant on the device at hand", add_help=False)
-    sub.add_parser("transfer", help="time to_device on the nested and images workloads",
-                   add_help=False)  # fmt: skip
-    env = sub.add_parser("env", help="installed backends, devices, pinned memory, Pillow")
-    env.add_argument("--json", action="store_true", help="print JSON")
-    # compare and transfer parse their own flags.
     if argv and argv[0] in ("compare", "transfer"):
-        _quiet_tensorflow()
         module = importlib.import_module(f"looptoolkit.bench.{argv[0]}")
         result: int = module.run(argv[1:])
         return result
+    parser = _parser()
     args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
     return _env(args)
 
 

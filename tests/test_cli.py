@@ -2,7 +2,11 @@ import json
 import subprocess
 import sys
 
+import pytest
+
+import looptoolkit
 from looptoolkit import cli
+from looptoolkit.adapters import BACKENDS
 
 
 def test_env_reports_installed_backends(capsys):
@@ -33,9 +37,23 @@ def test_env_text_output_via_console_script():
     assert "numpy" in out and "optree" in out and "pillow" in out
 
 
-def test_unknown_command_exits_with_usage_error(capsys):
-    import pytest
+def test_no_command_lists_the_commands_and_version_prints(capsys):
+    assert cli.main([]) == 0
+    out = capsys.readouterr().out
+    for command in cli.COMMANDS:
+        assert f"    {command} " in out
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"looptoolkit {looptoolkit.__version__}"
 
+
+def test_env_lists_every_registered_backend(capsys):
+    assert cli.main(["env", "--json"]) == 0
+    assert list(json.loads(capsys.readouterr().out)["backends"]) == list(BACKENDS)
+
+
+def test_unknown_command_exits_with_usage_error(capsys):
     with pytest.raises(SystemExit) as info:
         cli.main(["nope"])
     assert info.value.code == 2

@@ -1,14 +1,22 @@
-"""`looptoolkit compare` end to end on tiny data, and the pieces it checks with."""
+"""`looptoolkit compare` end to end on tiny data, and the harness pieces it is built from."""
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 
 import numpy as np
 import pytest
 
-from looptoolkit.bench import compare, report
-from looptoolkit.bench.variants import VARIANTS, Context, Variant, make_workload
+from looptoolkit.adapters import BACKENDS
+from looptoolkit.bench import compare, compare_report, results, targets
+from looptoolkit.bench.check import check_batches, host_leaves
+from looptoolkit.bench.progress import Progress, quiet_import
+from looptoolkit.bench.tables import Table
+from looptoolkit.bench.timing import interleave
+from looptoolkit.bench.variants import BASELINE, VARIANTS, Variant
+from looptoolkit.bench.workloads import Context, make_workload
 
 
 def timed_rows(payload):
@@ -27,20 +35,20 @@ def quick_run(tmp_path_factory):
     return out, payload
 
 
-def test_quick_run_writes_json_markdown_and_charts(quick_run):
+def test_quick_run_writes_json_markdown_and_chart(quick_run):
     out, payload = quick_run
-    for name in (
-        "compare-cpu.json",
-        "compare-cpu.md",
-        "compare-cpu.png",
-        "compare-cpu-transfer.png",
-    ):
+    for name in ("compare-cpu.json", "compare-cpu.md", "compare-cpu.png"):
         assert (out / name).stat().st_size > 0, name
+    # On the CPU the transfer-by-batch-size section is left out: both paths are the host cast.
+    assert not (out / "compare-cpu-transfer.png").exists() and payload["transfer"] is None
     assert set(payload["workloads"]) == {"index", "tabular", "images"}
     assert payload["machine"]["command"].startswith("looptoolkit compare --quick")
+    assert payload["baseline"] == BASELINE == "numpy-take"
     markdown = (out / "compare-cpu.md").read_text()
-    assert "| numpy-manual | numpy |" in markdown and "## Targets" in markdown
+    assert "| `numpy-take` | numpy |" in markdown and "## Targets" in markdown
     assert "![compare-cpu.png](compare-cpu.png)" in markdown
+    # The headline comes first: right under the title.
+    assert markdown.splitlines()[2].startswith("- index: fastest loop ")
 
 
 def test_every_variant_that_ran_was_checked_first(quick_run):
@@ -55,58 +63,154 @@ def test_every_variant_that_ran_was_checked_first(quick_run):
         assert row["median_s"] > 0 and row["batches_per_s"] > 0
         ran += 1
     names = {row["name"] for _, row in timed_rows(payload) if "median_s" in row}
-    assert {"numpy-manual", "loader-numpy", "loader-numpy-grouped"} <= names
-    assert ran >= 10
+    assert {BASELINE, "numpy-index", "floor-memcpy", "floor-seq-take", "loader-numpy"} <= names
+    assert ran >= 20
 
 
-def test_quick_run_reports_step_transfer_and_targets(quick_run):
+def test_ratios_are_to_the_baseline_and_loader_rows_to_their_floor(quick_run):
+    _, payload = quick_run
+    rows = {r["name"]: r for r in payload["workloads"]["tabular"]["variants"]}
+    base = rows[BASELINE]["median_s"]
+    assert rows[BASELINE]["vs_baseline"] == 1.0
+    assert rows["numpy-index"]["vs_baseline"] == pytest.approx(
+        rows["numpy-index"]["median_s"] / base
+    )
+    grouped = rows["loader-grouped"]
+    assert grouped["floor"] == "floor-seq-take"
+    assert grouped["vs_floor"] == pytest.approx(
+        grouped["median_s"] / rows["floor-seq-take"]["median_s"]
+    )
+    assert rows["loader-numpy"]["floor"] == BASELINE
+    assert rows["numpy-index"]["vs_floor"] is None
+
+
+def test_quick_run_reports_step_and_targets(quick_run):
     _, payload = quick_run
     step = {row["name"]: row for row in payload["step"]}
-    assert "numpy-manual" in step
+    assert BASELINE in step and not any(name.startswith("floor-") for name in step)
     for row in step.values():
         assert 0 <= row["wait_fraction"] <= 1
         assert row["step_ms_per_batch"] >= 0.1  # the step is really taken
-    transfer = payload["transfer"]
-    assert len(transfer["ms_per_batch"]["uint8 copy, cast on the device"]) == len(
-        transfer["batch_sizes"]
+    rows = {
+        r["name"]: r["median_s"]
+        for r in payload["workloads"]["tabular"]["variants"]
+        if "median_s" in r
+    }
+    by_key = {t["key"]: t for t in payload["targets"]}
+    assert by_key["loader-numpy"]["value"] == pytest.approx(rows["loader-numpy"] / rows[BASELINE])
+    assert by_key["loader-torch-hand"]["value"] == pytest.approx(
+        rows["loader-torch"] / rows["torch-index-select"]
     )
-    targets = {t["variant"]: t for t in payload["targets"]}
-    assert targets["loader-numpy"]["status"] in ("met", "not met")
-    assert targets["loader-torch-resident"]["status"] == "not measurable on CPU"
-    assert payload["accelerator_only"] == ["loader-torch-resident", "torch-resident-gather"]
+    assert by_key["gpu-resident-vs-gather"]["status"] == "GPU only"
+    assert payload["accelerator_only"] == ["loader-torch-res", "torch-res-gather"]
 
 
-def test_markdown_and_targets_re_render_from_the_json(quick_run):
+def test_markdown_and_screen_tables_re_render_from_the_json(quick_run):
     _, payload = quick_run
-    text = report.markdown(payload)
+    text = compare_report.markdown(payload)
     for name in ("index", "tabular", "images"):
         assert f"## {name}: " in text
-    assert "## With a model step of" in text
-    rows = report.evaluate_targets(
-        payload["workloads"], payload["step"], payload["transfer"], payload["device"]
-    )
-    assert [r["status"] for r in rows] == [t["status"] for t in payload["targets"]]
+    assert "## tabular with a model step of 0.5 ms" in text
+    for name, result in payload["workloads"].items():
+        table = compare_report.variant_table(name, result, "cpu").text()
+        assert max(map(len, table.splitlines())) <= 80
+        # Fixed columns, not the one-block-per-row fallback.
+        lines = table.splitlines()
+        header = next(i for i, line in enumerate(lines) if line.startswith("variant "))
+        assert lines[header].split()[1:3] == ["ms/epoch", "min-max"]
+        assert set(lines[header + 1]) == {"-", " "}
+    screens = [
+        compare_report.legend_text(payload["workloads"]["index"]["variants"]),
+        compare_report.targets_table(payload).text(),
+        compare_report.step_table(payload).text(),
+    ]
+    for screen in screens:
+        assert max(map(len, screen.splitlines())) <= 80
 
 
 @pytest.mark.slow
 def test_dataloader_with_workers_is_bounded_and_checked(tmp_path):
-    argv = ["--quick", "--out", str(tmp_path), "--workload", "index", "--variants",
-            "dataloader-per-sample-w2", "--step-ms", "0", "--no-transfer", "--no-plot"]  # fmt: skip
+    argv = [
+        "--quick",
+        "--out",
+        str(tmp_path),
+        "--workload",
+        "index",
+        "--variants",
+        "dl-per-sample-w2",
+        "--step-ms",
+        "0",
+        "--no-plot",
+    ]
     assert compare.run(argv) == 0
     payload = json.loads((tmp_path / "compare-cpu.json").read_text())
     rows = {row["name"]: row for row in payload["workloads"]["index"]["variants"]}
-    assert set(rows) == {"numpy-manual", "dataloader-per-sample-w2"}
-    w2 = rows["dataloader-per-sample-w2"]
+    assert set(rows) == {BASELINE, "dl-per-sample-w2"}
+    w2 = rows["dl-per-sample-w2"]
     assert w2["check"]["ok"] and "first 10 batches" in w2["check"]["how"]
     assert w2["bounded_batches"] == 10
     assert not (tmp_path / "compare-cpu.png").exists()
     assert payload["step"] == [] and payload["transfer"] is None
 
 
+def test_classic_preset_times_a_few_epochs_and_multiplies(tmp_path, capsys):
+    argv = [
+        "--preset",
+        "classic",
+        "--quick",
+        "--out",
+        str(tmp_path),
+        "--skip",
+        "*-w2",
+        "--no-plot",
+        "--backends",
+        "numpy",
+    ]
+    args = compare.parse_args(argv)
+    assert (args.workload, args.step_ms, args.transfer, args.project_epochs) == (
+        "index",
+        0.0,
+        False,
+        1000,
+    )
+    assert args.variants.split(",") == list(compare.CLASSIC)
+    assert compare.run(argv) == 0
+    payload = json.loads((tmp_path / "compare-cpu.json").read_text())
+    assert list(payload["workloads"]) == ["index"] and payload["step"] == []
+    assert payload["settings"]["project_epochs"] == 1000
+    names = [r["name"] for r in payload["workloads"]["index"]["variants"]]
+    assert names == [
+        "python",
+        BASELINE,
+        "numpy-index",
+        "numpy-epoch",
+        "floor-memcpy",
+        "floor-seq-take",
+        "loader-numpy",
+        "loader-grouped",
+    ]
+    out = capsys.readouterr().out
+    assert "1000 epochs" in out and "multiply the median epoch" in out
+    assert "index: fastest loop " in out and " for 1000 epochs" in out
+
+
 def test_epochs_are_spread_over_rounds_and_bad_flags_fail(tmp_path, capsys):
-    argv = ["--quick", "--out", str(tmp_path), "--workload", "index", "--variants",
-            "loader-numpy", "--epochs", "3", "--rounds", "2", "--step-ms", "0",
-            "--no-transfer", "--no-plot"]  # fmt: skip
+    argv = [
+        "--quick",
+        "--out",
+        str(tmp_path),
+        "--workload",
+        "index",
+        "--variants",
+        "loader-numpy",
+        "--epochs",
+        "3",
+        "--rounds",
+        "2",
+        "--step-ms",
+        "0",
+        "--no-plot",
+    ]
     assert compare.run(argv) == 0
     settings = json.loads((tmp_path / "compare-cpu.json").read_text())["settings"]
     assert (settings["rounds"], settings["epochs_per_round"]) == (2, 2)
@@ -115,6 +219,159 @@ def test_epochs_are_spread_over_rounds_and_bad_flags_fail(tmp_path, capsys):
     assert "unknown workload 'nope'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         compare.parse_args(["--rounds", "0"])
+    with pytest.raises(SystemExit):
+        compare.parse_args(["--reference", "--out", str(tmp_path)])
+
+
+# -- targets ------------------------------------------------------------------------
+
+
+def _status(rows, key):
+    row = next(r for r in rows if r["key"] == key)
+    return row["value"], row["status"], row["floor"]
+
+
+def test_targets_set_synthetic_timings_against_their_bounds():
+    values = {
+        BASELINE: 10.0,
+        "loader-numpy": 10.2,
+        "loader-grouped": 6.6,
+        "floor-seq-take": 4.3,
+        "loader-torch": 11.0,
+        "floor-torch": 11.5,
+        "torch-index-select": 10.0,
+        "loader-jax": 16.0,
+        "floor-jax": 39.0,
+        "loader-tf": 25.0,
+    }
+    rows = targets.evaluate("compare", values, gpu=False)
+    assert [r["key"] for r in rows] == [t.key for t in targets.TARGETS if t.suite == "compare"]
+    assert _status(rows, "loader-numpy") == (pytest.approx(1.02), "met", 1.0)
+    assert _status(rows, "loader-grouped") == (pytest.approx(0.66), "not met", pytest.approx(0.43))
+    assert _status(rows, "loader-torch") == (pytest.approx(1.1), "not met", pytest.approx(1.15))
+    assert _status(rows, "loader-torch-hand") == (pytest.approx(1.1), "not met", None)
+    assert _status(rows, "loader-jax") == (pytest.approx(1.6), "met", pytest.approx(3.9))
+    assert _status(rows, "loader-tf") == (pytest.approx(2.5), "not met", None)
+    assert _status(rows, "gpu-resident-vs-gather") == (None, "GPU only", None)
+
+
+def test_gpu_targets_and_missing_variants():
+    values = {
+        BASELINE: 1.0,
+        "dl-getitems": 20.0,
+        "loader-torch-res": 1.0,
+        "torch-res-gather": 0.5,
+        "wait:loader-torch": 0.01,
+        "step:loader-torch": 0.5,
+    }
+    rows = targets.evaluate("compare", values, gpu=True)
+    assert _status(rows, "gpu-resident-vs-dataloader") == (20.0, "met", None)
+    assert _status(rows, "gpu-resident-vs-gather") == (2.0, "not met", None)
+    assert _status(rows, "gpu-prefetch-overlap") == (pytest.approx(0.02), "met", None)
+    assert _status(rows, "loader-numpy") == (None, "not measured", 1.0)
+    transfer = targets.evaluate(
+        "transfer", {"torch:to_device": 1.0, "torch:optree": 1.0, "torch:move_to": 1.0}, gpu=False
+    )
+    assert _status(transfer, "nested-torch-optree") == (1.0, "met", None)
+    assert _status(transfer, "nested-torch-move-to") == (1.0, "not met", None)  # "<" is strict
+    assert _status(transfer, "gpu-packed") == (None, "GPU only", None)
+    with pytest.raises(ValueError, match="`suite`"):
+        targets.evaluate("loops", {}, gpu=False)
+
+
+# -- pieces of the harness ----------------------------------------------------------
+
+
+class FakeClock:
+    """Reads 1, 2, 3, ... seconds for successive calls."""
+
+    def __init__(self):
+        self.reads = 0
+
+    def start(self):
+        pass
+
+    def stop(self):
+        self.reads += 1
+        return float(self.reads)
+
+
+def test_interleave_runs_warmup_then_rounds_in_turn_and_reports_per_call():
+    calls = []
+    timings = interleave(
+        [("a", lambda: calls.append("a")), ("b", lambda: calls.append("b"))],
+        rounds=3,
+        warmup=1,
+        repeat=2,
+        clock=FakeClock(),
+    )
+    assert calls == ["a", "a", "b", "b"] * 4
+    assert [t.rounds for t in timings] == [[0.5, 1.5, 2.5], [1.0, 2.0, 3.0]]
+    assert (timings[0].median, timings[1].max) == (1.5, 3.0)
+    assert timings[0].extra == {"repeat": 2}
+
+
+def test_table_fits_the_width_or_falls_back_to_one_block_per_row():
+    table = Table("title", ["name", "value"], [["a" * 30, "1.00"], ["b", "22.50"]], notes=["n"])
+    assert table.text(width=40).splitlines() == [
+        "title",
+        "name                            value",
+        "------------------------------  -----",
+        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa   1.00",
+        "b                               22.50",
+        "n",
+    ]
+    assert table.text(width=20).splitlines() == [
+        "title",
+        "a" * 30,
+        "    value: 1.00",
+        "b",
+        "    value: 22.50",
+        "n",
+    ]
+    assert table.markdown().splitlines()[1] == "|---|---:|"
+
+
+def test_progress_prints_stages_and_rate_limits_steps():
+    out = io.StringIO()
+    progress = Progress(out, live=False, every_s=3600)
+    progress.stage("importing torch")
+    progress.step("round 1/5")  # within the hour: not printed
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 1 and lines[0].endswith("] importing torch")
+    Progress(out, live=False, every_s=0).step("round 2/5")
+    assert out.getvalue().splitlines()[-1].endswith("] round 2/5")
+    live = io.StringIO()
+    status = Progress(live, live=True)
+    status.stage("checking")
+    status.clear()
+    assert live.getvalue().startswith("\r\x1b[K[") and live.getvalue().endswith("\r\x1b[K")
+
+
+def test_quiet_import_swallows_native_output_unless_the_import_fails(tmp_path, monkeypatch, capfd):
+    (tmp_path / "noisy_ok.py").write_text("import os\nos.write(2, b'native noise\\n')\n")
+    (tmp_path / "noisy_bad.py").write_text(
+        "import os\nos.write(2, b'why it failed\\n')\nraise ImportError('broken')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert quiet_import("noisy_ok").__name__ == "noisy_ok"
+    assert "native noise" not in capfd.readouterr().err
+    with pytest.raises(ImportError, match="broken"):
+        quiet_import("noisy_bad")
+    assert "why it failed" in capfd.readouterr().err
+    for name in ("noisy_ok", "noisy_bad"):
+        sys.modules.pop(name, None)
+
+
+def test_default_results_directory_ignores_itself(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = results.results_dir(None)
+    assert path == results.DEFAULT_OUT and (tmp_path / path / ".gitignore").read_text().endswith(
+        "*\n"
+    )
+    chosen = results.results_dir(tmp_path / "mine")
+    assert chosen.is_dir() and not (chosen / ".gitignore").exists()
+    assert results.reference_dir().parts[-2:] == ("benchmarks", "results")
 
 
 def _wrong_order(ctx: Context):
@@ -139,16 +396,13 @@ def _misaligned(ctx: Context):
     ("variant", "detail"),
     [
         (Variant("wrong", "numpy", "wrong order", _wrong_order), "differs from the reference"),
-        (Variant("skewed", "numpy", "rows not aligned", _misaligned, shuffle=None),
-         "not aligned"),
+        (Variant("skewed", "numpy", "rows not aligned", _misaligned, shuffle=None), "not aligned"),
     ],
-)  # fmt: skip
+)
 def test_check_catches_wrong_batches(variant, detail):
     workload = make_workload("tabular", quick=True)
     ctx = Context(workload, workload.data, "cpu")
-    check = compare.check_batches(
-        variant, variant.factory(ctx), ctx, compare.host_leaves(workload.data)
-    )
+    check = check_batches(variant, variant.factory(ctx), ctx, host_leaves(workload.data))
     assert not check.ok and detail in check.detail
 
 
@@ -157,11 +411,14 @@ def test_check_catches_a_lost_row():
     ctx = Context(workload, workload.data, "cpu")
     variant = Variant("lossy", "numpy", "drops a row", lambda c: None, shuffle=None)
     batches = [workload.data[i : i + 30] for i in range(0, 2970, 30)]
-    check = compare.check_batches(variant, batches, ctx, compare.host_leaves(workload.data))
+    check = check_batches(variant, batches, ctx, host_leaves(workload.data))
     assert not check.ok and "never appeared" in check.detail
 
 
-def test_variant_names_are_unique_and_backends_known():
+def test_variant_names_are_short_unique_and_floors_exist():
     names = [v.name for v in VARIANTS]
     assert len(names) == len(set(names))
-    assert {v.backend for v in VARIANTS} == {"numpy", "torch", "jax", "tf"}
+    assert max(map(len, names)) <= 18
+    assert {v.backend for v in VARIANTS} == set(BACKENDS)
+    assert {v.floor for v in VARIANTS if v.floor} <= set(names)
+    assert {t.floor for t in targets.TARGETS if t.floor} <= set(names)

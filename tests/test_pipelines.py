@@ -7,7 +7,13 @@ import pytest
 
 from looptoolkit import Loader
 from looptoolkit.bench.epochs import EpochPipeline, order_length, split_batches
-from looptoolkit.bench.native_numpy import numpy_manual, pure_python
+from looptoolkit.bench.native_numpy import (
+    contiguous_copies,
+    epoch_views,
+    numpy_manual,
+    pure_python,
+    sequential_take,
+)
 from looptoolkit.order import Order, epoch_indices
 
 N, B = 103, 10
@@ -114,6 +120,55 @@ def test_numpy_manual_and_pure_python_cover_every_row():
     assert len(list(pure_python(range(N), B, drop_last=True))) == N // B
 
 
+def test_take_and_fancy_index_loops_yield_the_same_batches():
+    data = make_data()
+    take = numpy_manual(data, B, seed=4, gather="take")
+    index = numpy_manual(data, B, seed=4, gather="index")
+    for _ in range(2):
+        assert_same_epochs(index, [[host(b) for b in take]])
+    with pytest.raises(ValueError, match="`gather` must be 'take' or 'index'"):
+        numpy_manual(data, B, gather="fancy")
+
+
+def test_wrap_is_applied_to_each_batchs_list_of_leaves():
+    seen = []
+
+    def wrap(leaves):
+        seen.append(len(leaves))
+        return [leaf * 0 for leaf in leaves]
+
+    batches = list(numpy_manual(make_data(), B, seed=1, wrap=wrap))
+    assert seen == [2] * 11
+    assert all(not b["y"].any() for b in batches)
+
+
+def test_floors_yield_every_row_in_order_as_new_arrays():
+    data = make_data()
+    for floor in (sequential_take(data, B), contiguous_copies(data, B)):
+        batches = list(floor)
+        assert len(floor) == len(batches) == 11
+        assert [b["y"].tolist() for b in batches] == [
+            list(range(s, min(s + B, N))) for s in range(0, N, B)
+        ]
+        assert_covers(batches)
+        # Each batch is its own array, not a view of the data.
+        assert not any(np.shares_memory(b["x"], data["x"]) for b in batches)
+    assert len(list(contiguous_copies(data, B, drop_last=True))) == N // B
+
+
+def test_epoch_views_cover_every_row_and_reshuffle():
+    data = make_data()
+    views = epoch_views(data, B, seed=2)
+    first, second = list(views), list(views)
+    assert_covers(first)
+    assert_covers(second)
+    assert not np.array_equal(first[0]["y"], second[0]["y"])
+    ids = list(epoch_views(np.arange(N), B, seed=2))  # one 1-D leaf: permutation(x).reshape
+    assert [len(b) for b in ids] == [B] * (N // B) + [N % B]
+    assert sorted(np.concatenate(ids).tolist()) == list(range(N))
+    assert len(list(epoch_views(np.arange(N), B, drop_last=True))) == N // B
+
+
 def test_drop_last_matches_the_loader():
     data = make_data()
     pipeline = numpy_manual(data, B, order=Order(N, B, seed=3, drop_last=True), drop_last=True)
@@ -140,7 +195,6 @@ def test_torch_dataloaders_yield_the_loaders_batches(shuffle):
 @pytest.mark.torch
 def test_getitems_dataloader_yields_the_loaders_batches():
     torch = pytest.importorskip("torch")
-    pytest.importorskip("torch")
     from looptoolkit.bench.native_torch import getitems_dataloader
 
     data = {k: torch.from_numpy(v) for k, v in make_data().items()}
@@ -162,6 +216,11 @@ def test_torch_loops_with_their_own_order_cover_every_row():
     assert_covers(first)
     assert_covers(second)
     assert not torch.equal(first[0]["y"], second[0]["y"])
+    # index_select draws the same permutations: the same batches as x[idx].
+    selected = list(randperm_loop(data, B, seed=1, gather="index_select"))
+    assert all(torch.equal(a["x"], b["x"]) for a, b in zip(selected, first, strict=True))
+    with pytest.raises(ValueError, match="`gather` must be 'index' or 'index_select'"):
+        randperm_loop(data, B, gather="take")
     sampler = OrderSampler(order_for(True), N)
     sampler.set_epoch(4)
     assert list(sampler) == epoch_indices(order_for(True), 4).tolist()

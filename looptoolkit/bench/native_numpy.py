@@ -1,17 +1,25 @@
-"""Hand-written NumPy and pure-Python loops for ``looptoolkit compare``.
+"""Hand-written NumPy and pure-Python loops, and the floors, for ``looptoolkit compare``.
 
 What a NumPy user writes by hand: a permutation per epoch, then one gather per
-leaf per batch, with ``take`` (:func:`numpy_manual`) or with fancy indexing
-(``numpy_manual(..., gather="index")``); and the pure Python loop
+leaf per batch, with ``take`` (:func:`numpy_manual`, the fastest hand-written
+loop and the baseline of every ratio) or with fancy indexing
+(``numpy_manual(..., gather="index")``); one permutation of the whole epoch
+cut into batch views (:func:`epoch_views`); and the pure Python loop
 (:func:`pure_python`) of ``random.sample`` and list slices. Given an ``order``
-(an ``Order``, a ``Loader`` or a function of the epoch), the NumPy loops yield
-exactly the Loader's batches.
+(an ``Order``, a ``Loader`` or a function of the epoch), :func:`numpy_manual`
+yields exactly the Loader's batches.
+
+The floors bound what any loop can reach on the same data:
+:func:`contiguous_copies` copies each batch's bytes (the bandwidth limit) and
+:func:`sequential_take` gathers with ``arange`` indices (a perfectly local
+order); ``numpy_manual(..., wrap=...)`` adds a framework's cheapest way to make
+each batch its own.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,7 +29,7 @@ from looptoolkit._rows import Rows
 from looptoolkit.bench.epochs import EpochPipeline, order_length, split_batches
 from looptoolkit.order import batch_count, epoch_indices
 
-__all__ = ["numpy_manual", "pure_python"]
+__all__ = ["contiguous_copies", "epoch_views", "numpy_manual", "pure_python", "sequential_take"]
 
 
 def numpy_manual(
@@ -32,6 +40,7 @@ def numpy_manual(
     drop_last: bool = False,
     order: Any = None,
     gather: str = "take",
+    wrap: Callable[[list[np.ndarray]], list[Any]] | None = None,
 ) -> EpochPipeline:
     """The NumPy manual loop: a permutation per epoch, then one gather per leaf per batch.
 
@@ -47,6 +56,8 @@ def numpy_manual(
         order: where the epoch order comes from, instead of the permutation.
         gather: ``"take"`` (``leaf.take(idx, axis=0)``, the fastest hand-written
             gather) or ``"index"`` (``leaf[idx]`` fancy indexing).
+        wrap: applied to each batch's list of gathered leaves (e.g. one
+            ``jax.device_put`` of the list, or ``torch.from_numpy`` per leaf).
 
     Returns:
         An :class:`~looptoolkit.bench.epochs.EpochPipeline` of batches shaped like ``data``.
@@ -69,9 +80,10 @@ def numpy_manual(
             indices = epoch_indices(order, epoch)
         for idx in split_batches(indices, batch_size, drop_last):
             if gather == "take":
-                yield spec.unflatten([leaf.take(idx, axis=0) for leaf in leaves])
+                batch = [leaf.take(idx, axis=0) for leaf in leaves]
             else:
-                yield spec.unflatten([leaf[idx] for leaf in leaves])
+                batch = [leaf[idx] for leaf in leaves]
+            yield spec.unflatten(batch if wrap is None else wrap(batch))
 
     length = order_length(order, n, batch_size, drop_last)
     return EpochPipeline(epoch_fn, length, name=f"numpy_manual[{gather}]")
@@ -112,3 +124,86 @@ def pure_python(
             yield shuffled[start : start + batch_size]
 
     return EpochPipeline(epoch_fn, length, name="pure_python")
+
+
+def _host(data: Any) -> tuple[int, list[np.ndarray], Any]:
+    n = Rows(data).n
+    leaves, spec = tree.flatten(data)
+    return n, [np.asarray(leaf) for leaf in leaves], spec
+
+
+def sequential_take(data: Any, batch_size: int, *, drop_last: bool = False) -> EpochPipeline:
+    """A floor: ``leaf.take(idx, axis=0)`` with the ``arange`` indices of each batch.
+
+    The same gather as :func:`numpy_manual`, in a perfectly local order: what an
+    order with the most locality could reach.
+
+    Examples:
+        >>> [b["x"].tolist() for b in sequential_take({"x": np.arange(5)}, 2)]
+        [[0, 1], [2, 3], [4]]
+    """
+    n, leaves, spec = _host(data)
+    indices = np.arange(n)
+
+    def epoch_fn(epoch: int) -> Iterator[Any]:
+        for idx in split_batches(indices, batch_size, drop_last):
+            yield spec.unflatten([leaf.take(idx, axis=0) for leaf in leaves])
+
+    return EpochPipeline(epoch_fn, batch_count(n, batch_size, drop_last), name="sequential_take")
+
+
+def contiguous_copies(data: Any, batch_size: int, *, drop_last: bool = False) -> EpochPipeline:
+    """A floor: a contiguous copy of each batch's rows (``leaf[a:b].copy()``): one memcpy.
+
+    Every batch's bytes are copied once into a new array, as a gather must, with
+    no index at all: the bandwidth limit of any loop that hands out new arrays.
+
+    Examples:
+        >>> [b["x"].tolist() for b in contiguous_copies({"x": np.arange(5)}, 2)]
+        [[0, 1], [2, 3], [4]]
+    """
+    n, leaves, spec = _host(data)
+    stop = batch_count(n, batch_size, drop_last) * batch_size
+
+    def epoch_fn(epoch: int) -> Iterator[Any]:
+        for start in range(0, stop, batch_size):
+            end = start + batch_size
+            yield spec.unflatten([leaf[start:end].copy() for leaf in leaves])
+
+    return EpochPipeline(epoch_fn, batch_count(n, batch_size, drop_last), name="contiguous_copies")
+
+
+def epoch_views(
+    data: Any, batch_size: int, *, seed: int = 0, drop_last: bool = False
+) -> EpochPipeline:
+    """One permutation of the whole epoch, then batch views of it.
+
+    On a single 1-D array this is the classic NumPy loop
+    ``for batch in rng.permutation(x).reshape(-1, B)``: a shuffled copy of the
+    whole array per epoch, then row views (the last partial batch included
+    unless ``drop_last``). Several leaves are permuted together (one ``take`` of
+    the whole epoch per leaf).
+
+    Examples:
+        >>> batches = list(epoch_views(np.arange(6), 3))
+        >>> [len(b) for b in batches], sorted(np.concatenate(batches).tolist())
+        ([3, 3], [0, 1, 2, 3, 4, 5])
+    """
+    n, leaves, spec = _host(data)
+    length = batch_count(n, batch_size, drop_last)
+    full = (n // batch_size) * batch_size
+
+    def epoch_fn(epoch: int) -> Iterator[Any]:
+        rng = np.random.default_rng([seed, epoch])
+        if len(leaves) == 1 and leaves[0].ndim == 1:
+            shuffled = [rng.permutation(leaves[0])]
+        else:
+            perm = rng.permutation(n)
+            shuffled = [leaf.take(perm, axis=0) for leaf in leaves]
+        rows = [s[:full].reshape(-1, batch_size, *s.shape[1:]) for s in shuffled]
+        for i in range(full // batch_size):
+            yield spec.unflatten([r[i] for r in rows])
+        if length * batch_size > full:
+            yield spec.unflatten([s[full:] for s in shuffled])
+
+    return EpochPipeline(epoch_fn, length, name="epoch_views")

@@ -3,7 +3,8 @@
 ``torch.utils.data.DataLoader`` the way PyTorch users run it: per-sample
 ``__getitem__`` + ``default_collate`` (the default), and over
 :class:`looptoolkit.GetItemsDataset` (one ``__getitems__`` gather per batch);
-``torch.randperm`` + indexing; and the bare device-resident ``index_select``.
+``torch.randperm`` + ``x[idx]`` or ``index_select``; and the bare
+device-resident ``index_select``.
 Given an ``order``, the DataLoaders yield exactly the Loader's batches.
 """
 
@@ -201,22 +202,31 @@ def getitems_dataloader(
 
 
 def randperm_loop(
-    data: Any, batch_size: int, *, seed: int = 0, drop_last: bool = False
+    data: Any,
+    batch_size: int,
+    *,
+    seed: int = 0,
+    drop_last: bool = False,
+    gather: str = "index",
 ) -> EpochPipeline:
-    """``torch.randperm`` per epoch, then ``leaf[idx]`` per leaf per batch.
+    """``torch.randperm`` per epoch, then one gather per leaf per batch.
 
-    The loop a PyTorch user writes by hand for in-memory tensors (torch's own
-    indexing, with its OpenMP threads). The order is torch's, not the Loader's.
+    The loop a PyTorch user writes by hand for in-memory tensors, with torch's
+    fancy indexing ``leaf[idx]`` (which runs OpenMP threads) or with
+    ``leaf.index_select(0, idx)``. The order is torch's, not the Loader's.
 
     Args:
         data: a pytree of tensors or NumPy arrays (on any one device).
         batch_size: rows per batch.
         seed: seeds the ``torch.Generator`` once; each epoch draws the next permutation.
         drop_last: drop the last partial batch.
+        gather: ``"index"`` (``leaf[idx]``) or ``"index_select"``.
 
     Returns:
         An :class:`~looptoolkit.bench.epochs.EpochPipeline` of batches shaped like ``data``.
     """
+    if gather not in ("index", "index_select"):
+        raise ValueError(f"`gather` must be 'index' or 'index_select', got {gather!r}.")
     leaves, spec = tree.flatten(data)
     tensors = [as_torch(leaf) for leaf in leaves]
     n = int(tensors[0].shape[0])
@@ -229,9 +239,12 @@ def randperm_loop(
         perm = torch.randperm(n, generator=generator, device=generator.device)
         for start in range(0, length * batch_size, batch_size):
             idx = perm[start : start + batch_size]
-            yield tree.unflatten(spec, [t[idx] for t in tensors])
+            if gather == "index":
+                yield tree.unflatten(spec, [t[idx] for t in tensors])
+            else:
+                yield tree.unflatten(spec, [t.index_select(0, idx) for t in tensors])
 
-    return EpochPipeline(epoch_fn, length, name="randperm_loop")
+    return EpochPipeline(epoch_fn, length, name=f"randperm_loop[{gather}]")
 
 
 def resident_gather(

@@ -1,29 +1,41 @@
-"""Interleaved timing, machine description and result files, shared by every benchmark.
+"""The one timing loop of every benchmark: interleaved rounds after warm-up, medians.
 
-Protocol (BENCHMARKS.md): variants run interleaved (A B C A B C ...) after
-warm-up, in one process; each variant reports the median with min and max over
-the rounds. Absolute times are context; ratios taken in one run are the result.
+Variants run in one process, interleaved (A B C A B C ...), after warm-up;
+each reports the median with min and max over the rounds. The machines are
+shared and noisy: a ratio taken in one run is the figure that holds, an
+absolute time is context. :func:`interleave` is used by ``looptoolkit
+compare`` (one round = one epoch of a loop) and ``looptoolkit transfer`` (one
+round = ``repeat`` calls, or one call timed with CUDA events).
 """
 
 from __future__ import annotations
 
-import json
+import gc
 import os
 import platform
 import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-__all__ = ["Timing", "interleave", "machine_info", "progress", "write_results"]
+if TYPE_CHECKING:
+    from looptoolkit.bench.progress import Progress
+
+__all__ = ["Clock", "CudaEventClock", "HostClock", "Timing", "interleave", "machine_info"]
 
 
 @dataclass
 class Timing:
-    """Seconds per round of one variant."""
+    """Seconds per round of one variant.
+
+    Examples:
+        >>> t = Timing("a", [0.3, 0.1, 0.2])
+        >>> t.median, t.min, t.max
+        (0.2, 0.1, 0.3)
+    """
 
     name: str
     rounds: list[float] = field(default_factory=list)
@@ -56,35 +68,56 @@ class Timing:
         }
 
 
-def progress(total: int, description: str) -> Any:
-    """A rich progress bar on a terminal, or a no-op object elsewhere."""
-    try:
-        from rich.progress import Progress
-    except ImportError:
-        return _NoProgress()
-    bar = Progress(transient=True, disable=not sys.stderr.isatty())
-    bar.start()
-    task = bar.add_task(description, total=total)
-    return _RichProgress(bar, task)
+class Clock(Protocol):
+    """Reads the time of one call: ``start()`` before it, ``stop()`` after, in seconds."""
+
+    def start(self) -> None:
+        """Mark the start (after synchronising the device, if any)."""
+
+    def stop(self) -> float:
+        """Seconds since :meth:`start`, once the device has finished."""
 
 
-class _NoProgress:
-    def advance(self, n: int = 1) -> None:
-        pass
+class HostClock:
+    """``time.perf_counter``, with an optional device synchronisation before each reading."""
 
-    def close(self) -> None:
-        pass
+    def __init__(self, sync: Callable[[], None] | None = None) -> None:
+        self.sync = sync
+        self._start = 0.0
+
+    def start(self) -> None:
+        """Synchronise, then read the clock."""
+        if self.sync is not None:
+            self.sync()
+        self._start = time.perf_counter()
+
+    def stop(self) -> float:
+        """Synchronise, then return the seconds since :meth:`start`."""
+        if self.sync is not None:
+            self.sync()
+        return time.perf_counter() - self._start
 
 
-class _RichProgress:
-    def __init__(self, bar: Any, task: Any) -> None:
-        self.bar, self.task = bar, task
+class CudaEventClock:
+    """CUDA events recorded around the call on the current stream (needs torch with CUDA)."""
 
-    def advance(self, n: int = 1) -> None:
-        self.bar.advance(self.task, n)
+    def __init__(self) -> None:
+        import torch
 
-    def close(self) -> None:
-        self.bar.stop()
+        self._torch = torch
+        self._begin = torch.cuda.Event(enable_timing=True)
+        self._end = torch.cuda.Event(enable_timing=True)
+
+    def start(self) -> None:
+        """Wait for the device, then record the start event."""
+        self._torch.cuda.synchronize()
+        self._begin.record()
+
+    def stop(self) -> float:
+        """Record the end event, wait for it, return the seconds between the events."""
+        self._end.record()
+        self._end.synchronize()
+        return float(self._begin.elapsed_time(self._end)) / 1e3
 
 
 def interleave(
@@ -92,33 +125,69 @@ def interleave(
     *,
     rounds: int,
     warmup: int = 1,
-    sync: Callable[[], None] | None = None,
-    description: str = "timing",
+    repeat: int = 1,
+    clock: Clock | None = None,
+    collect: bool = True,
+    progress: Progress | None = None,
+    label: str = "timing",
 ) -> list[Timing]:
-    """Time each ``(name, fn)`` for ``rounds`` rounds, interleaved, after ``warmup`` calls.
+    """Time each ``(name, fn)`` for ``rounds`` rounds, interleaved, after ``warmup`` rounds.
 
-    ``sync`` (a device synchronisation) runs before each clock read.
+    Args:
+        variants: the calls to time, in the order each round runs them.
+        rounds: timed rounds.
+        warmup: untimed rounds first.
+        repeat: calls per round; the figures are per call.
+        clock: how a round is read (default: :class:`HostClock` without sync).
+        collect: leave the garbage collector on. Off, as ``timeit`` does, a
+            collection in one variant's round is not charged to it.
+        progress: where to report "round r/R" and the time left.
+        label: what the progress lines call this timing.
+
+    Returns:
+        One :class:`Timing` per variant, seconds per call, warm-up left out.
+
+    Examples:
+        >>> [t.name for t in interleave([("a", lambda: 1), ("b", lambda: 2)], rounds=3)]
+        ['a', 'b']
     """
+    clock = HostClock() if clock is None else clock
     timings = [Timing(name) for name, _ in variants]
-    bar = progress(rounds * len(variants), description)
+    enabled = gc.isenabled()
+    if not collect:
+        gc.collect()
+        gc.disable()
+    started = time.perf_counter()
     try:
-        for _ in range(warmup):
+        for w in range(warmup):
+            if progress is not None:
+                progress.step(f"{label}: warm-up round {w + 1}/{warmup}")
             for _, fn in variants:
-                fn()
-            if sync is not None:
-                sync()
-        for _ in range(rounds):
+                for _ in range(repeat):
+                    fn()
+        timed_start = time.perf_counter()
+        per_round = (timed_start - started) / warmup if warmup else None
+        for r in range(rounds):
+            if progress is not None:
+                text = f"{label}: round {r + 1}/{rounds}"
+                if r:
+                    per_round = (time.perf_counter() - timed_start) / r
+                if per_round is not None:
+                    text += f", about {per_round * (rounds - r):.0f} s left"
+                progress.step(text)
             for timing, (_, fn) in zip(timings, variants, strict=True):
-                if sync is not None:
-                    sync()
-                start = time.perf_counter()
-                fn()
-                if sync is not None:
-                    sync()
-                timing.rounds.append(time.perf_counter() - start)
-                bar.advance()
+                clock.start()
+                for _ in range(repeat):
+                    fn()
+                timing.rounds.append(clock.stop() / repeat)
     finally:
-        bar.close()
+        if enabled and not gc.isenabled():
+            gc.enable()
+    for t in timings:
+        if repeat > 1:
+            t.extra["repeat"] = repeat
+    if progress is not None and time.perf_counter() - started > 0:
+        progress.step(f"{label}: done in {time.perf_counter() - started:.0f} s")
     return timings
 
 
@@ -154,24 +223,3 @@ def machine_info() -> dict[str, Any]:
         info["gpu"] = torch.cuda.get_device_name()
         info["cuda"] = torch.version.cuda
     return info
-
-
-def write_results(
-    directory: str | Path, stem: str, payload: dict[str, Any], markdown: str
-) -> list[Path]:
-    """Write ``<stem>.json`` and ``<stem>.md`` under ``directory``; return the paths."""
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
-    json_path = out / f"{stem}.json"
-    md_path = out / f"{stem}.md"
-    json_path.write_text(json.dumps(payload, indent=2, default=_jsonable) + "\n")
-    md_path.write_text(markdown)
-    return [json_path, md_path]
-
-
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, Timing):
-        return obj.summary()
-    if hasattr(obj, "__dataclass_fields__"):
-        return asdict(obj)
-    return str(obj)

@@ -1,183 +1,28 @@
-"""Workloads and the registry of loop variants that ``looptoolkit compare`` times.
+"""The registry of loop variants that ``looptoolkit compare`` checks and times.
 
-A workload is a NumPy pytree with a row-id leaf (every row's own index, so
-that any batch can be checked: right rows, each once). A :class:`Variant`
-builds one loop over a backend's copy of that data: the seed talk's baselines,
-each framework's native pipeline (:mod:`looptoolkit.adapters`), and the
+A :class:`Variant` builds one loop over a backend's copy of a workload's data
+(:mod:`looptoolkit.bench.workloads`): the hand-written loops (the fastest of
+them, permutation + ``take``, is the baseline of every ratio), the floors that
+bound what any loop can reach, each framework's native pipeline, and the
 :class:`~looptoolkit.Loader`. Variants that reproduce the Loader's order say
-which (``shuffle``); the harness checks their batches against a NumPy gather of
-that order, and the others for coverage, before timing anything.
+which (``shuffle``); the harness checks their batches against a NumPy gather
+of that order, and the others for coverage, before timing anything.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from looptoolkit import tree as _tree
+from looptoolkit.bench.targets import BASELINE
+from looptoolkit.bench.workloads import Context, jax_device, torch_device
 
-__all__ = [
-    "BACKEND_ORDER",
-    "VARIANTS",
-    "WORKLOADS",
-    "Context",
-    "Variant",
-    "Workload",
-    "backend_data",
-    "make_workload",
-]
-
-BACKEND_ORDER = ("numpy", "torch", "jax", "tf")
-
-# name -> (description, rows, rows in --quick, batch size, batch size in --quick)
-WORKLOADS: dict[str, tuple[str, int, int, int, int]] = {
-    "index": ("arange(N) sample ids (the seed talk's setting)", 300_000, 3_000, 300, 30),
-    "tabular": ('{"x": float32 (N, 64), "y": int64 row id}', 300_000, 3_000, 300, 30),
-    "images": ('{"image": uint8 (N, 3, 64, 64), "label": int64 row id}', 50_000, 512, 256, 32),
-}  # fmt: skip
-
-
-@dataclass
-class Workload:
-    """The data of one workload, on the host.
-
-    Attributes:
-        name: ``"index"``, ``"tabular"`` or ``"images"``.
-        description: what the data is.
-        data: the NumPy pytree.
-        batch_size: rows per batch.
-        id_path: key path of the row-id leaf (``"batch"`` when the data is that leaf).
-    """
-
-    name: str
-    description: str
-    data: Any
-    batch_size: int
-    id_path: str
-
-    @property
-    def n(self) -> int:
-        """Rows."""
-        leaves, _ = _tree.flatten(self.data)
-        return int(leaves[0].shape[0])
-
-    @property
-    def num_batches(self) -> int:
-        """Batches per epoch (last partial batch counted)."""
-        return -(-self.n // self.batch_size)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of data."""
-        leaves, _ = _tree.flatten(self.data)
-        return sum(int(leaf.nbytes) for leaf in leaves)
-
-
-def make_workload(name: str, *, quick: bool = False, seed: int = 0) -> Workload:
-    """Build the ``name`` workload (BENCHMARKS.md sizes, or tiny ones with ``quick``).
-
-    Row ids stand in for labels so that every batch can be checked; gathering
-    them costs what gathering labels costs.
-    """
-    description, rows, quick_rows, batch, quick_batch = WORKLOADS[name]
-    n, batch_size = (quick_rows, quick_batch) if quick else (rows, batch)
-    rng = np.random.default_rng(seed)
-    ids = np.arange(n, dtype=np.int64)
-    data: Any
-    if name == "index":
-        data, id_path = ids, "batch"
-    elif name == "tabular":
-        data = {"x": rng.standard_normal((n, 64), dtype=np.float32), "y": ids}
-        id_path = "batch['y']"
-    elif name == "images":
-        data = {"image": rng.integers(0, 256, (n, 3, 64, 64), dtype=np.uint8), "label": ids}
-        id_path = "batch['label']"
-    else:
-        raise ValueError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}.")
-    description = f"{description}, N = {n:_}, batch {batch_size}"
-    return Workload(name, description, data, batch_size, id_path)
-
-
-def backend_data(host: Any, backend: str, device: str) -> Any:
-    """``host`` (a NumPy pytree) as arrays of ``backend``.
-
-    torch: zero-copy CPU tensors. jax: arrays on the device (the accelerator
-    when ``device`` is not ``"cpu"``; int64 becomes int32 without x64). tf:
-    tensors. The host data of host-gather variants stays NumPy.
-    """
-    if backend == "numpy":
-        return host
-    leaves, spec = _tree.flatten(host)
-    if backend == "torch":
-        import torch
-
-        return _tree.unflatten(spec, [torch.from_numpy(leaf) for leaf in leaves])
-    if backend == "jax":
-        import jax
-
-        return _tree.unflatten(spec, jax.device_put(leaves, jax_device(device)))
-    if backend == "tf":
-        import tensorflow as tf
-
-        return _tree.unflatten(spec, [tf.convert_to_tensor(leaf) for leaf in leaves])
-    raise ValueError(f"unknown backend {backend!r}.")
-
-
-def jax_device(device: str) -> Any:
-    """The JAX device for a compare ``--device`` (its first GPU, or the CPU)."""
-    import jax
-
-    return jax.devices("cpu" if device == "cpu" else "gpu")[0]
-
-
-def torch_device(device: str) -> Any:
-    """The torch device for a compare ``--device``."""
-    import torch
-
-    return torch.device(device)
-
-
-@dataclass
-class Context:
-    """What a variant's factory gets.
-
-    Attributes:
-        workload: the workload (host data, batch size).
-        data: the workload's data as arrays of the variant's backend.
-        device: the compare device (``"cpu"``, ``"cuda"``, ``"cuda:1"``).
-        seed: the seed every order is drawn from.
-    """
-
-    workload: Workload
-    data: Any
-    device: str
-    seed: int = 0
-    _orders: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def batch_size(self) -> int:
-        """Rows per batch."""
-        return self.workload.batch_size
-
-    @property
-    def accelerated(self) -> bool:
-        """Whether the compare device is an accelerator."""
-        return self.device != "cpu"
-
-    def order(self, shuffle: str) -> Any:
-        """The Loader's ``Order`` for this workload and seed (``"full"`` or ``"grouped"``)."""
-        order = self._orders.get(shuffle)
-        if order is None:
-            from looptoolkit.order import Order
-
-            order = Order(self.workload.n, self.batch_size, shuffle=shuffle, seed=self.seed)
-            self._orders[shuffle] = order
-        return order
-
+__all__ = ["BASELINE", "VARIANTS", "Variant", "variant_named"]
 
 Factory = Callable[[Context], Iterable[Any]]
 
@@ -187,9 +32,9 @@ class Variant:
     """One loop to time.
 
     Attributes:
-        name: short name (``--variants`` filters on it).
+        name: short name (``--variants`` filters on it; at most 18 characters).
         backend: whose arrays it runs on (``"numpy"``, ``"torch"``, ``"jax"``, ``"tf"``).
-        label: what it is, in a few words.
+        label: what it is, in one line.
         factory: builds the loop (an iterable whose every ``iter()`` is the next epoch).
         shuffle: the Loader order it reproduces exactly (``"full"``, ``"grouped"``), or
             None for a loop with its own order (checked for coverage and alignment).
@@ -199,6 +44,8 @@ class Variant:
         accelerator: runs only when the device is an accelerator.
         convert: turns a batch into the workload's structure (pure Python yields lists).
         requires: modules that must import for it to run.
+        floor: the variant that bounds this one from below (Loader rows report
+            their distance to it).
     """
 
     name: str
@@ -211,6 +58,12 @@ class Variant:
     accelerator: bool = False
     convert: Callable[[Any], Any] | None = None
     requires: tuple[str, ...] = ()
+    floor: str | None = None
+
+    @property
+    def is_floor(self) -> bool:
+        """Whether this variant is a floor rather than a loop to choose."""
+        return self.name.startswith("floor-")
 
     def missing(self) -> str | None:
         """Why this variant cannot run here (a module that does not import), or None."""
@@ -243,16 +96,76 @@ def _pure_python(ctx: Context) -> Iterable[Any]:
     return pure_python(ctx.data, ctx.batch_size, seed=ctx.seed)
 
 
-def _numpy_manual(ctx: Context) -> Iterable[Any]:
-    from looptoolkit.bench.native_numpy import numpy_manual
+def _numpy_manual(gather: str) -> Factory:
+    def factory(ctx: Context) -> Iterable[Any]:
+        from looptoolkit.bench.native_numpy import numpy_manual
 
-    return numpy_manual(ctx.data, ctx.batch_size, seed=ctx.seed, gather="index")
+        return numpy_manual(ctx.data, ctx.batch_size, seed=ctx.seed, gather=gather)
+
+    return factory
 
 
-def _randperm(ctx: Context) -> Iterable[Any]:
-    from looptoolkit.bench.native_torch import randperm_loop
+def _epoch_views(ctx: Context) -> Iterable[Any]:
+    from looptoolkit.bench.native_numpy import epoch_views
 
-    return randperm_loop(ctx.data, ctx.batch_size, seed=ctx.seed)
+    return epoch_views(ctx.data, ctx.batch_size, seed=ctx.seed)
+
+
+def _memcpy(ctx: Context) -> Iterable[Any]:
+    from looptoolkit.bench.native_numpy import contiguous_copies
+
+    return contiguous_copies(ctx.workload.data, ctx.batch_size)
+
+
+def _sequential_take(ctx: Context) -> Iterable[Any]:
+    from looptoolkit.bench.native_numpy import sequential_take
+
+    return sequential_take(ctx.workload.data, ctx.batch_size)
+
+
+def _wrapped(backend: str) -> Factory:
+    """The best manual loop on the host data + ``backend``'s cheapest per-batch wrap."""
+
+    def factory(ctx: Context) -> Iterable[Any]:
+        from looptoolkit.bench.native_numpy import numpy_manual
+
+        wrap: Callable[[list[np.ndarray]], list[Any]]
+        if backend == "torch":
+            import torch
+
+            from_numpy = torch.from_numpy
+
+            def wrap(leaves: list[np.ndarray]) -> list[Any]:
+                return [from_numpy(x) for x in leaves]
+
+        elif backend == "tf":
+            import tensorflow as tf
+
+            convert = tf.convert_to_tensor
+
+            def wrap(leaves: list[np.ndarray]) -> list[Any]:
+                return [convert(x) for x in leaves]
+
+        else:
+            import jax
+
+            put, where = jax.device_put, jax_device(ctx.device)
+
+            def wrap(leaves: list[np.ndarray]) -> list[Any]:
+                return put(leaves, where)
+
+        return numpy_manual(ctx.workload.data, ctx.batch_size, seed=ctx.seed, wrap=wrap)
+
+    return factory
+
+
+def _randperm(gather: str) -> Factory:
+    def factory(ctx: Context) -> Iterable[Any]:
+        from looptoolkit.bench.native_torch import randperm_loop
+
+        return randperm_loop(ctx.data, ctx.batch_size, seed=ctx.seed, gather=gather)
+
+    return factory
 
 
 def _per_sample(workers: int) -> Factory:
@@ -346,55 +259,74 @@ def _as_array(batch: Any) -> Any:
 
 _LOADER = ("looptoolkit.loader", "looptoolkit.order")
 _ORDER = ("looptoolkit.order",)
+_TORCH_DATA = ("looptoolkit.torch_data", *_ORDER)
 
 VARIANTS: list[Variant] = [
-    Variant("python", "numpy", "pure Python: random.sample + slices", _pure_python,
-            shuffle=None, workloads=("index",), convert=_as_array),
-    Variant("numpy-manual", "numpy", "NumPy manual: permutation + x[idx] per leaf",
-            _numpy_manual, shuffle=None),
+    Variant("python", "numpy", "pure Python: random.sample of a list, then slices",
+            _pure_python, shuffle=None, workloads=("index",), convert=_as_array),
+    Variant(BASELINE, "numpy", "best manual loop: permutation + take per leaf (the baseline)",
+            _numpy_manual("take"), shuffle=None),
+    Variant("numpy-index", "numpy", "NumPy fancy-index loop: permutation + x[idx] per leaf",
+            _numpy_manual("index"), shuffle=None),
+    Variant("numpy-epoch", "numpy", "permutation(x).reshape(-1, B): one shuffled copy per "
+            "epoch, then row views", _epoch_views, shuffle=None, workloads=("index",)),
+    Variant("floor-memcpy", "numpy", "floor: a contiguous copy of each batch's bytes",
+            _memcpy, shuffle=None),
+    Variant("floor-seq-take", "numpy", "floor: take with arange indices (a perfectly local "
+            "order)", _sequential_take, shuffle=None),
     Variant("loader-numpy", "numpy", "Loader, full shuffle",
-            lambda ctx: _loader(ctx, shuffle="full"), requires=_LOADER),
-    Variant("loader-numpy-prefetch", "numpy",
-            "Loader, full shuffle, device='cpu' + prefetch=2 (background thread)",
-            lambda ctx: _loader(ctx, shuffle="full", device="cpu", prefetch=2),
-            requires=_LOADER),
-    Variant("loader-numpy-grouped", "numpy", "Loader, grouped shuffle",
-            lambda ctx: _loader(ctx, shuffle="grouped"), shuffle="grouped", requires=_LOADER),
-    Variant("torch-randperm", "torch", "torch.randperm + x[idx] per leaf", _randperm,
-            shuffle=None),
-    Variant("dataloader-per-sample", "torch",
-            "DataLoader per-sample __getitem__ + default_collate, 0 workers",
-            _per_sample(0), requires=_ORDER),
-    Variant("dataloader-per-sample-w2", "torch",
-            "DataLoader per-sample, 2 workers (persistent, forkserver)",
-            _per_sample(2), slow=True, requires=_ORDER),
-    Variant("dataloader-getitems", "torch", "DataLoader over GetItemsDataset (__getitems__)",
-            _getitems, requires=("looptoolkit.torch_data", *_ORDER)),
-    Variant("dataloader-getitems-batched", "torch",
-            "make_dataloader: GetItemsDataset + the Loader's batch sampler (index arrays)",
-            _make_dataloader, requires=("looptoolkit.torch_data",)),
-    Variant("loader-torch", "torch", "Loader on torch data (+ pinned non-blocking copy on GPU)",
-            _loader_torch, requires=_LOADER),
-    Variant("loader-torch-resident", "torch", "Loader, data resident on the GPU",
-            _loader_torch_resident, accelerator=True, requires=_LOADER),
-    Variant("torch-resident-gather", "torch", "bare on-device index_select (GPU reference)",
+            lambda ctx: _loader(ctx, shuffle="full"), requires=_LOADER, floor=BASELINE),
+    Variant("loader-numpy-bg", "numpy", "Loader, full shuffle, device='cpu', prefetch=2 "
+            "(a background thread)", lambda ctx: _loader(ctx, shuffle="full", device="cpu",
+            prefetch=2), requires=_LOADER, floor=BASELINE),
+    Variant("loader-grouped", "numpy", "Loader, grouped shuffle",
+            lambda ctx: _loader(ctx, shuffle="grouped"), shuffle="grouped", requires=_LOADER,
+            floor="floor-seq-take"),
+    Variant("floor-torch", "torch", "floor: best manual loop + torch.from_numpy per leaf",
+            _wrapped("torch"), shuffle=None),
+    Variant("torch-index", "torch", "torch.randperm + x[idx] per leaf (torch's indexing)",
+            _randperm("index"), shuffle=None),
+    Variant("torch-index-select", "torch", "torch.randperm + index_select per leaf",
+            _randperm("index_select"), shuffle=None),
+    Variant("dl-per-sample", "torch", "DataLoader: per-sample __getitem__ + default_collate, "
+            "0 workers", _per_sample(0), requires=_ORDER),
+    Variant("dl-per-sample-w2", "torch", "the same DataLoader with 2 workers (persistent, "
+            "forkserver)", _per_sample(2), slow=True, requires=_ORDER),
+    Variant("dl-getitems", "torch", "DataLoader over GetItemsDataset: lists of ints to "
+            "__getitems__", _getitems, requires=_TORCH_DATA),
+    Variant("dl-getitems-arrays", "torch", "make_dataloader: GetItemsDataset + batches of "
+            "index arrays", _make_dataloader, requires=_TORCH_DATA),
+    Variant("loader-torch", "torch", "Loader on torch data (on a GPU: pinned, non-blocking "
+            "copies)", _loader_torch, requires=_LOADER, floor="floor-torch"),
+    Variant("loader-torch-res", "torch", "Loader, data resident on the GPU",
+            _loader_torch_resident, accelerator=True, requires=_LOADER,
+            floor="torch-res-gather"),
+    Variant("torch-res-gather", "torch", "bare on-device index_select (the GPU reference)",
             _torch_resident_gather, accelerator=True, requires=_ORDER),
-    Variant("jax-naive", "jax", "jax.random.permutation + eager jnp.take per leaf", _jax_naive,
-            shuffle=None),
+    Variant("floor-jax", "jax", "floor: best manual loop + one jax.device_put of the leaves",
+            _wrapped("jax"), shuffle=None),
+    Variant("jax-naive", "jax", "jax.random.permutation + eager jnp.take per leaf",
+            _jax_naive, shuffle=None),
     Variant("jax-device-put", "jax", "NumPy gather + one jax.device_put per batch",
             _jax_device_put, requires=_ORDER),
-    Variant("jax-resident", "jax", "device-resident data and order, jitted gather",
+    Variant("jax-resident", "jax", "data and order on the device, one jitted gather per batch",
             _jax_resident, requires=_ORDER),
-    Variant("loader-jax", "jax", "Loader on JAX data",
-            lambda ctx: _loader(ctx, shuffle="full"), requires=_LOADER),
-    Variant("tf-classic", "tf", "tf.data from_tensor_slices.shuffle(N).batch.prefetch",
+    Variant("loader-jax", "jax", "Loader on JAX data", lambda ctx: _loader(ctx, shuffle="full"),
+            requires=_LOADER, floor="floor-jax"),
+    Variant("floor-tf", "tf", "floor: best manual loop + tf.convert_to_tensor per leaf",
+            _wrapped("tf"), shuffle=None),
+    Variant("tf-classic", "tf", "tf.data: from_tensor_slices.shuffle(N).batch.prefetch",
             _tf_classic, shuffle=None),
-    Variant("tf-loader-dataset", "tf", "tf.data with the Loader's order, batch gather, prefetch",
-            _tf_loader_dataset, requires=_ORDER),
-    Variant("loader-tf", "tf", "Loader on tf data",
-            lambda ctx: _loader(ctx, shuffle="full"), requires=_LOADER),
+    Variant("tf-loader-dataset", "tf", "tf.data in the Loader's order, one gather per batch, "
+            "prefetch", _tf_loader_dataset, requires=_ORDER),
+    Variant("loader-tf", "tf", "Loader on tf data", lambda ctx: _loader(ctx, shuffle="full"),
+            requires=_LOADER, floor="floor-tf"),
 ]  # fmt: skip
 """Every variant, in the order the tables list them (grouped by backend)."""
 
-BASELINE = "numpy-manual"
-"""The variant every ratio is taken against."""
+_BY_NAME = {v.name: v for v in VARIANTS}
+
+
+def variant_named(name: str) -> Variant | None:
+    """The variant called ``name``, or None."""
+    return _BY_NAME.get(name)

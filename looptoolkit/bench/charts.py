@@ -1,0 +1,141 @@
+"""The one chart helper of every report: horizontal bars, each labelled with its figure.
+
+A chart is a stack of :class:`Panel`; each panel has bars (one per variant, its
+figure and ratio written beside it, in a column of their own so that no line
+crosses them), reference lines (the baseline and the floors), a linear axis
+with a label, and, where a few bars are many times longer than the rest, an
+axis cut at ``clip``: those bars end at the cut, hatched, and their label still
+gives their real figure. Needs matplotlib (drawn with the Agg backend).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["BACKEND_COLORS", "Bar", "Line", "Panel", "bar_chart"]
+
+BACKEND_COLORS = {"numpy": "#4c72b0", "torch": "#dd8452", "jax": "#55a868", "tf": "#c44e52"}
+FLOOR_COLOR = "#b0b0b0"
+
+
+@dataclass
+class Bar:
+    """One bar: its label on the left, its length, and the text written beside it."""
+
+    label: str
+    value: float
+    note: str
+    color: str = BACKEND_COLORS["numpy"]
+    hatch: str | None = None
+    gap_before: bool = False
+    bold: bool = False
+
+
+@dataclass
+class Line:
+    """A vertical reference line across a panel (the baseline, a floor)."""
+
+    value: float
+    label: str
+    style: str = "--"
+    color: str = "black"
+
+
+@dataclass
+class Panel:
+    """One panel: a title, bars top to bottom, reference lines, an axis label."""
+
+    title: str
+    bars: list[Bar]
+    xlabel: str
+    lines: list[Line] = field(default_factory=list)
+    clip: float | None = None
+
+
+def bar_chart(
+    panels: list[Panel],
+    path: str | Path,
+    *,
+    title: str = "",
+    legend: list[tuple[str, str]] | None = None,
+    footer: str = "",
+) -> Path:
+    """Draw ``panels`` one above the other into the PNG ``path``; return it.
+
+    Args:
+        panels: the panels.
+        path: the PNG to write.
+        title: above the first panel.
+        legend: ``(label, colour)`` patches shown under the last panel, with
+            the reference lines of the first panel.
+        footer: a line of small text at the bottom.
+
+    Raises:
+        ImportError: matplotlib is not installed.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    from matplotlib.transforms import blended_transform_factory
+
+    heights = [1.2 + 0.3 * (len(p.bars) + sum(b.gap_before for b in p.bars)) for p in panels]
+    extra = 0.9 if (legend or footer) else 0.3
+    fig, axes = plt.subplots(
+        len(panels), 1, figsize=(10, sum(heights) + extra + (0.3 if title else 0)),
+        squeeze=False, gridspec_kw={"height_ratios": heights},
+    )  # fmt: skip
+    for ax, panel in zip(axes[:, 0], panels, strict=True):
+        positions, y = [], 0.0
+        for bar in panel.bars:
+            y += 0.6 if bar.gap_before else 0.0
+            positions.append(y)
+            y += 1.0
+        limit = panel.clip
+        longest = max((b.value for b in panel.bars), default=1.0)
+        if limit is None or longest <= limit:
+            limit = longest * 1.02
+        lengths = [min(b.value, limit) for b in panel.bars]
+        for pos, length, bar in zip(positions, lengths, panel.bars, strict=True):
+            cut = bar.value > limit
+            ax.barh(pos, length, color=bar.color, hatch="//" if cut else bar.hatch,
+                    edgecolor="white" if (cut or bar.hatch) else bar.color, height=0.8)  # fmt: skip
+        ax.set_yticks(positions, [b.label for b in panel.bars], fontsize=8)
+        for tick, bar in zip(ax.get_yticklabels(), panel.bars, strict=True):
+            if bar.bold:
+                tick.set_fontweight("bold")
+        ax.set_ylim(y - 0.4, -0.6)
+        ax.set_xlim(0, limit)
+        for line in panel.lines:
+            ax.axvline(line.value, color=line.color, ls=line.style, lw=1.0, zorder=3)
+        notes = blended_transform_factory(ax.transAxes, ax.transData)
+        for pos, bar in zip(positions, panel.bars, strict=True):
+            text = ("> " if bar.value > limit else "") + bar.note
+            ax.text(1.01, pos, text, transform=notes, va="center", fontsize=7.5,
+                    family="monospace")  # fmt: skip
+        ax.set_title(panel.title, fontsize=10, loc="left")
+        ax.set_xlabel(panel.xlabel, fontsize=8)
+        ax.tick_params(axis="x", labelsize=8)
+        ax.grid(axis="x", alpha=0.3)
+    handles: list[Any] = [Patch(color=c, label=label) for label, c in legend or []]
+    handles += [
+        Line2D([0], [0], color=line.color, ls=line.style, label=line.label)
+        for line in panels[0].lines
+    ]
+    if title:
+        fig.suptitle(title, fontsize=11, x=0.01, ha="left")
+    if handles:
+        fig.legend(handles=handles, loc="lower center", ncol=min(4, len(handles)), fontsize=8,
+                   frameon=False, bbox_to_anchor=(0.5, 0.02 if footer else 0.0))  # fmt: skip
+    if footer:
+        fig.text(0.01, 0.004, footer, fontsize=7)
+    bottom = (0.55 + (0.25 if footer else 0)) / fig.get_figheight() if handles else 0.02
+    fig.tight_layout(rect=(0, bottom, 0.8, 0.99 if not title else 0.97))
+    out = Path(path)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

@@ -1,0 +1,87 @@
+"""Where a benchmark's results go, and how they are written: JSON, Markdown, PNG.
+
+By default a run writes to ``./looptoolkit-results/`` (a directory of the
+user's, ignored by git: it holds its own ``.gitignore``), or to ``--out DIR``.
+The reference results committed with the project, under
+``benchmarks/results/`` of a source checkout, are rewritten only on purpose
+(``--reference``, or ``make reference``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "DEFAULT_OUT",
+    "REFERENCE_HELP",
+    "reference_dir",
+    "results_dir",
+    "write_results",
+]
+
+DEFAULT_OUT = Path("looptoolkit-results")
+"""The default results directory, relative to the current directory."""
+
+REFERENCE_HELP = (
+    "write to the project's committed reference results (benchmarks/results/ of a "
+    "source checkout) instead of --out"
+)
+
+
+def reference_dir() -> Path:
+    """``benchmarks/results/`` of the source checkout this package runs from.
+
+    Raises:
+        FileNotFoundError: the package is not running from a source checkout.
+    """
+    root = Path(__file__).resolve().parents[2]
+    path = root / "benchmarks" / "results"
+    if not path.is_dir():
+        raise FileNotFoundError(
+            f"`--reference`: no benchmarks/results/ beside this package ({root}); "
+            "it is only in a source checkout."
+        )
+    return path
+
+
+def results_dir(out: str | Path | None, *, reference: bool = False) -> Path:
+    """The directory to write to, created; the default one ignores itself in git.
+
+    Args:
+        out: ``--out`` (None: :data:`DEFAULT_OUT`).
+        reference: write to :func:`reference_dir` instead.
+    """
+    if reference:
+        return reference_dir()
+    path = Path(DEFAULT_OUT if out is None else out)
+    path.mkdir(parents=True, exist_ok=True)
+    if out is None:
+        ignore = path / ".gitignore"
+        if not ignore.exists():
+            ignore.write_text("# results of looptoolkit compare / transfer, not source\n*\n")
+    return path
+
+
+def write_results(
+    directory: str | Path, stem: str, payload: dict[str, Any], markdown: str
+) -> list[Path]:
+    """Write ``<stem>.json`` and ``<stem>.md`` under ``directory``; return the paths."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    json_path = out / f"{stem}.json"
+    md_path = out / f"{stem}.md"
+    json_path.write_text(json.dumps(payload, indent=2, default=_jsonable) + "\n")
+    md_path.write_text(markdown)
+    return [json_path, md_path]
+
+
+def _jsonable(obj: Any) -> Any:
+    summary = getattr(obj, "summary", None)
+    if callable(summary):
+        return summary()
+    if hasattr(obj, "__dataclass_fields__"):
+        return asdict(obj)
+    return str(obj)
