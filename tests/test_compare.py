@@ -175,7 +175,8 @@ def test_classic_preset_times_a_few_epochs_and_multiplies(tmp_path, capsys):
     )
     assert args.variants.split(",") == list(compare.CLASSIC)
     assert compare.run(argv) == 0
-    payload = json.loads((tmp_path / "compare-cpu.json").read_text())
+    assert not (tmp_path / "compare-cpu.json").exists()  # the default run's results stay
+    payload = json.loads((tmp_path / "compare-classic-cpu.json").read_text())
     assert list(payload["workloads"]) == ["index"] and payload["step"] == []
     assert payload["settings"]["project_epochs"] == 1000
     names = [r["name"] for r in payload["workloads"]["index"]["variants"]]

@@ -83,11 +83,17 @@ def bar_chart(
     from matplotlib.patches import Patch
     from matplotlib.transforms import blended_transform_factory
 
-    heights = [1.2 + 0.3 * (len(p.bars) + sum(b.gap_before for b in p.bars)) for p in panels]
-    extra = 0.9 if (legend or footer) else 0.3
+    heights = [1.0 + 0.26 * (len(p.bars) + 0.6 * sum(b.gap_before for b in p.bars)) for p in panels]
+    n_handles = len(legend or []) + len(panels[0].lines)
+    ncol = 4
+    rows = -(-n_handles // ncol)
+    footer_in = 0.3 if footer else 0.05
+    legend_in = 0.25 * rows + 0.15 if n_handles else 0.0
+    title_in = 0.3 if title else 0.1
+    height = sum(heights) + 0.55 * len(panels) + footer_in + legend_in + title_in
     fig, axes = plt.subplots(
-        len(panels), 1, figsize=(10, sum(heights) + extra + (0.3 if title else 0)),
-        squeeze=False, gridspec_kw={"height_ratios": heights},
+        len(panels), 1, figsize=(11, height), squeeze=False,
+        gridspec_kw={"height_ratios": heights},
     )  # fmt: skip
     for ax, panel in zip(axes[:, 0], panels, strict=True):
         positions, y = [], 0.0
@@ -127,14 +133,14 @@ def bar_chart(
         for line in panels[0].lines
     ]
     if title:
-        fig.suptitle(title, fontsize=11, x=0.01, ha="left")
+        fig.suptitle(title, fontsize=11, x=0.01, y=1 - 0.12 / height, ha="left", va="top")
     if handles:
-        fig.legend(handles=handles, loc="lower center", ncol=min(4, len(handles)), fontsize=8,
-                   frameon=False, bbox_to_anchor=(0.5, 0.02 if footer else 0.0))  # fmt: skip
+        fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=8, frameon=False,
+                   bbox_to_anchor=(0.45, footer_in / height))  # fmt: skip
     if footer:
-        fig.text(0.01, 0.004, footer, fontsize=7)
-    bottom = (0.55 + (0.25 if footer else 0)) / fig.get_figheight() if handles else 0.02
-    fig.tight_layout(rect=(0, bottom, 0.8, 0.99 if not title else 0.97))
+        fig.text(0.01, 0.08 / height, footer, fontsize=7)
+    bottom = (footer_in + legend_in + 0.05) / height
+    fig.tight_layout(rect=(0, bottom, 0.79, 1 - title_in / height))
     out = Path(path)
     fig.savefig(out, dpi=110)
     plt.close(fig)

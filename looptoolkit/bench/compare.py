@@ -330,7 +330,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         payload["settings"]["step_workload"] = None
     if targets:
         progress.emit("\n" + report.targets_table(payload).text())
-    stem = f"compare-{device.replace(':', '')}"
+    # A preset's results sit beside the default run's, not over them.
+    stem = "-".join(["compare", *([args.preset] if args.preset else []), device.replace(":", "")])
     charts: list[Path] = []
     if args.plot:
         progress.stage("drawing the chart")
@@ -340,6 +341,7 @@ def run(argv: Sequence[str] | None = None) -> int:
             progress.emit(f"no chart: {e}")
     payload["charts"] = [p.name for p in charts]
     files = write_results(out, stem, payload, report.markdown(payload))
+    progress.emit("\n" + "\n".join(wrap(line, indent="  ") for line in report.summary(payload)))
     progress.emit("\n" + wrap(
         f"Wrote {', '.join(str(p) for p in [*files, *charts])} "
         f"({progress.elapsed():.0f} s)."

@@ -105,6 +105,36 @@ def headline(name: str, result: dict[str, Any], epochs: int | None = None) -> st
     return " ".join(parts)
 
 
+def targets_line(rows: list[dict[str, Any]]) -> str:
+    """One sentence: which measured targets were met, which not, by how much."""
+    measured = [t for t in rows if t["status"] in ("met", "not met")]
+    if not measured:
+        return ""
+    met = [t["key"] for t in measured if t["status"] == "met"]
+    missed = [f"{t['key']} {t['value']:.2f}x ({t['goal']})" for t in measured
+              if t["status"] == "not met"]  # fmt: skip
+    text = f"Targets: {len(met)} of {len(measured)} measured met"
+    text += f" ({', '.join(met)})" if met else ""
+    return text + (f"; not met: {', '.join(missed)}." if missed else ".")
+
+
+def summary(payload: dict[str, Any]) -> list[str]:
+    """The run in a few lines: each workload's winner and Loader ratios, then the targets."""
+    lines = [f"Summary (ratios to the best manual loop, {BASELINE}; lower is better):"]
+    for name, result in payload["workloads"].items():
+        timed = _timed(result)
+        loops = [r for r in timed.values() if not r["name"].startswith("floor-")]
+        if BASELINE not in timed or not loops:
+            continue
+        best = min(loops, key=lambda r: r["median_s"])
+        loaders = ", ".join(f"{r['name'].removeprefix('loader-')} {r['vs_baseline']:.2f}x"
+                            for r in loops if r["name"].startswith("loader-"))  # fmt: skip
+        text = f"{name}: fastest {best['name']} {best['vs_baseline']:.2f}x"
+        lines.append(text + (f"; Loader {loaders}." if loaders else "."))
+    line = targets_line(payload.get("targets", []))
+    return lines + ([line] if line else [])
+
+
 def _check_word(row: dict[str, Any]) -> str:
     how = row.get("check", {}).get("how", "")
     return "exact" if how.startswith("exact") else "cover"
@@ -278,6 +308,8 @@ def markdown(payload: dict[str, Any]) -> str:
     gpu = f"; GPU {m['gpu']} (CUDA {m.get('cuda')})" if m.get("gpu") else ""
     out = [f"# looptoolkit compare — {payload['device']}\n"]
     out += [f"- {headline(n, r, epochs)}" for n, r in payload["workloads"].items()]
+    if targets_line(payload.get("targets", [])):
+        out.append(f"- {targets_line(payload['targets'])}")
     out += [
         "",
         f"Command: `{m['command']}`  ",
