@@ -4,7 +4,8 @@
 - :class:`Loader` batches in-memory (or memory-mapped) arrays with one gather
   per leaf per batch, full or grouped shuffling, resume, sharding, prefetch
   and a ``transform`` run where the batch arrives; :class:`Order` is its epoch
-  order on its own, :func:`normalize` the common transform.
+  order on its own, :func:`normalize` the common transform; :func:`stack_records`
+  turns a list of per-sample records into the columns it batches.
 - :class:`GetItemsDataset`, :func:`make_dataloader` and :func:`keep_batch` bring
   the batched fetch to ``torch.utils.data.DataLoader`` (they need torch);
   :func:`loader_dataset` yields the Loader's batches from ``tf.data`` (needs
@@ -23,11 +24,12 @@ from looptoolkit.device import to_device
 from looptoolkit.tree import ContainerRebuildWarning
 
 if TYPE_CHECKING:
+    from looptoolkit._records import stack_records
     from looptoolkit.loader import Loader, LoaderStats
     from looptoolkit.order import Order
     from looptoolkit.tf_data import loader_dataset
-    from looptoolkit.transforms import normalize
     from looptoolkit.torch_data import GetItemsDataset, keep_batch, make_dataloader
+    from looptoolkit.transforms import normalize
 
 __version__ = "0.1.0"
 
@@ -43,6 +45,7 @@ __all__ = [
     "loader_dataset",
     "make_dataloader",
     "normalize",
+    "stack_records",
     "to_device",
 ]
 
@@ -56,6 +59,7 @@ _LAZY = {
     "make_dataloader": "looptoolkit.torch_data",
     "loader_dataset": "looptoolkit.tf_data",
     "normalize": "looptoolkit.transforms",
+    "stack_records": "looptoolkit._records",
 }
 
 

@@ -31,7 +31,10 @@ __all__ = ["Plan", "Progress", "Transform", "inline", "prefetched"]
 
 
 class Progress:
-    """How far the user got through one epoch (batches handed out, not prefetched)."""
+    """How far the user got through one epoch (batches handed out, not prefetched).
+
+    ``consumed`` is counted by the epoch's iterator, as it hands each batch out.
+    """
 
     __slots__ = ("consumed", "epoch", "first", "start", "total")
 
@@ -107,27 +110,30 @@ class Plan:
 
 def inline(
     rows: Rows, batches: Iterator[np.ndarray], progress: Progress, plan: Plan
-) -> Generator[Any, None, None]:
-    """Every step in the consumer's thread."""
+) -> Iterator[Any]:
+    """Every step in the consumer's thread.
+
+    Gathered batches that need nothing more are built by a C-level ``map`` over
+    the backend's gathers: the loop adds no Python frame per batch to them.
+    """
     gathered = rows.gather(batches)
     if not plan.move and plan.transform is None:
-        build = rows.spec.unflatten if rows.spec_for(1) is rows.spec else rows.build
-        for leaves in gathered:
-            progress.consumed += 1
-            yield build(leaves)
-        return
+        return rows.built(gathered)
+    return _finished(rows, gathered, progress, plan)
+
+
+def _finished(
+    rows: Rows, gathered: Iterator[Sequence[Any]], progress: Progress, plan: Plan
+) -> Iterator[Any]:
     for k, leaves in enumerate(gathered):
-        batch = plan.finish(rows.build(leaves), progress, k)
-        progress.consumed += 1
-        yield batch
+        yield plan.finish(rows.build(leaves), progress, k)
 
 
 def _produced(
     rows: Rows, batches: Iterator[np.ndarray], progress: Progress, plan: Plan
 ) -> Iterator[Any]:
     """Gathered, moved and transformed batches (runs in the background thread)."""
-    for k, leaves in enumerate(rows.gather(batches)):
-        yield plan.finish(rows.build(leaves), progress, k)
+    return _finished(rows, rows.gather(batches), progress, plan)
 
 
 def _staged(
@@ -182,7 +188,6 @@ def prefetched(
             if stager is not None:
                 item, token = item
                 stager.hand_over(_tree.flatten(item)[0], token)
-            progress.consumed += 1
             yield item
     finally:
         prefetcher.close()

@@ -2,15 +2,18 @@
 
 The last step before the user's loop when a Loader has a ``device``: the thread
 pulls batches (gathered and moved) from a generator into a bounded queue, up
-to ``depth`` ahead. An exception in the thread reaches the consumer, re-raised
-with its type and chained to the original; leaving the loop early (``break``, an
-exception, dropping the iterator) stops the thread.
+to ``depth`` ahead. An exception in the thread reaches the consumer as a copy
+of the same type, arguments and attributes (a ``SystemExit`` keeps its code),
+with a note saying where it came from, chained to the original; leaving the
+loop early (``break``, an exception, dropping the iterator) stops the thread.
 """
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
+import types
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -80,15 +83,45 @@ def _shutdown(stop: threading.Event, q: queue.Queue[Any], thread: threading.Thre
         thread.join(_JOIN_S)
 
 
+_NOTE = "Raised in looptoolkit.Loader's background thread"
+
+
 def _reraise(error: BaseException) -> BaseException:
-    """The exception to raise in the consumer for one raised in the background thread."""
-    message = f"{type(error).__name__} in looptoolkit.Loader's background thread: {error}"
+    """The exception to raise in the consumer for ``error``, raised in the background thread.
+
+    A copy made without calling the constructor (which may take other
+    arguments): the same type, ``args``, attributes and C-level fields (a
+    ``SystemExit``'s ``code``, an ``OSError``'s ``errno``), with a note saying
+    where it came from. The caller chains the original as its ``__cause__``.
+    Where even that is impossible (a ``__new__`` that insists on its own
+    arguments), the original object itself, with the note.
+    """
+    cls = type(error)
     try:
-        new = type(error)(message)
-    except Exception:  # an exception type that takes other arguments
-        new = RuntimeError(message)
-    else:
-        new.__dict__.update(getattr(error, "__dict__", {}))
+        new = cls.__new__(cls, *error.args)
+    except Exception:
+        error.add_note(_NOTE + ".")
+        return error
+    new.args = error.args
+    for klass in cls.__mro__:
+        if klass is BaseException:
+            break
+        for name, attr in vars(klass).items():
+            # Fields set by a C constructor (SystemExit.code, OSError.errno, StopIteration.value).
+            fields = (types.MemberDescriptorType, types.GetSetDescriptorType)
+            if isinstance(attr, fields) and not name.startswith("__"):
+                with contextlib.suppress(AttributeError, TypeError, ValueError):
+                    value = getattr(error, name)
+                    # An unset C field reads as None; setting None would make it set.
+                    if value is not None or getattr(new, name, None) is not None:
+                        setattr(new, name, value)
+    state = getattr(error, "__dict__", None)
+    if state:
+        new.__dict__.update(state)
+    new.__notes__ = [
+        *getattr(error, "__notes__", ()),
+        _NOTE + "; the original, with the thread's traceback, is chained above.",
+    ]
     return new
 
 
@@ -122,7 +155,10 @@ class Prefetcher:
                 continue
             if isinstance(item, _Failure):
                 self.close()
-                raise _reraise(item.error) from item.error
+                error = _reraise(item.error)
+                if error is item.error:
+                    raise error
+                raise error from item.error
             if item is END:
                 self.close()
             return item

@@ -11,6 +11,7 @@ batch goes on to :func:`looptoolkit.to_device` (or straight to the loop).
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -18,6 +19,7 @@ import numpy as np
 import optree
 
 from looptoolkit import tree as _tree
+from looptoolkit._records import find_records
 from looptoolkit.adapters import Backend, backend_of, is_batched_node
 
 __all__ = ["Rows", "take_batches"]
@@ -62,14 +64,19 @@ class Rows:
     Raises:
         ValueError: an empty pytree, a 0-d leaf, no rows, leaves of different
             leading dimensions (both named, with their sizes).
-        TypeError: a leaf that is not an array (named by its key path).
+        TypeError: a leaf that is not an array (named by its key path); a list of
+            per-sample records (see :mod:`looptoolkit._records`).
     """
 
     def __init__(self, data: Any) -> None:
         leaves, spec = _tree.flatten(data)
+        records = find_records(spec, leaves)
+        if records is not None:
+            raise TypeError(records)
         self.n = self._check(leaves, spec)
         self.leaves: list[Any] = leaves
         self.spec: optree.PyTreeSpec = spec
+        self._data_keys = tuple(data) if type(data) is dict else ()
         groups: dict[str, tuple[Backend, list[int]]] = {}
         for i, leaf in enumerate(leaves):
             backend = backend_of(leaf)
@@ -133,6 +140,31 @@ class Rows:
         if self._batched is None:
             return self.spec.unflatten(leaves)
         return self.spec_for(int(leaves[0].shape[0])).unflatten(leaves)
+
+    def built(self, gathered: Iterator[Sequence[Any]]) -> Iterator[Any]:
+        """The batches of gathered leaf sequences, built by C-level iterators where possible.
+
+        A plain dict of arrays (the common batch) is rebuilt with ``dict(zip(...))``
+        in its insertion order, a tuple or list of arrays with its constructor,
+        anything else by the treespec: ``PyTreeSpec.unflatten`` costs twice as much
+        per batch as ``dict(zip(...))``, as much as a tenth of a 300-row gather.
+        """
+        spec = self.spec
+        if self._batched is None and spec.num_nodes == spec.num_leaves + 1:
+            kind = spec.type
+            if kind is dict and self._data_keys:
+                keys = list(self._data_keys)  # insertion order; leaves come sorted
+                position = {key: i for i, key in enumerate(spec.entries())}
+                if len(keys) > 1:
+                    reorder = operator.itemgetter(*(position[k] for k in keys))
+                    gathered = map(reorder, gathered)
+                return map(dict, map(zip, itertools.repeat(keys), gathered))
+            if kind is tuple:
+                return map(tuple, gathered)
+            if kind is list:
+                return map(list, gathered)
+        build = spec.unflatten if self._batched is None else self.build
+        return map(build, gathered)
 
     def gather(self, batches: Iterator[np.ndarray]) -> Iterator[list[Any]]:
         """Gathered leaf lists (in the data's leaf order) for each index array."""

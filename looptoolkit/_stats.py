@@ -8,7 +8,7 @@ batches as the user's step, into a :class:`LoaderStats`.
 from __future__ import annotations
 
 import time
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 __all__ = ["LoaderStats", "timed"]
@@ -66,7 +66,7 @@ class LoaderStats:
         )
 
 
-def timed(source: Generator[Any, None, None], stats: LoaderStats) -> Generator[Any, None, None]:
+def timed(source: Iterator[Any], stats: LoaderStats) -> Generator[Any, None, None]:
     """``source``, with time inside ``next`` counted as waiting and time outside as step."""
     clock = time.perf_counter
     last = None
@@ -84,4 +84,6 @@ def timed(source: Generator[Any, None, None], stats: LoaderStats) -> Generator[A
             stats.batches += 1
             yield item
     finally:
-        source.close()
+        close = getattr(source, "close", None)
+        if close is not None:
+            close()

@@ -13,11 +13,13 @@ grows it (uint8 -> float16) after it, on the destination.
 
 from __future__ import annotations
 
+import collections.abc
+import io
 from collections.abc import Sequence
 from typing import Any
 
 from looptoolkit import tree as _tree
-from looptoolkit._dtypes import DtypePolicy, dtype_name
+from looptoolkit._dtypes import DtypePolicy, cast_before_copy, dtype_name
 from looptoolkit._errors import TransferError
 from looptoolkit._target import Target, parse_device_string
 from looptoolkit.adapters import (
@@ -29,7 +31,15 @@ from looptoolkit.adapters import (
     object_backend,
 )
 
-__all__ = ["Target", "TransferError", "dtype_name", "parse_device", "to_device"]
+__all__ = [
+    "Target",
+    "TransferError",
+    "cast_before_copy",
+    "describe_leaf",
+    "dtype_name",
+    "parse_device",
+    "to_device",
+]
 
 
 def parse_device(device: Any) -> Target:
@@ -67,7 +77,7 @@ def parse_device(device: Any) -> Target:
 # -- to_device ---------------------------------------------------------------------
 
 
-def _describe(leaf: Any) -> str:
+def describe_leaf(leaf: Any) -> str:
     """``"torch float32 [2, 3]"``: the leaf's framework, dtype name and shape."""
     shape = tuple(getattr(leaf, "shape", ()))
     backend = backend_of(leaf)
@@ -91,18 +101,28 @@ def _locate_failure(
         except Exception as e:
             what = f" as {cast}" if cast else ""
             return TransferError(
-                f"cannot move {path} ({_describe(leaf)}) to {target}{what}: {e}", path
+                f"cannot move {path} ({describe_leaf(leaf)}) to {target}{what}: {e}", path
             )
     joined = ", ".join(paths[:4]) + (", ..." if len(paths) > 4 else "")
     return TransferError(f"cannot move {joined} to {target}: {error}", paths[0] if paths else None)
 
 
 # What happens to a leaf of a given type, per (type, home of NumPy leaves): the
-# backend that moves it, _OBJECT (it has its own `.to`), or None (returned as is).
-# Deciding once per type keeps the per-leaf work of a call to list comprehensions.
+# backend that moves it, _OBJECT (it has its own `.to`), _UNREADABLE (an iterator
+# or a view, which may hold arrays that cannot be reached without consuming it),
+# or None (returned as is). Deciding once per type keeps the per-leaf work of a
+# call to list comprehensions.
 _OBJECT = "object"
+_UNREADABLE = "unreadable"
 _UNKNOWN = "unknown"
 _routes: dict[tuple[type, str | None], Backend | str | None] = {}
+
+
+def _unreadable(cls: type) -> bool:
+    """An iterator (a generator, ``map``, ``zip``) or a dict view, but not a file."""
+    return issubclass(cls, (collections.abc.Iterator, collections.abc.MappingView)) and not (
+        issubclass(cls, io.IOBase)
+    )
 
 
 def _route(leaf: Any, home: str | None) -> Backend | str | None:
@@ -114,7 +134,12 @@ def _route(leaf: Any, home: str | None) -> Backend | str | None:
     decided: Backend | str | None
     if backend is None:
         # Looked up on the class: an instance attribute called `to` is not a method.
-        decided = _OBJECT if callable(getattr(cls, "to", None)) else None
+        if callable(getattr(cls, "to", None)):
+            decided = _OBJECT
+        elif _unreadable(cls):
+            decided = _UNREADABLE
+        else:
+            decided = None
     elif backend.name == "numpy" and home is not None:
         decided = get_backend(home)
     else:
@@ -161,9 +186,10 @@ def to_device(
 
     Args:
         tree: any nesting of dict, OrderedDict, defaultdict, deque, list, tuple,
-            namedtuple, dataclass, TensorDict and tensorclass, with torch, NumPy,
+            set, namedtuple, dataclass, attrs class, ``SimpleNamespace``,
+            TensorDict and tensorclass (their subclasses too), with torch, NumPy,
             JAX or tf arrays as leaves. Objects with their own ``.to`` (an
-            ``nn.Module``) are moved by it.
+            ``nn.Module``, a tokenizer's ``BatchEncoding``) are moved by it.
         device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"/GPU:0"``, a ``torch.device``,
             a ``jax.Device`` or a ``jax.sharding.Sharding``. Each framework's leaves
             stay in their framework; NumPy leaves go to the framework the device
@@ -190,7 +216,9 @@ def to_device(
 
     Raises:
         ValueError: an unknown device string.
-        TypeError: ``device`` or ``dtype`` of a wrong kind; under ``strict=True``, a
+        TypeError: ``device`` or ``dtype`` of a wrong kind; an iterator (a generator)
+            or a dict view in ``tree``, which cannot be looked into without
+            consuming it (named by its key path); under ``strict=True``, a
             container that would have to be rebuilt as another type (named by its
             key path; raised after the leaves were moved).
         TransferError: a leaf could not be moved (an absent device, an impossible
@@ -205,7 +233,7 @@ def to_device(
     """
     target = parse_device(device)
     policy = DtypePolicy(dtype) if dtype is not None else None
-    leaves, spec, types = _tree.flatten_typed(tree)
+    leaves, spec, types = _tree.flatten_typed(tree, move=True)
     home = target.home
     if len(types) == 1:
         # One leaf type (the common case): one decision for all of them.
@@ -216,6 +244,13 @@ def to_device(
         routes = set(keys)
     out = leaves if keys is None else list(leaves)
     paths: list[str] | None = None
+    if _UNREADABLE in routes:
+        paths = _tree.leaf_paths(spec)
+        i = next(i for i, leaf in enumerate(leaves) if _route(leaf, home) is _UNREADABLE)
+        raise TypeError(
+            f"{paths[i]} is a {type(leaves[i]).__name__}, which to_device cannot look into "
+            "without consuming it; pass its items as a list or a tuple."
+        )
     # Arrays first, objects last: an object's own `.to` may move it in place
     # (nn.Module), which should not happen when an array then fails to move.
     for route in sorted(routes - {None}, key=lambda r: r is _OBJECT):

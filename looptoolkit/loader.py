@@ -23,17 +23,19 @@ Where the work runs:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+import threading
+import weakref
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import numpy as np
 
+from looptoolkit import _probe
 from looptoolkit._pipeline import Plan, Progress, Transform, inline, prefetched, stager_for
 from looptoolkit._rows import Rows
 from looptoolkit._stats import LoaderStats, timed
 from looptoolkit._target import Target
-from looptoolkit.adapters import batch_shards
-from looptoolkit.device import TransferError, parse_device, to_device
+from looptoolkit.device import parse_device
 from looptoolkit.order import EpochOrder, Order, normalize_shuffle, resolve_rank
 
 __all__ = ["Loader", "LoaderIterator", "LoaderStats"]
@@ -46,9 +48,9 @@ class LoaderIterator:
     the background thread, if there is one; :meth:`close` does it explicitly.
     """
 
-    __slots__ = ("_progress", "_source")
+    __slots__ = ("__weakref__", "_progress", "_source")
 
-    def __init__(self, source: Generator[Any, None, None], progress: Progress) -> None:
+    def __init__(self, source: Iterator[Any], progress: Progress) -> None:
         self._source = source
         self._progress = progress
 
@@ -56,21 +58,34 @@ class LoaderIterator:
         return self
 
     def __next__(self) -> Any:
-        return next(self._source)
+        item = next(self._source)
+        self._progress.consumed += 1  # handed to the user: what `state_dict` counts
+        return item
 
     def __len__(self) -> int:
         return self._progress.total - self._progress.consumed
 
     def close(self) -> None:
         """Stop the epoch: the background thread (if any) ends and nothing more is yielded."""
-        self._source.close()
+        close = getattr(self._source, "close", None)
+        if close is not None:
+            close()
+        self._source = _CLOSED
+
+    def _running(self) -> bool:
+        """Neither closed nor past its epoch's last batch (then it is exhausted too)."""
+        progress = self._progress
+        return self._source is not _CLOSED and progress.consumed < progress.total
+
+
+_CLOSED: Iterator[Any] = iter(())  # the source of a closed iterator
 
 
 # -- the Loader ----------------------------------------------------------------------
 
 
 def _with_masks(
-    source: Generator[Any, None, None], schedule: EpochOrder, batch_size: int
+    source: Iterator[Any], schedule: EpochOrder, batch_size: int
 ) -> Generator[tuple[Any, np.ndarray], None, None]:
     """``(batch, mask)`` pairs; ``mask`` is False at padding rows."""
     left = schedule.samples_per_rank
@@ -81,32 +96,9 @@ def _with_masks(
             left -= batch_size
             yield batch, mask
     finally:
-        source.close()
-
-
-def _probe_rows(target: Target, leaf: Any, order: Order) -> int:
-    """Rows to probe ``target`` with: 1, or one per shard of a sharding's batch axis.
-
-    Raises:
-        ValueError: the batches (the epoch's last one too) do not split evenly over
-            the sharding's batch axis.
-    """
-    shards = batch_shards(target, leaf)
-    if shards == 1:
-        return 1
-    b = order.batch_size
-    if b % shards:
-        raise ValueError(
-            f"`batch_size` must be a multiple of the {shards} shards of `device`'s batch "
-            f"axis, got {b}."
-        )
-    last = 0 if order.drop_last else (order.padded_length // order.world_size) % b
-    if last % shards:
-        raise ValueError(
-            f"the last batch of an epoch has {last} rows, which do not split over the "
-            f"{shards} shards of `device`'s batch axis; pass `drop_last=True`."
-        )
-    return shards
+        close = getattr(source, "close", None)
+        if close is not None:
+            close()
 
 
 class Loader:
@@ -167,9 +159,11 @@ class Loader:
             named, with their sizes), a 0-d leaf, an empty pytree, ``batch_size < 1``,
             an unknown ``shuffle``, ``group_size < 1``, ``rank`` outside
             ``[0, world_size)``, an unknown device string, ``prefetch < 0``,
-            ``resident``, ``dtype`` or ``non_blocking`` without a ``device``.
-        TypeError: a leaf that is not an array (named by its key path), or an
-            argument of a wrong type.
+            ``resident``, ``dtype`` or ``non_blocking`` without a ``device``;
+            ``drop_last=True`` with a shard of fewer rows than ``batch_size``.
+        TypeError: a leaf that is not an array (named by its key path); a list of
+            per-sample records (the message says how to stack it, see
+            :func:`looptoolkit.stack_records`); an argument of a wrong type.
         TransferError: ``device`` is not present, or ``dtype`` cannot be applied
             (checked on one row at construction).
 
@@ -269,7 +263,9 @@ class Loader:
             world_size=world_size,
             drop_last=drop_last,
         )
-        self.batch_size: int = batch_size
+        _probe.check_not_empty(self._order)
+        # Plain ints, whatever integer type was passed: state_dict() holds them.
+        self.batch_size: int = self._order.batch_size
         self.n: int = rows.n
         self.rank: int = rank
         self.world_size: int = world_size
@@ -279,23 +275,12 @@ class Loader:
         self._dtype = dtype
         self._non_blocking = non_blocking
         if self._target is not None:
+            # The dataset goes to the device once and batches are gathered there;
+            # or a few rows go, to fail here rather than in the middle of an epoch.
             if resident:
-                # The dataset goes to the device once; batches are gathered there.
-                moved = to_device(data, self._target, dtype=dtype, non_blocking=non_blocking)
-                rows = Rows(moved)
+                rows = _probe.resident(rows, data, self._target, dtype, non_blocking)
             else:
-                # Fail here, not in the middle of an epoch: an absent device, a bad cast,
-                # batches that a JAX sharding cannot split.
-                k = _probe_rows(self._target, rows.leaves[0], self._order)
-                probe = rows.build([leaf[:k] for leaf in rows.leaves])
-                try:
-                    to_device(probe, self._target, dtype=dtype, non_blocking=non_blocking)
-                except TransferError as e:
-                    # Name the leaf as the user's `data`, like every other Loader error.
-                    if e.path is None or not e.path.startswith("batch"):
-                        raise
-                    path = "data" + e.path[len("batch") :]
-                    raise TransferError(str(e).replace(e.path, path, 1), path) from e.__cause__
+                _probe.probe(rows, self._target, self._order, dtype, non_blocking)
         self._rows = rows
         self._plan = Plan(
             self._target,
@@ -309,11 +294,39 @@ class Loader:
         self._next_epoch = 0
         self._resume_offset = 0
         self._progress: Progress | None = None
+        # One epoch at a time: the iterator still running it, and the lock that
+        # guards it with the epoch counter against other threads.
+        self._live: weakref.ref[LoaderIterator] | None = None
+        self._lock = threading.Lock()
 
     # -- public API ----------------------------------------------------------------------
 
+    def _running(self) -> LoaderIterator | None:
+        """The iterator still running an epoch of this Loader, if any (under the lock)."""
+        iterator = None if self._live is None else self._live()
+        return iterator if iterator is not None and iterator._running() else None
+
     def __iter__(self) -> LoaderIterator:
-        """Start the next epoch (or resume the one a loaded state points into)."""
+        """Start the next epoch (or resume the one a loaded state points into).
+
+        Raises:
+            RuntimeError: an iterator of this Loader is still running its epoch (a
+                nested loop, two loops zipped, another thread's loop).
+        """
+        with self._lock:
+            running = self._running()
+            if running is not None:
+                p = running._progress
+                raise RuntimeError(
+                    f"this Loader is still iterating epoch {p.epoch} ({p.consumed} of {p.total} "
+                    "batches handed out) and runs one epoch at a time; finish that loop, "
+                    "`break` out of it or call its iterator's `close()` first."
+                )
+            iterator = self._start()
+            self._live = weakref.ref(iterator)
+            return iterator
+
+    def _start(self) -> LoaderIterator:
         epoch, offset = self._next_epoch, self._resume_offset
         self._next_epoch, self._resume_offset = epoch + 1, 0
         schedule = self._order.epoch(epoch, offset)
@@ -322,7 +335,7 @@ class Loader:
         # Batches are views of blocks of the order, made as the epoch goes: no
         # N-long index array for a grouped or sequential order.
         batches = iter(schedule)
-        source: Generator[Any, None, None]
+        source: Iterator[Any]
         if self._plan.move and self.prefetch > 0:
             assert self._target is not None
             stager = stager_for(self._rows, self.batch_size, self._target, self.prefetch)
@@ -349,10 +362,12 @@ class Loader:
             raise TypeError(f"`epoch` must be an int, got {type(epoch).__name__}.")
         if epoch < 0:
             raise ValueError(f"`epoch` must be >= 0, got {epoch}.")
-        if int(epoch) != self._next_epoch:
-            self._resume_offset = 0
-        self._next_epoch = int(epoch)
-        self._progress = None
+        with self._lock:
+            if int(epoch) != self._next_epoch:
+                self._resume_offset = 0
+            self._next_epoch = int(epoch)
+            if self._running() is None:  # a running epoch is still what state_dict() describes
+                self._progress = None
 
     def indices(self, epoch: int) -> np.ndarray:
         """The sample order of ``epoch`` for this shard (padding included), as a 1-D array."""
@@ -387,20 +402,21 @@ class Loader:
         Counts batches handed to the user, not those prefetched. The offset is
         global (samples consumed by all ranks together), so a loader with another
         world size can resume it. After a finished epoch the state points at the
-        start of the next one. Only the most recent iterator is tracked: with two
-        iterators of one Loader open at once, the state describes the newer one.
+        start of the next one. Every value is a plain Python int or str (or None),
+        for json, pickle and ``torch.load(weights_only=True)``.
         """
-        progress = self._progress
-        if progress is not None and progress.consumed < progress.total:
-            epoch = progress.epoch
-            offset = progress.start + progress.consumed * self.batch_size * self.world_size
-        else:
-            epoch, offset = self._next_epoch, self._resume_offset
+        with self._lock:
+            progress = self._progress
+            if progress is not None and progress.consumed < progress.total:
+                epoch = progress.epoch
+                offset = progress.start + progress.consumed * self.batch_size * self.world_size
+            else:
+                epoch, offset = self._next_epoch, self._resume_offset
         order = self._order
         return {
             self.VERSION_KEY: self.STATE_VERSION,
-            self.EPOCH_KEY: epoch,
-            self.OFFSET_KEY: offset,
+            self.EPOCH_KEY: int(epoch),
+            self.OFFSET_KEY: int(offset),
             self.SEED_KEY: order.seed,
             self.N_KEY: order.n,
             self.SHUFFLE_KEY: order.shuffle,
@@ -419,6 +435,7 @@ class Loader:
         Raises:
             ValueError: a key is missing, the state describes other orders, or its
                 offset does not fit this loader.
+            RuntimeError: an iterator of this Loader is still running its epoch.
         """
         keys = (self.EPOCH_KEY, self.OFFSET_KEY, self.SEED_KEY, self.N_KEY, self.SHUFFLE_KEY)
         missing = [k for k in keys if k not in state]
@@ -449,8 +466,20 @@ class Loader:
                 f"`state` offset {offset} is not a multiple of `world_size` {self.world_size}."
             )
         order.num_batches(offset)  # raises for an offset past the end of the epoch
-        self._next_epoch, self._resume_offset = epoch, offset
-        self._progress = None
+        with self._lock:
+            if self._running() is not None:
+                raise RuntimeError(
+                    "cannot load a state while this Loader is iterating an epoch; finish that "
+                    "loop, `break` out of it or call its iterator's `close()` first."
+                )
+            self._next_epoch, self._resume_offset = epoch, offset
+            self._progress = None
+
+    @property
+    def transform(self) -> Callable[[Any], Any] | None:
+        """The ``transform`` applied to every batch (None: none)."""
+        transform: Callable[[Any], Any] | None = self._args["transform"]
+        return transform
 
     @property
     def data(self) -> Any:

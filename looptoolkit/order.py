@@ -38,7 +38,8 @@ and ``(2, 0)`` equal).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import itertools
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -367,20 +368,25 @@ class EpochOrder:
         return self._len
 
     def __iter__(self) -> Iterator[np.ndarray]:
+        # Python runs once per block of batches; `chain` steps through each
+        # block's row views in C, one per batch.
+        return itertools.chain.from_iterable(self._blocks())
+
+    def _blocks(self) -> Iterator[Iterable[np.ndarray]]:
         b, w, r = self.order.batch_size, self.order.world_size, self.order.rank
         g = self.global_batch
         step = max(1, _BLOCK_POSITIONS // g)  # global batches per block
         for k0 in range(0, self._full, step):
             k1 = min(self._full, k0 + step)
             block = self._values(self.offset + k0 * g, self.offset + k1 * g)
-            # Row views of a 2-D block: one C-level step per batch. Position
-            # j * w + r of a global batch is row j of rank r's batch.
+            # Rows of a 2-D block are the batches. Position j * w + r of a global
+            # batch is row j of rank r's batch.
             if w == 1:
-                yield from block.reshape(k1 - k0, b)
+                yield block.reshape(k1 - k0, b)
             else:
-                yield from block.reshape(k1 - k0, b, w)[:, :, r]
+                yield block.reshape(k1 - k0, b, w)[:, :, r]
         if self._last:
-            yield self.batch(self._full)
+            yield (self.batch(self._full),)
 
     def batch(self, i: int) -> np.ndarray:
         """The ``i``-th batch of this rank (negative ``i`` counts from the end).

@@ -12,6 +12,7 @@ This module imports tensorflow.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -70,6 +71,7 @@ def loader_dataset(
     prefetch: bool = True,
     device: str | None = None,
     start_epoch: int = 0,
+    transform: Callable[[Any], Any] | None = None,
 ) -> tf.data.Dataset:
     """A ``tf.data.Dataset`` that yields the Loader's batches; usable directly in ``model.fit``.
 
@@ -96,6 +98,10 @@ def loader_dataset(
         device: ``"/GPU:0"`` to prefetch batches onto that GPU; None keeps them
             where tf.data produces them (the host).
         start_epoch: the epoch the first iteration yields.
+        transform: a function applied to every batch inside the pipeline
+            (``Dataset.map``, traced once by tf), before the prefetch: the same
+            role as the Loader's ``transform``. Default: the Loader's own, when
+            ``data`` is a Loader.
 
     Returns:
         The dataset; its element structure is that of ``data``.
@@ -107,6 +113,8 @@ def loader_dataset(
         [[0, 1], [2, 3], [4]]
     """
     if isinstance(data, Loader):
+        if transform is None:
+            transform = data.transform
         data, batch_size, order = _loader_parts(data, order)
     elif isinstance(order, Loader) and batch_size is None:
         batch_size = order.batch_size
@@ -141,6 +149,15 @@ def loader_dataset(
 
     ds = tf.data.Dataset.range(1).flat_map(epoch_batches).map(gather)
     ds = ds.apply(tf.data.experimental.assert_cardinality(length))
+    if transform is not None:
+        fn = transform
+        if type(structure) is tuple:
+            # tf.data passes a tuple's parts as separate arguments; the transform
+            # takes the batch as one, as the Loader's does.
+            def fn(*parts: Any) -> Any:
+                return transform(parts)
+
+        ds = ds.map(fn)
     if prefetch:
         if device is not None and "GPU" in device.upper() and gpu_present():
             ds = ds.apply(tf.data.experimental.prefetch_to_device(device))

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
+from looptoolkit._probe import check_not_empty
 from looptoolkit._rows import Rows
 from looptoolkit.order import Order, resolve_rank
 
@@ -34,7 +35,8 @@ class GetItemsDataset(torch.utils.data.Dataset[Any]):
 
     Raises:
         ValueError: an empty pytree, a 0-d leaf, or leaves of different lengths.
-        TypeError: a leaf that is not an array.
+        TypeError: a leaf that is not an array; a list of per-sample records (see
+            :func:`looptoolkit.stack_records`).
 
     Examples:
         >>> import numpy as np
@@ -154,6 +156,11 @@ def make_dataloader(
     Returns:
         The DataLoader.
 
+    Raises:
+        ValueError: with ``drop_last``, this shard has fewer rows than ``batch_size``
+            (every epoch would be empty); the errors of :class:`GetItemsDataset`.
+        TypeError: the errors of :class:`GetItemsDataset`.
+
     Examples:
         >>> import numpy as np
         >>> loader = make_dataloader({"y": np.arange(5)}, 2, shuffle=False)
@@ -172,6 +179,7 @@ def make_dataloader(
         world_size=world_size,
         drop_last=drop_last,
     )
+    check_not_empty(order)
     return torch.utils.data.DataLoader(
         dataset,
         # Typed as lists of ints; DataLoader only hands each batch to `__getitems__`.

@@ -440,3 +440,84 @@ def cpu_devices() -> list[tuple[str, Any]]:
     if optional("tf") is not None:
         devices.append(("tf_name", "/CPU:0"))
     return devices
+
+
+# -- containers real libraries hand to a training loop ----------------------------------
+
+
+class BatchEncodingLike(collections.UserDict):
+    """The shape of a tokenizer's ``BatchEncoding``: a UserDict with its own constructor and ``.to``.
+
+    As transformers' does, ``.to`` moves torch tensors in place (for a string or a
+    ``torch.device``), leaves anything else, and returns the object itself; it also
+    records the device it was given.
+    """
+
+    def __init__(self, data: Any = None, encoding: Any = None) -> None:
+        super().__init__(data)
+        self._encodings = encoding
+        self.moved_to: Any = None
+
+    def to(self, device: Any) -> BatchEncodingLike:
+        torch = optional("torch")
+        if torch is not None and isinstance(device, (str, torch.device)):
+            self.data = {
+                k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in self.data.items()
+            }
+        self.moved_to = device
+        return self
+
+
+@dataclasses.dataclass
+class ModelOutputLike(collections.OrderedDict):  # type: ignore[type-arg]
+    """The shape of a transformers ``ModelOutput``: a dataclass that is also an OrderedDict.
+
+    Fields that are not None are also entries; setting either sets both.
+    """
+
+    loss: Any = None
+    logits: Any = None
+    hidden_states: Any = None
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is not None:
+                self[field.name] = value
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        super().__setitem__(key, value)
+        super().__setattr__(key, value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self.keys() and value is not None:
+            super().__setitem__(name, value)
+        super().__setattr__(name, value)
+
+
+class _Attribute:
+    """What ``attrs.fields(cls)`` yields: an attribute with a ``name``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class AttrsLike:
+    """The shape of an ``@attrs.define`` class: slotted, its fields in ``__attrs_attrs__``."""
+
+    __slots__ = ("image", "label")
+    __attrs_attrs__ = (_Attribute("image"), _Attribute("label"))
+
+    def __init__(self, image: Any, label: Any) -> None:
+        self.image = image
+        self.label = label
+
+
+class Tagged(Point):
+    """A namedtuple subclass whose instances carry attributes (``batch.tag = ...``)."""
+
+
+def tagged(x: Any, y: Any, tag: str) -> Tagged:
+    out = Tagged(x, y)
+    out.tag = tag  # type: ignore[attr-defined]
+    return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import copy
 import dataclasses
+import threading
 import warnings
 from typing import Any
 
@@ -446,3 +447,157 @@ def test_absent_cpu_index_is_an_error_for_every_framework():
     with pytest.raises(lt.TransferError, match=r"batch\['t'\].*cpu:3"):
         lt.to_device({"t": torch.ones(2)}, "cpu:3")
     assert lt.to_device({"t": torch.ones(2)}, "cpu:0")["t"].device.type == "cpu"
+
+
+# -- containers of real libraries (issue: nothing silently left behind) -------------------
+
+
+def test_a_mapping_with_its_own_to_is_moved_by_it_and_keeps_its_type():
+    from helpers import BatchEncodingLike
+
+    torch = pytest.importorskip("torch")
+    ids = torch.arange(6).reshape(2, 3)
+    encoding = BatchEncodingLike({"input_ids": ids, "attention_mask": ids > 0}, encoding="e")
+    device = torch.device("cpu")
+    out = to_device({"enc": encoding, "x": np.ones(2)}, device)  # warnings are errors here
+    assert type(out["enc"]) is BatchEncodingLike
+    assert out["enc"].moved_to is device and out["enc"]._encodings == "e"
+    assert out["enc"]["input_ids"] is ids  # its .to moved it: already on the host
+    assert isinstance(out["x"], torch.Tensor)
+
+
+def test_a_dataclass_that_is_a_mapping_moves_its_entries_with_its_fields():
+    from helpers import ModelOutputLike
+
+    output = ModelOutputLike(logits=np.ones((2, 3)), hidden_states=(np.zeros(2), np.zeros(2)))
+    out = to_device(output, "cpu", dtype=np.float32)
+    assert type(out) is ModelOutputLike and list(out.keys()) == ["logits", "hidden_states"]
+    assert out.logits.dtype == np.float32 and out["logits"] is out.logits
+    assert out["hidden_states"] is out.hidden_states
+    assert [h.dtype for h in out["hidden_states"]] == [np.float32, np.float32]
+    assert out.loss is None and "loss" not in out
+    assert output.logits.dtype == np.float64 and output["logits"] is output.logits  # untouched
+
+
+def test_a_dataclass_mapping_entry_that_is_not_a_field_is_moved_too():
+    from helpers import ModelOutputLike
+
+    output = ModelOutputLike(logits=np.ones(2))
+    output["extra"] = np.ones(3)  # an entry (and an attribute) that is no field
+    out = to_device(output, "cpu", dtype=np.float32)
+    assert out["extra"].dtype == np.float32 and out.logits.dtype == np.float32
+    assert out.extra is out["extra"] and output.extra.dtype == np.float64
+
+
+def test_arrays_inside_sets_are_moved_and_the_set_types_kept():
+    torch = pytest.importorskip("torch")
+    a, b = torch.ones(2), torch.zeros(3)
+    out = to_device({"f": frozenset([a]), "s": {b, "label"}}, "cpu", dtype=torch.float16)
+    assert type(out["f"]) is frozenset and type(out["s"]) is set
+    (fa,) = out["f"]
+    assert fa.dtype == torch.float16 and fa.shape == (2,)
+    (sb,) = [x for x in out["s"] if isinstance(x, torch.Tensor)]
+    assert sb.dtype == torch.float16 and "label" in out["s"]
+
+
+@pytest.mark.parametrize(
+    ("make", "kind"),
+    [
+        (lambda: (x for x in [np.ones(2)]), "generator"),
+        (lambda: iter([np.ones(2)]), "list_iterator"),
+        (lambda: map(np.ones, [2]), "map"),
+        (lambda: {"k": np.ones(2)}.values(), "dict_values"),
+    ],
+    ids=["generator", "iterator", "map", "dict_values"],
+)
+def test_an_iterator_or_a_view_raises_naming_its_path(make, kind):
+    with pytest.raises(TypeError, match=rf"^batch\['b'\]\[1\] is a {kind}, which to_device cannot"):
+        to_device({"a": np.ones(1), "b": [1, make()]}, "cpu")
+
+
+def test_an_open_file_is_a_value_not_an_iterator(tmp_path):
+    with open(tmp_path / "f.txt", "w") as f:
+        assert to_device({"f": f, "x": np.ones(1)}, "cpu")["f"] is f
+
+
+def test_a_namedtuple_subclass_keeps_its_instance_attributes():
+    from helpers import Tagged, tagged
+
+    out = to_device({"p": tagged(np.ones(2), 1, "train")}, "cpu", dtype=np.float32)
+    assert type(out["p"]) is Tagged and out["p"].tag == "train"
+    assert out["p"].x.dtype == np.float32 and out["p"].y == 1
+
+
+def test_attrs_classes_and_simple_namespaces_are_containers():
+    import types
+
+    from helpers import AttrsLike
+
+    tree = {"a": AttrsLike(np.ones(2), 3), "n": types.SimpleNamespace(x=np.ones(1), name="n")}
+    out = to_device(tree, "cpu", dtype=np.float32)
+    assert type(out["a"]) is AttrsLike and out["a"].image.dtype == np.float32
+    assert out["a"].label == 3 and tree["a"].image.dtype == np.float64
+    assert type(out["n"]) is types.SimpleNamespace and out["n"].x.dtype == np.float32
+    assert out["n"].name == "n"
+
+
+def test_user_dict_and_user_list_are_rebuilt_as_themselves():
+    tree = collections.UserDict(x=collections.UserList([np.ones(1)]))
+    out = to_device(tree, "cpu", dtype=np.float32)
+    assert type(out) is collections.UserDict and type(out["x"]) is collections.UserList
+    assert out["x"][0].dtype == np.float32
+
+
+def test_tensordict_keeps_dimension_names_and_lock():
+    torch = pytest.importorskip("torch")
+    tensordict = pytest.importorskip("tensordict")
+    td = tensordict.TensorDict(
+        {"x": torch.ones(2, 3), "nested": {"y": torch.zeros(2, 4)}},
+        batch_size=[2],
+        names=["batch"],
+        lock=True,
+    )
+    out = to_device({"td": td}, torch.device("cpu"), dtype=torch.float16)["td"]
+    assert out.names == ["batch"] and out.is_locked and out.batch_size == td.batch_size
+    assert out["nested"].names == ["batch"]
+    assert out["x"].dtype == torch.float16 and out["nested", "y"].dtype == torch.float16
+
+
+def test_a_lazily_stacked_tensordict_is_cast():
+    torch = pytest.importorskip("torch")
+    tensordict = pytest.importorskip("tensordict")
+    parts = [tensordict.TensorDict({"x": torch.ones(3)}, []) for _ in range(2)]
+    lazy = tensordict.LazyStackedTensorDict.lazy_stack(parts, dim=0)
+    out = to_device({"lazy": lazy}, torch.device("cpu"), dtype=torch.float16)["lazy"]
+    assert type(out) is type(lazy) and out.stack_dim == 0 and out.batch_size == (2,)
+    assert out["x"].dtype == torch.float16 and lazy["x"].dtype == torch.float32
+
+
+def test_a_container_registered_by_another_thread_mid_flatten_is_looked_into(monkeypatch):
+    # Thread B flattens a batch holding a type it has not seen: to optree it is a
+    # leaf. Thread A registers the type before B looks at its leaves. B must see
+    # that a leaf is a container now, and flatten again.
+    import optree
+
+    from looptoolkit import tree as _tree
+
+    @dataclasses.dataclass
+    class Fresh:
+        x: Any
+
+    real = optree.tree_flatten
+    registered = threading.Event()
+
+    def flatten_then_another_thread_registers(*args: Any, **kwargs: Any) -> Any:
+        out = real(*args, **kwargs)
+        if not registered.is_set():
+            registered.set()
+            other = threading.Thread(target=_tree.flatten, args=(Fresh(np.ones(1)),))
+            other.start()
+            other.join()
+        return out
+
+    monkeypatch.setattr(optree, "tree_flatten", flatten_then_another_thread_registers)
+    out = to_device({"f": Fresh(np.ones(2))}, "cpu", dtype=np.float32)
+    assert registered.is_set()
+    assert type(out["f"]) is Fresh and out["f"].x.dtype == np.float32

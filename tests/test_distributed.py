@@ -322,6 +322,16 @@ def test_sequential_shards_are_distributed_samplers(world: int, drop_last: bool)
         )
         want = list(sampler)
         for batch_size in (1, 4, 10, 32):
+            if drop_last and N // world < batch_size:  # every epoch would be empty
+                with pytest.raises(ValueError, match="drops every batch"):
+                    Loader(
+                        {"idx": np.arange(N)},
+                        batch_size,
+                        rank=rank,
+                        world_size=world,
+                        drop_last=True,
+                    )
+                continue
             loader = Loader(
                 {"idx": np.arange(N)},
                 batch_size,

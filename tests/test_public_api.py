@@ -21,6 +21,7 @@ def test_public_names():
         "loader_dataset",
         "make_dataloader",
         "normalize",
+        "stack_records",
         "to_device",
     }
 

@@ -17,9 +17,11 @@ Backend modules are imported on first use (module ``__getattr__``), so
 from __future__ import annotations
 
 import importlib
+import itertools
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -38,12 +40,17 @@ __all__ = [
     "batch_shards",
     "chunked",
     "container_node",
+    "gather_rows",
     "get_backend",
+    "host_chunks",
     "is_batched_node",
     "loaded_backends",
+    "move_container_node",
     "native_target",
     "object_backend",
     "process_group",
+    "row_gather",
+    "zip_gathers",
 ]
 
 # backend name -> (adapter module, framework's top-level module, pip extra)
@@ -122,6 +129,10 @@ class Backend(Protocol):
         """Gather rows ``idx`` (1-D integer NumPy array) of every leaf."""
         ...
 
+    def stack(self, leaves: Sequence[Any]) -> Any:
+        """One array stacking ``leaves`` (arrays of one shape) along a new leading axis."""
+        ...
+
     def take_batches(
         self, leaves: Sequence[Any], batches: Iterable[np.ndarray]
     ) -> Iterator[list[Any]]:
@@ -144,6 +155,14 @@ class Backend(Protocol):
 
         ``casts[i]`` is the dtype name leaf ``i`` must have on arrival, or None.
         """
+        ...
+
+    def cast(self, x: Any, name: str) -> Any:
+        """``x`` as dtype ``name``, on its device (traceable under ``compile_transform``)."""
+        ...
+
+    def constant(self, values: np.ndarray, like: Any) -> Any:
+        """``values`` as an array of this framework, on the device of ``like``."""
         ...
 
     def synchronize(self, target: Target | None = None) -> None:
@@ -170,6 +189,14 @@ class Backend(Protocol):
         """The ``(flatten, unflatten)`` optree functions for a container type of this framework."""
         ...
 
+    def move_container(self, cls: type) -> tuple[Callable[..., Any], Callable[..., Any]] | None:
+        """The optree ``(flatten, unflatten)`` of a container type only ``to_device`` looks into.
+
+        A lazily stacked TensorDict: ``to_device`` moves and casts its leaves, but its
+        parts are samples, not columns, so the Loader does not batch them.
+        """
+        ...
+
     def is_batched_node(self, x: Any) -> bool:
         """Whether ``x`` is a container that records its batch size (a TensorDict)."""
         ...
@@ -186,6 +213,10 @@ class Backend(Protocol):
         self, leaves: Sequence[Any], batch_size: int, target: Target, slots: int
     ) -> Stager | None:
         """A staged upload of these leaves to ``target``, where it beats a plain ``move``."""
+        ...
+
+    def compile_transform(self, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """``fn`` compiled for batches of this framework (``jax.jit``, ``tf.function``)."""
         ...
 
 
@@ -208,6 +239,10 @@ class BackendBase:
         """No container types of its own."""
         return None
 
+    def move_container(self, cls: type) -> tuple[Callable[..., Any], Callable[..., Any]] | None:
+        """No container types that only ``to_device`` looks into."""
+        return None
+
     def is_batched_node(self, x: Any) -> bool:
         """No batch-sized containers."""
         return False
@@ -225,6 +260,10 @@ class BackendBase:
     ) -> Stager | None:
         """No staged upload: batches are moved one ``move`` at a time."""
         return None
+
+    def compile_transform(self, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """Nothing to compile: ``fn`` runs eagerly."""
+        return fn
 
 
 def _import_backend(name: str) -> Backend:
@@ -343,6 +382,15 @@ def container_node(cls: type) -> tuple[Callable[..., Any], Callable[..., Any]] |
     return None
 
 
+def move_container_node(cls: type) -> tuple[Callable[..., Any], Callable[..., Any]] | None:
+    """The optree ``(flatten, unflatten)`` of a container only ``to_device`` looks into."""
+    for backend in loaded_backends():
+        node = backend.move_container(cls)
+        if node is not None:
+            return node
+    return None
+
+
 def is_batched_node(x: Any) -> bool:
     """Whether ``x`` is a framework container that records its batch size."""
     return any(backend.is_batched_node(x) for backend in loaded_backends())
@@ -362,6 +410,66 @@ def batch_shards(target: Target, leaf: Any) -> int:
     if target.home is None or target.native is None:
         return 1
     return get_backend(target.home).batch_shards(target, leaf)
+
+
+def row_gather(view: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """The cheapest batch-sized gather of rows of a host array, for in-range indices >= 0.
+
+    ``take`` on a C-contiguous array copies whole rows (``mode="clip"`` skips its
+    bounds-error path: the epoch orders only hold valid indices). On any other
+    layout (Fortran order, a column slice, a transposed view, a sliced memmap)
+    ``take`` first copies the whole array, every call; fancy indexing then costs
+    one batch.
+    """
+    if view.flags.c_contiguous:
+        return partial(view.take, axis=0, mode="clip")
+    return view.__getitem__
+
+
+def gather_rows(view: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Rows ``idx`` (negative ones counting from the end) of a host array, at a batch's cost."""
+    return view.take(idx, axis=0) if view.flags.c_contiguous else view[idx]
+
+
+def zip_gathers(
+    gathers: Sequence[Callable[[np.ndarray], Any]], batches: Iterable[np.ndarray]
+) -> Iterator[tuple[Any, ...]]:
+    """For each index batch, the tuple of every gather's result: a C-level iterator.
+
+    ``map`` and ``zip`` over copies of the batch stream (``itertools.tee``) run
+    the whole per-batch loop in C; Python only runs the gathers themselves.
+    """
+    copies = itertools.tee(batches, len(gathers))
+    return zip(*(map(g, c) for g, c in zip(gathers, copies, strict=True)), strict=True)
+
+
+# Bytes of rows gathered at once by `host_chunks`, and at most this many batches:
+# enough batches to amortise a framework's per-call cost (a tf op, a JAX
+# transfer and dispatch) over dozens of batches, few enough bytes to stay in cache.
+CHUNK_BYTES = 4 << 20
+CHUNK_MAX_BATCHES = 64
+
+
+def host_chunks(
+    views: Sequence[np.ndarray], batches: Iterable[np.ndarray]
+) -> Iterator[tuple[list[int], list[np.ndarray]]]:
+    """Gather consecutive batches together: ``(batch sizes, one gathered array per view)``.
+
+    Each chunk is one batch-sized-cost gather per view (:func:`row_gather`) of the
+    concatenated indices of up to :data:`CHUNK_MAX_BATCHES` batches and about
+    :data:`CHUNK_BYTES` bytes. A backend wraps each chunk once and splits it into
+    its batches in one call, instead of paying its per-call cost per batch.
+    """
+    gathers = [row_gather(v) for v in views]
+    row_bytes = sum(v.itemsize * int(np.prod(v.shape[1:])) for v in views) or 1
+    stream = iter(batches)
+    first = next(stream, None)
+    if first is None:
+        return
+    count = max(1, min(CHUNK_MAX_BATCHES, CHUNK_BYTES // max(1, len(first) * row_bytes)))
+    for chunk in chunked(itertools.chain([first], stream), count):
+        flat = chunk[0] if len(chunk) == 1 else np.concatenate(chunk)
+        yield [len(idx) for idx in chunk], [g(flat) for g in gathers]
 
 
 def chunked(items: Iterable[np.ndarray], size: int) -> Iterator[list[np.ndarray]]:

@@ -68,8 +68,11 @@ class CudaStager:
             n = len(idx)
             arrays, tensors = self.arrays[slot], self.buffers[slot]
             for view, out in zip(self.views, arrays, strict=True):
-                # mode="clip" lets `take` write into `out` directly (no buffering).
-                view.take(idx, axis=0, out=out[:n], mode="clip")
+                if view.flags.c_contiguous:
+                    # mode="clip" lets `take` write into `out` directly (no buffering).
+                    view.take(idx, axis=0, out=out[:n], mode="clip")
+                else:  # `take` would copy the whole leaf first; indexing costs a batch
+                    out[:n] = view[idx]
             yield [t[:n] for t in tensors]
 
     def context(self) -> AbstractContextManager[Any]:

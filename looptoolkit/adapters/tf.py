@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from looptoolkit._dtypes import as_numpy_dtype, cast_before_copy
-from looptoolkit.adapters import BackendBase
+from looptoolkit.adapters import BackendBase, gather_rows, host_chunks
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -101,6 +101,10 @@ class TfBackend(BackendBase):
         """The dtype's name."""
         return str(x.dtype.name)
 
+    def stack(self, leaves: Sequence[tf.Tensor]) -> tf.Tensor:
+        """``tf.stack(leaves)``."""
+        return tf.stack(list(leaves))
+
     def take(self, leaves: Sequence[tf.Tensor], idx: Any) -> list[tf.Tensor]:
         """Gather rows of every leaf: on the host with NumPy, elsewhere in one ``tf.function``.
 
@@ -109,22 +113,30 @@ class TfBackend(BackendBase):
         """
         views = _host_views(leaves)
         if views is not None and isinstance(idx, np.ndarray):
-            return _from_numpy([view.take(idx, axis=0) for view in views])
+            return _from_numpy([gather_rows(view, idx) for view in views])
         return list(_gather_fn(len(leaves))(list(leaves), tf.convert_to_tensor(idx)))
 
     def take_batches(
         self, leaves: Sequence[tf.Tensor], batches: Iterable[np.ndarray]
-    ) -> Iterator[list[tf.Tensor]]:
+    ) -> Iterator[Sequence[tf.Tensor]]:
         """``take(leaves, idx)`` for each ``idx`` of ``batches``, lazily.
 
-        Host leaves are viewed as NumPy arrays once per call, not once per batch.
+        Host leaves are viewed as NumPy arrays once, gathered by NumPy a chunk of
+        batches at a time (:func:`~looptoolkit.adapters.host_chunks`), and each
+        chunk becomes one tensor per leaf, split into its batches by one
+        ``tf.split``: two eager tf ops per leaf per chunk, not per batch.
         """
         views = _host_views(leaves)
-        for idx in batches:
-            if views is None:
+        if views is None:
+            for idx in batches:
                 yield self.take(leaves, idx)
+            return
+        for sizes, rows in host_chunks(views, batches):
+            tensors = _from_numpy(rows)
+            if len(sizes) == 1:
+                yield tensors
             else:
-                yield _from_numpy([view.take(idx, axis=0) for view in views])
+                yield from zip(*(tf.split(t, sizes) for t in tensors), strict=True)
 
     def move(
         self,

@@ -10,8 +10,6 @@ before anything is returned.
 
 from __future__ import annotations
 
-import copy
-import sys
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from operator import attrgetter
@@ -23,8 +21,10 @@ from torch._utils import _flatten_dense_tensors
 
 from looptoolkit._dtypes import cast_before_copy
 from looptoolkit._target import Target
-from looptoolkit.adapters import BackendBase, Stager, chunked
+from looptoolkit.adapters import BackendBase, Stager, _tensordict, chunked, host_chunks
 from looptoolkit.adapters._torch_cuda import CudaStager
+from looptoolkit.adapters._torch_gather import gather_view, index_select, take_view
+from looptoolkit.adapters._torch_gather import host_view as _host_view
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -36,11 +36,6 @@ PACK_MIN_LEAVES = 4
 _ALIGN = 64
 # Up to this many bytes per dtype, packing flattens in C++ and copies once more.
 _FLATTEN_COPY_MAX_BYTES = 4 * 1024 * 1024
-
-_NUMPY_OK = frozenset(
-    {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
-     torch.float16, torch.float32, torch.float64, torch.complex64, torch.complex128}
-)  # fmt: skip
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -193,66 +188,6 @@ def pack_copy(tensors: Sequence[torch.Tensor], device: torch.device) -> list[tor
 _INDEX_CHUNK = 64
 
 
-def _host_view(leaf: torch.Tensor) -> np.ndarray | None:
-    """A zero-copy NumPy view of a host tensor NumPy can gather from, else None."""
-    if leaf.device.type != "cpu" or leaf.dtype not in _NUMPY_OK or leaf.layout != torch.strided:
-        return None
-    try:
-        return leaf.detach().numpy()
-    except RuntimeError:  # a conjugate or negative view has no NumPy equivalent
-        return None
-
-
-class _Ref:
-    """Carries an object as treespec metadata, compared by identity."""
-
-    __slots__ = ("obj",)
-
-    def __init__(self, obj: Any) -> None:
-        self.obj = obj
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Ref) and other.obj is self.obj
-
-    def __hash__(self) -> int:
-        return id(self.obj)
-
-
-def _common_device(values: Iterable[Any]) -> Any:
-    devices = {v.device for v in values if isinstance(v, torch.Tensor)}
-    return devices.pop() if len(devices) == 1 else None
-
-
-def _tensordict_node(cls: type) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    def flatten_fn(td: Any) -> tuple[list[Any], tuple[Any, ...], list[str]]:
-        keys = list(td.keys())
-        return [td.get(k) for k in keys], (keys, td.batch_size), keys
-
-    def unflatten_fn(meta: tuple[Any, ...], children: Iterable[Any]) -> Any:
-        keys, batch_size = meta
-        values = list(children)
-        return cls(
-            dict(zip(keys, values, strict=True)),
-            batch_size=batch_size,
-            device=_common_device(values),
-        )
-
-    return flatten_fn, unflatten_fn
-
-
-def _tensorclass_node() -> tuple[Callable[..., Any], Callable[..., Any]]:
-    def flatten_fn(obj: Any) -> tuple[list[Any], Any, list[str]]:
-        return [obj._tensordict], _Ref(obj), ["_tensordict"]
-
-    def unflatten_fn(ref: _Ref, children: Iterable[Any]) -> Any:
-        (td,) = children
-        new = copy.copy(ref.obj)
-        object.__setattr__(new, "_tensordict", td)
-        return new
-
-    return flatten_fn, unflatten_fn
-
-
 def _stageable(leaf: Any) -> np.ndarray | None:
     """A host NumPy view of a tensor or NumPy array that torch can wrap, or None."""
     if isinstance(leaf, torch.Tensor):
@@ -265,6 +200,10 @@ def _stageable(leaf: Any) -> np.ndarray | None:
     except (TypeError, ValueError):  # a dtype torch lacks, a non-native byte order
         return None
     return view
+
+
+# Small constants (a normalisation's mean and std) already on each device.
+_constants: dict[tuple[Any, ...], torch.Tensor] = {}
 
 
 class TorchBackend(BackendBase):
@@ -293,19 +232,15 @@ class TorchBackend(BackendBase):
 
     def container(self, cls: type) -> tuple[Callable[..., Any], Callable[..., Any]] | None:
         """TensorDict and tensorclass types (only when tensordict is already imported)."""
-        td = sys.modules.get("tensordict")
-        if td is None:
-            return None
-        if cls is td.TensorDict:
-            return _tensordict_node(cls)
-        if td.is_tensorclass(cls):
-            return _tensorclass_node()
-        return None
+        return _tensordict.container(cls)
+
+    def move_container(self, cls: type) -> tuple[Callable[..., Any], Callable[..., Any]] | None:
+        """A lazily stacked TensorDict: ``to_device`` moves and casts its parts."""
+        return _tensordict.move_container(cls)
 
     def is_batched_node(self, x: Any) -> bool:
         """TensorDict and tensorclass instances record their batch size."""
-        td = sys.modules.get("tensordict")
-        return td is not None and (isinstance(x, td.TensorDictBase) or td.is_tensorclass(x))
+        return _tensordict.is_batched_node(x)
 
     def process_group(self) -> tuple[int, int] | None:
         """Rank and world size of an initialised ``torch.distributed`` process group."""
@@ -337,6 +272,10 @@ class TorchBackend(BackendBase):
         """NumPy-style dtype name (``torch.float32`` -> ``"float32"``)."""
         return str(x.dtype).removeprefix("torch.")
 
+    def stack(self, leaves: Sequence[torch.Tensor]) -> torch.Tensor:
+        """``torch.stack(leaves)``."""
+        return torch.stack(list(leaves))
+
     def take(self, leaves: Sequence[torch.Tensor], idx: Any) -> list[torch.Tensor]:
         """Gather rows of each leaf.
 
@@ -348,15 +287,15 @@ class TorchBackend(BackendBase):
         idx_np = idx if isinstance(idx, np.ndarray) else None
         by_device: dict[torch.device, torch.Tensor] = {}
         for leaf in leaves:
-            view = _host_view(leaf) if idx_np is not None else None
+            view, as_dtype = gather_view(leaf) if idx_np is not None else (None, None)
             if view is not None and idx_np is not None:
-                out.append(torch.from_numpy(view.take(idx_np, axis=0)))
+                out.append(take_view(view, as_dtype, idx_np))
                 continue
             index = by_device.get(leaf.device)
             if index is None:
                 index = torch.as_tensor(idx, dtype=torch.int64).to(leaf.device)
                 by_device[leaf.device] = index
-            out.append(leaf.index_select(0, index))
+            out.append(index_select(leaf, index))
         return out
 
     def take_batches(
@@ -368,11 +307,21 @@ class TorchBackend(BackendBase):
         NumPy arrays once; for leaves on a device, the indices of many batches
         are copied in one transfer and each batch's indices are a slice of it.
         """
-        views = [_host_view(leaf) for leaf in leaves]
-        wrap = torch.from_numpy  # take's results are fresh, writable arrays
+        pairs = [gather_view(leaf) for leaf in leaves]
+        views = [view for view, _ in pairs]
         if all(view is not None for view in views):
-            for idx in batches:
-                yield [wrap(view.take(idx, axis=0)) for view in views]  # type: ignore[union-attr]
+            # A chunk of batches per gather: wrapped once, split into batches by one
+            # C++ `split` per leaf (views, not copies), then handed out per batch.
+            dtypes = [as_dtype for _, as_dtype in pairs]
+            for sizes, rows in host_chunks(views, batches):  # type: ignore[arg-type]
+                wrapped = [
+                    torch.from_numpy(r) if d is None else torch.from_numpy(r).view(d)
+                    for r, d in zip(rows, dtypes, strict=True)
+                ]
+                if len(sizes) == 1:
+                    yield wrapped
+                else:
+                    yield from zip(*(t.split(sizes) for t in wrapped), strict=True)
             return
         devices = {leaf.device for leaf, view in zip(leaves, views, strict=True) if view is None}
         cuda = any(device.type == "cuda" for device in devices)
@@ -387,10 +336,10 @@ class TorchBackend(BackendBase):
             for idx in chunk:
                 stop = start + len(idx)
                 yield [
-                    wrap(view.take(idx, axis=0))
+                    take_view(view, as_dtype, idx)
                     if view is not None
-                    else leaf.index_select(0, on_device[leaf.device][start:stop])
-                    for leaf, view in zip(leaves, views, strict=True)
+                    else index_select(leaf, on_device[leaf.device][start:stop])
+                    for leaf, (view, as_dtype) in zip(leaves, pairs, strict=True)
                 ]
                 start = stop
 
@@ -484,6 +433,18 @@ class TorchBackend(BackendBase):
             else:
                 asynchronous = non_blocking
             ts[i] = t.to(device, non_blocking=asynchronous)
+
+    def cast(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        """``x.to(dtype)``, on its device."""
+        return x.to(torch_dtype(name))
+
+    def constant(self, values: np.ndarray, like: torch.Tensor) -> torch.Tensor:
+        """``values`` on ``like``'s device, copied there once per device and reused."""
+        key = (values.tobytes(), values.dtype.str, values.shape, like.device)
+        tensor = _constants.get(key)
+        if tensor is None:
+            tensor = _constants[key] = torch.as_tensor(values, device=like.device)
+        return tensor
 
     def synchronize(self, target: Target | None = None) -> None:
         """Wait for the CUDA device of ``target`` (all devices when None)."""

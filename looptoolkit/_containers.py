@@ -1,0 +1,497 @@
+"""Container rules: how each kind of container is flattened and rebuilt.
+
+Used by :mod:`looptoolkit.tree`, which classifies a type the first time it meets
+it as a leaf and registers it here, in one or both of its optree namespaces
+(:data:`DATA` for the Loader's data and its batches, :data:`MOVE` for
+``to_device``). The rules, in order:
+
+- a framework's own containers (``Backend.container``: TensorDict, tensorclass;
+  ``Backend.move_container``, ``to_device`` only: a lazily stacked TensorDict);
+- dataclasses and attrs classes (a shallow copy with the fields replaced; a
+  dataclass that is also a mapping, such as a model output, gets its entries
+  replaced too), ``types.SimpleNamespace``;
+- subclasses of dict, OrderedDict, defaultdict, deque, list, tuple, set and
+  frozenset (and set, frozenset, ``UserDict``, ``UserList`` themselves), rebuilt
+  as their own type with their instance attributes;
+- other mappings and sequences, which cannot be rebuilt as their own type, and
+  subclasses of the above with their own constructor: they come back as they
+  are when nothing inside them changed, else as their closest base with a
+  :class:`ContainerRebuildWarning` (``strict``: :class:`Unbuildable`). When such
+  a type has its own ``.to`` (a tokenizer's ``BatchEncoding``), ``to_device``
+  moves it with its ``.to`` instead: it is not registered in :data:`MOVE`.
+"""
+
+from __future__ import annotations
+
+import array
+import collections
+import collections.abc
+import copy
+import dataclasses
+import os
+import sys
+import threading
+import types
+import warnings
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import optree
+
+from looptoolkit.adapters import container_node, move_container_node
+
+__all__ = [
+    "DATA",
+    "MOVE",
+    "ContainerRebuildWarning",
+    "Unbuildable",
+    "classify",
+    "describe_lossy",
+    "lossy_base",
+    "namedtuple_class",
+    "needs_registration",
+    "register_namedtuple",
+    "state",
+]
+
+DATA = "looptoolkit"
+MOVE = "looptoolkit.to_device"
+_BOTH = (DATA, MOVE)
+
+
+class ContainerRebuildWarning(UserWarning):
+    """A container could not be rebuilt as its own type and became its closest base."""
+
+
+class Unbuildable(Exception):
+    """Raised under ``strict`` for a container that would become its base type."""
+
+    def __init__(self, obj: Any) -> None:
+        super().__init__(type(obj))
+        self.obj = obj
+
+
+# `state.strict`: set by tree.unflatten around one call, in its own thread.
+state = threading.local()
+
+
+class _Ref:
+    """Carries an object as treespec metadata, compared by identity.
+
+    Dataclass equality would compare arrays field by field; identity is what
+    rebuilding needs.
+    """
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Ref) and other.obj is self.obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+
+# Types registered as lossy -> the base type they are rebuilt as.
+_lossy: dict[type, type] = {}
+# Lossy types that are read-only or non-dict mappings (their messages say so).
+_mappings: set[type] = set()
+
+
+def lossy_base(cls: type) -> type | None:
+    """The type a lossy container is rebuilt as, or None when ``cls`` is not lossy."""
+    return _lossy.get(cls)
+
+
+def describe_lossy(cls: type) -> str:
+    """Why ``cls`` cannot be rebuilt as its own type."""
+    return "it is a read-only mapping" if cls in _mappings else "it has its own constructor"
+
+
+Node = tuple[Callable[..., Any], Callable[..., Any]]
+
+
+def _register(cls: type, node: Node, where: Iterable[str]) -> None:
+    with warnings.catch_warnings():
+        # optree notes that a namedtuple subclass is overridden in a namespace: intended.
+        warnings.simplefilter("ignore", UserWarning)
+        for namespace in where:
+            optree.register_pytree_node(cls, *node, namespace=namespace)
+
+
+# -- fields: dataclasses, attrs classes, SimpleNamespace --------------------------------
+
+
+class _Unset:
+    """Stands for a dataclass field that has no value (``init=False``, never assigned)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+_UNSET = _Unset()
+
+
+def _set_entry(obj: Any, key: Any, value: Any) -> None:
+    if isinstance(obj, dict) and dict.__contains__(obj, key):
+        # Past the class's own __setitem__, as object.__setattr__ goes past a frozen
+        # __setattr__: the copy already has the key, only its value changes.
+        dict.__setitem__(obj, key, value)
+    else:
+        obj[key] = value
+
+
+def _fields_node(names: tuple[str, ...], mapping: bool) -> Node:
+    """Flatten by named attributes; rebuild as a shallow copy with them replaced.
+
+    A shallow copy keeps frozen-ness, ``init=False`` fields and any extra
+    attributes without running ``__init__``/``__post_init__`` again. For a
+    ``mapping`` (a dataclass subclassing OrderedDict, as model outputs do), an
+    entry holding the same object as a field gets the field's new value, and the
+    other entries are children of their own: nothing inside is left behind.
+    """
+    if not mapping:
+
+        def flatten_fields(obj: Any) -> tuple[tuple[Any, ...], _Ref, tuple[str, ...]]:
+            return tuple(getattr(obj, n, _UNSET) for n in names), _Ref(obj), names
+
+        def unflatten_fields(ref: _Ref, children: Iterable[Any]) -> Any:
+            new = copy.copy(ref.obj)
+            for name, value in zip(names, children, strict=True):
+                if value is not _UNSET:
+                    object.__setattr__(new, name, value)
+            return new
+
+        return flatten_fields, unflatten_fields
+
+    def flatten_fn(obj: Any) -> tuple[list[Any], tuple[Any, ...], list[Any]]:
+        values = [getattr(obj, n, _UNSET) for n in names]
+        shared: list[tuple[Any, int]] = []
+        own: list[Any] = []
+        where = {id(v): i for i, v in enumerate(values) if v is not _UNSET}
+        for key in list(obj.keys()):
+            value = obj[key]
+            i = names.index(key) if key in names else -1
+            if i < 0 or values[i] is not value:
+                i = where.get(id(value), -1)
+            if i >= 0:
+                shared.append((key, i))
+            else:
+                own.append(key)
+                values.append(value)
+        # An entry that is also an attribute of its own (set through the mapping of
+        # a model output) keeps the two in step.
+        attrs = getattr(obj, "__dict__", {})
+        mirrored = tuple(isinstance(k, str) and attrs.get(k) is obj[k] for k in own)
+        return values, (_Ref(obj), tuple(shared), tuple(own), mirrored), [*names, *own]
+
+    def unflatten_fn(meta: tuple[Any, ...], children: Iterable[Any]) -> Any:
+        ref, shared, own, mirrored = meta
+        values = list(children)
+        new = copy.copy(ref.obj)
+        for name, value in zip(names, values, strict=False):
+            if value is not _UNSET:
+                object.__setattr__(new, name, value)
+        for key, i in shared:
+            _set_entry(new, key, values[i])
+        for key, value, attribute in zip(own, values[len(names) :], mirrored, strict=True):
+            _set_entry(new, key, value)
+            if attribute:
+                object.__setattr__(new, key, value)
+        return new
+
+    return flatten_fn, unflatten_fn
+
+
+def _namespace_node() -> Node:
+    def flatten_fn(obj: Any) -> tuple[list[Any], tuple[Any, ...], list[str]]:
+        keys = list(vars(obj))
+        return [getattr(obj, k) for k in keys], (_Ref(obj), tuple(keys)), keys
+
+    def unflatten_fn(meta: tuple[Any, ...], children: Iterable[Any]) -> Any:
+        ref, keys = meta
+        new = copy.copy(ref.obj)
+        new.__dict__.update(zip(keys, children, strict=True))
+        return new
+
+    return flatten_fn, unflatten_fn
+
+
+def _attrs_names(cls: type) -> tuple[str, ...] | None:
+    """Field names of an attrs class (``attrs.fields(cls)`` is ``cls.__attrs_attrs__``)."""
+    fields = getattr(cls, "__attrs_attrs__", None)
+    if fields is None or not isinstance(fields, tuple):
+        return None
+    return tuple(f.name for f in fields)
+
+
+# -- subclasses of built-in containers ---------------------------------------------------
+
+_BASES: tuple[type, ...] = (
+    collections.defaultdict,
+    collections.OrderedDict,
+    dict,
+    collections.UserDict,
+    collections.deque,
+    list,
+    collections.UserList,
+    tuple,
+    set,
+    frozenset,
+)
+# Not optree's own nodes: registered themselves, not only their subclasses.
+_REGISTERED_BASES = (set, frozenset, collections.UserDict, collections.UserList)
+
+
+def _own_constructor(cls: type, base: type) -> bool:
+    """Whether a class between ``cls`` and ``base`` defines ``__init__`` or ``__new__``."""
+    for klass in cls.__mro__:
+        if klass is base:
+            return False
+        if "__init__" in vars(klass) or "__new__" in vars(klass):
+            return True
+    return False
+
+
+def _unchanged(old: Iterable[Any], new: list[Any]) -> bool:
+    before = list(old)
+    return len(before) == len(new) and all(a is b for a, b in zip(before, new, strict=True))
+
+
+def _caller_stacklevel() -> int:
+    """``stacklevel`` that points a warning at the first frame outside looptoolkit."""
+    frame = sys._getframe(1)  # the function that warns: stacklevel 1
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_INTERNAL_DIRS):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
+
+
+# Frames in these directories are looptoolkit's or optree's, not the caller's.
+_INTERNAL_DIRS = (
+    os.path.dirname(os.path.abspath(__file__)),
+    os.path.dirname(os.path.abspath(optree.__file__)),
+)
+
+
+def _lossy_rebuild(obj: Any, old: Iterable[Any], new: list[Any], build: Callable[[], Any]) -> Any:
+    """Rebuild a container that cannot be rebuilt as its own type, as its closest base.
+
+    When nothing inside it changed there is nothing to rebuild: the container
+    itself comes back, without a warning. Otherwise, under ``strict`` this raises
+    (the caller names the path), else it warns and builds the base type.
+    """
+    if _unchanged(old, new):
+        return obj
+    cls = type(obj)
+    if getattr(state, "strict", False):
+        raise Unbuildable(obj)
+    if cls in _mappings:
+        what = "is a mapping that cannot be rebuilt"
+    else:
+        what = "has its own constructor and cannot be rebuilt"
+    warnings.warn(
+        f"{cls.__module__}.{cls.__qualname__} {what}; it was rebuilt as "
+        f"{_lossy[cls].__name__} (pass `strict=True` to raise).",
+        ContainerRebuildWarning,
+        stacklevel=_caller_stacklevel(),
+    )
+    return build()
+
+
+def _subclass_node(cls: type, base: type) -> Node:
+    lossy = _own_constructor(cls, base)
+    build: Any = base if lossy else cls
+    if lossy:
+        _lossy[cls] = base
+    user = base in (collections.UserDict, collections.UserList)
+
+    def attributes(obj: Any) -> dict[str, Any] | None:
+        # Instance attributes of the subclass (`batch.meta = ...`) come back with it.
+        if lossy:
+            return None
+        attrs = getattr(obj, "__dict__", None)
+        if user and attrs:  # UserDict / UserList keep their items in `.data`
+            attrs = {k: v for k, v in attrs.items() if k != "data"}
+        return attrs or None
+
+    def restore(new: Any, attrs: dict[str, Any] | None) -> Any:
+        if attrs:
+            new.__dict__.update(attrs)
+        return new
+
+    if issubclass(base, (dict, collections.UserDict)):
+
+        def flatten_fn(obj: Any) -> tuple[list[Any], tuple[Any, ...], list[Any]]:
+            keys = list(obj.keys())
+            factory = getattr(obj, "default_factory", None)
+            ref = _Ref(obj) if lossy else None
+            return [obj[k] for k in keys], (keys, factory, attributes(obj), ref), keys
+
+        def unflatten_fn(meta: tuple[Any, ...], children: Iterable[Any]) -> Any:
+            keys, factory, attrs, ref = meta
+            values = list(children)
+
+            def make() -> Any:
+                items = zip(keys, values, strict=True)
+                if issubclass(build, collections.defaultdict):
+                    return restore(build(factory, items), attrs)
+                return restore(build(items), attrs)
+
+            if ref is None:
+                return make()
+            return _lossy_rebuild(ref.obj, (ref.obj[k] for k in keys), values, make)
+
+        return flatten_fn, unflatten_fn
+
+    def flatten_seq(obj: Any) -> tuple[list[Any], Any, None]:
+        ref = _Ref(obj) if lossy else None
+        return list(obj), (getattr(obj, "maxlen", None), attributes(obj), ref), None
+
+    def unflatten_seq(meta: Any, children: Iterable[Any]) -> Any:
+        maxlen, attrs, ref = meta
+        values = list(children)
+
+        def make() -> Any:
+            if issubclass(build, collections.deque):
+                return restore(build(values, maxlen), attrs)
+            if issubclass(build, tuple) and hasattr(build, "_make"):  # a namedtuple
+                return restore(build._make(values), attrs)
+            return restore(build(values), attrs)
+
+        if ref is None:
+            return make()
+        return _lossy_rebuild(ref.obj, ref.obj, values, make)
+
+    return flatten_seq, unflatten_seq
+
+
+def _mapping_node(cls: type) -> Node:
+    """A non-dict mapping (MappingProxyType, a custom Mapping) is rebuilt as a dict."""
+    _lossy[cls] = dict
+    _mappings.add(cls)
+
+    def flatten_fn(obj: Any) -> tuple[list[Any], tuple[list[Any], _Ref], list[Any]]:
+        keys = list(obj.keys())
+        return [obj[k] for k in keys], (keys, _Ref(obj)), keys
+
+    def unflatten_fn(meta: tuple[list[Any], _Ref], children: Iterable[Any]) -> Any:
+        keys, ref = meta
+        values = list(children)
+        return _lossy_rebuild(
+            ref.obj,
+            (ref.obj[k] for k in keys),
+            values,
+            lambda: dict(zip(keys, values, strict=True)),
+        )
+
+    return flatten_fn, unflatten_fn
+
+
+def _sequence_node(cls: type) -> Node:
+    """A sequence that is no list or tuple (a custom ``Sequence``) is rebuilt as a list."""
+    _lossy[cls] = list
+
+    def flatten_fn(obj: Any) -> tuple[list[Any], _Ref, None]:
+        return list(obj), _Ref(obj), None
+
+    def unflatten_fn(ref: _Ref, children: Iterable[Any]) -> Any:
+        values = list(children)
+        return _lossy_rebuild(ref.obj, ref.obj, values, lambda: values)
+
+    return flatten_fn, unflatten_fn
+
+
+# -- namedtuples ------------------------------------------------------------------------
+
+
+def namedtuple_class(cls: type) -> type | None:
+    """The class ``collections.namedtuple`` made, that ``cls`` is or derives from."""
+    if not issubclass(cls, tuple):
+        return None
+    for klass in cls.__mro__:
+        if "_fields" in vars(klass) and "_make" in vars(klass):
+            return klass
+    return None
+
+
+def needs_registration(cls: type) -> bool:
+    """Whether optree's own namedtuple handling would lose something of ``cls``.
+
+    A subclass of a namedtuple class with its own constructor cannot be rebuilt
+    as ``cls(*fields)``; one whose instances have a ``__dict__`` would lose their
+    instance attributes.
+    """
+    base = namedtuple_class(cls)
+    if base is None or base is cls:
+        return False
+    return cls.__dictoffset__ != 0 or _own_constructor(cls, base)
+
+
+def register_namedtuple(cls: type) -> None:
+    """Register a namedtuple subclass that :func:`needs_registration`, in both namespaces."""
+    base = namedtuple_class(cls)
+    assert base is not None
+    _register(cls, _subclass_node(cls, base), _BOTH)
+
+
+# -- classification ----------------------------------------------------------------------
+
+_NOT_CONTAINERS = (str, bytes, bytearray, memoryview, range, array.array)
+
+
+def _is_array_type(cls: type) -> bool:
+    # Arrays are never containers, whatever abstract base classes they register with.
+    return hasattr(cls, "shape") and hasattr(cls, "dtype")
+
+
+def _node_for(cls: type) -> tuple[Node | None, bool]:
+    """``(node, lossy)``: how to flatten ``cls`` (None: it is a leaf)."""
+    if dataclasses.is_dataclass(cls):
+        names = tuple(f.name for f in dataclasses.fields(cls))
+        return _fields_node(names, issubclass(cls, collections.abc.Mapping)), False
+    names = _attrs_names(cls)
+    if names is not None:
+        return _fields_node(names, issubclass(cls, collections.abc.Mapping)), False
+    if issubclass(cls, types.SimpleNamespace):
+        return _namespace_node(), False
+    for base in _BASES:
+        if issubclass(cls, base) and (cls is not base or base in _REGISTERED_BASES):
+            node = _subclass_node(cls, base)
+            return node, cls in _lossy
+    if _is_array_type(cls) or issubclass(cls, _NOT_CONTAINERS):
+        return None, False
+    if issubclass(cls, collections.abc.Mapping):
+        return _mapping_node(cls), True
+    if issubclass(cls, collections.abc.Sequence):
+        return _sequence_node(cls), True
+    return None, False
+
+
+def classify(cls: type) -> tuple[bool, bool]:
+    """Register ``cls`` where it is a container: ``(in DATA, in MOVE)``.
+
+    Called once per type, under :mod:`looptoolkit.tree`'s lock.
+    """
+    node = container_node(cls)  # a framework's own container (TensorDict, tensorclass)
+    if node is not None:
+        _register(cls, node, _BOTH)
+        return True, True
+    node = move_container_node(cls)
+    if node is not None:
+        _register(cls, node, (MOVE,))
+        return False, True
+    found, lossy = _node_for(cls)
+    if found is None:
+        return False, False
+    # A container that cannot be rebuilt as its own type but has its own `.to` is
+    # moved by it: to_device sees it as a leaf. Looked up on the class: an
+    # instance attribute called `to` is not a method.
+    moved_by_to = lossy and callable(getattr(cls, "to", None))
+    _register(cls, found, (DATA,) if moved_by_to else _BOTH)
+    return True, not moved_by_to

@@ -1,0 +1,107 @@
+"""The Loader's construction-time checks: what would otherwise fail inside an epoch.
+
+Run once by :class:`~looptoolkit.Loader` before the first batch: an epoch that
+``drop_last`` would leave empty, and a move of a few rows of every leaf to the
+``device`` (an absent device, an impossible ``dtype``, batches a JAX sharding
+cannot split). Errors name the leaf as the user's ``data[...]``, with its own
+shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from looptoolkit import tree as _tree
+from looptoolkit._errors import TransferError
+from looptoolkit._rows import Rows
+from looptoolkit._target import Target
+from looptoolkit.adapters import batch_shards
+from looptoolkit.device import describe_leaf, to_device
+from looptoolkit.order import Order
+
+__all__ = ["check_not_empty", "probe", "resident"]
+
+
+def check_not_empty(order: Order) -> None:
+    """Refuse an order whose epochs hold no batch (``drop_last`` with too few rows).
+
+    Raises:
+        ValueError: with ``drop_last``, this shard has fewer rows than ``batch_size``.
+    """
+    if len(order) == 0:
+        rows = order.padded_length // order.world_size
+        shard = f"the {rows} rows of this shard" if order.world_size > 1 else f"the {rows} rows"
+        raise ValueError(
+            f"`batch_size` {order.batch_size} is larger than {shard}, so `drop_last=True` "
+            f"drops every batch; pass a `batch_size` of at most {rows}, or `drop_last=False`."
+        )
+
+
+def _probe_rows(target: Target, leaf: Any, order: Order) -> int:
+    """Rows to probe ``target`` with: 1, or one per shard of a sharding's batch axis.
+
+    Raises:
+        ValueError: the batches (the epoch's last one too) do not split evenly over
+            the sharding's batch axis.
+    """
+    shards = batch_shards(target, leaf)
+    if shards == 1:
+        return 1
+    b = order.batch_size
+    if b % shards:
+        raise ValueError(
+            f"`batch_size` must be a multiple of the {shards} shards of `device`'s batch "
+            f"axis, got {b}."
+        )
+    last = 0 if order.drop_last else (order.padded_length // order.world_size) % b
+    if last % shards:
+        raise ValueError(
+            f"the last batch of an epoch has {last} rows, which do not split over the "
+            f"{shards} shards of `device`'s batch axis; pass `drop_last=True`."
+        )
+    return shards
+
+
+def _as_data_error(error: TransferError, rows: Rows, moved: list[Any]) -> TransferError:
+    """``error`` naming the leaf as ``data[...]``, described by its own shape, not ``moved``'s."""
+    assert error.path is not None
+    path = "data" + error.path[len("batch") :]
+    message = str(error).replace(error.path, path, 1)
+    paths = _tree.leaf_paths(rows.spec)
+    if error.path in paths:
+        i = paths.index(error.path)
+        described = describe_leaf(moved[i]), describe_leaf(rows.leaves[i])
+        message = message.replace(f"({described[0]})", f"({described[1]})", 1)
+    return TransferError(message, path)
+
+
+def probe(rows: Rows, target: Target, order: Order, dtype: Any, non_blocking: bool | None) -> None:
+    """Move a few rows of every leaf to ``target``, as a batch would be moved.
+
+    Raises:
+        TransferError: a leaf cannot be moved or cast (named as ``data[...]``).
+        ValueError: the batches do not split over a sharding's batch axis.
+    """
+    k = _probe_rows(target, rows.leaves[0], order)
+    leaves = [leaf[:k] for leaf in rows.leaves]
+    try:
+        to_device(rows.build(leaves), target, dtype=dtype, non_blocking=non_blocking)
+    except TransferError as e:
+        if e.path is None or not e.path.startswith("batch"):
+            raise
+        raise _as_data_error(e, rows, leaves) from e.__cause__
+
+
+def resident(rows: Rows, data: Any, target: Target, dtype: Any, non_blocking: bool | None) -> Rows:
+    """The rows of ``data`` moved to ``target`` once, for gathers on the device.
+
+    Raises:
+        TransferError: a leaf cannot be moved or cast (named as ``data[...]``).
+    """
+    try:
+        moved = to_device(data, target, dtype=dtype, non_blocking=non_blocking)
+    except TransferError as e:
+        if e.path is None or not e.path.startswith("batch"):
+            raise
+        raise _as_data_error(e, rows, rows.leaves) from e.__cause__
+    return Rows(moved)
