@@ -67,7 +67,8 @@ class Transform:
             if self._compiled is None:
                 fn = self.fn
                 if self.compile:
-                    owners = {backend_of(leaf) for leaf in _tree.flatten(batch)[0]} - {None}
+                    leaves = _tree.flatten(batch)[0]
+                    owners = {b for b in map(backend_of, leaves) if b is not None}
                     if len(owners) == 1:
                         fn = owners.pop().compile_transform(fn)
                 self._compiled = fn

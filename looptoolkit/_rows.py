@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -135,7 +135,7 @@ class Rows:
             spec = self._specs[length] = _tree.flatten(outer.unflatten(sliced))[1]
         return spec
 
-    def build(self, leaves: list[Any]) -> Any:
+    def build(self, leaves: Sequence[Any]) -> Any:
         """The batch: the data's containers around gathered leaves."""
         if self._batched is None:
             return self.spec.unflatten(leaves)
@@ -163,7 +163,9 @@ class Rows:
                 return map(tuple, gathered)
             if kind is list:
                 return map(list, gathered)
-        build = spec.unflatten if self._batched is None else self.build
+        build: Callable[[Sequence[Any]], Any] = (
+            spec.unflatten if self._batched is None else self.build
+        )
         return map(build, gathered)
 
     def gather(self, batches: Iterator[np.ndarray]) -> Iterator[list[Any]]:

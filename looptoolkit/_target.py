@@ -89,7 +89,8 @@ def parse_device_string(spec: str, homes: Mapping[str, str]) -> Target:
             return Target(spec, platform, index, home=homes.get(PATH_STYLE))
         raise _unknown(spec)
     name, index = _split_index(text.lower(), spec)
-    platform = _PLATFORMS.get(name)
-    if platform is None or (name != "cpu" and name not in homes):
+    known = _PLATFORMS.get(name)
+    if known is None or (name != "cpu" and name not in homes):
         raise _unknown(spec)
+    platform = known
     return Target(spec, platform, index, home=homes.get(name))

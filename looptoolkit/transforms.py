@@ -74,7 +74,7 @@ class Normalize:
         if isinstance(batch, Mapping):
             out = dict(batch)
             out[self.key] = self.apply(batch[self.key])
-            return type(batch)(out) if type(batch) is not dict else out
+            return out if type(batch) is dict else type(batch)(out)  # type: ignore[call-arg]
         if isinstance(batch, tuple | list):
             items = list(batch)
             items[self.key] = self.apply(items[self.key])

@@ -39,7 +39,7 @@ MODULES = sorted(
 
 
 def test_every_module_with_examples_is_collected():
-    assert WITH_EXAMPLES <= set(MODULES)
+    assert set(MODULES) >= WITH_EXAMPLES
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -88,7 +88,8 @@ MODULES = _modules()
 
 def _layer(module: str) -> int:
     for rank, (_, members) in enumerate(LAYERS):
-        if module in members or any(module.startswith(m + ".") for m in members if m != "looptoolkit"):
+        inside = any(module.startswith(m + ".") for m in members if m != "looptoolkit")
+        if module in members or inside:
             return rank
     raise AssertionError(f"{module} is in no layer: add it to LAYERS (and docs/architecture.md)")
 
@@ -137,7 +138,7 @@ def test_no_import_cycle():
         stack.append(module)
         for dep in sorted(GRAPH[module]):
             if state.get(dep) == 1:
-                cycle = stack[stack.index(dep) :] + [dep]
+                cycle = [*stack[stack.index(dep) :], dep]
                 raise AssertionError("import cycle: " + " -> ".join(cycle))
             if dep not in state:
                 visit(dep)
@@ -180,5 +181,12 @@ def test_adapters_hold_no_benchmark_pipelines():
             if isinstance(node, ast.ImportFrom) and node.module:
                 assert not node.module.startswith("looptoolkit.bench"), module
         defs = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef)}
-        assert not defs & {"numpy_manual", "pure_python", "EpochPipeline", "naive_loop",
-                           "randperm_loop", "classic_dataset", "per_sample_dataloader"}, module
+        assert not defs & {
+            "numpy_manual",
+            "pure_python",
+            "EpochPipeline",
+            "naive_loop",
+            "randperm_loop",
+            "classic_dataset",
+            "per_sample_dataloader",
+        }, module

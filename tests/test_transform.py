@@ -1,4 +1,4 @@
-"""Loader(transform=...): where it runs, what the loop receives, errors; normalize on every backend."""
+"""Loader(transform=...): where it runs, what the loop gets, its errors; normalize everywhere."""
 
 from __future__ import annotations
 
