@@ -128,7 +128,7 @@ def loader_dataset(
     m = n  # samples per epoch, unless the order is a shard's (padded) or cut (drop_last)
     if getattr(order, "world_size", 1) != 1 or getattr(order, "drop_last", False):
         m = len(epoch_indices(order, start_epoch))
-    full = m - m % batch_size
+    full = batch_count(m, batch_size, drop_last=True) * batch_size
     tail = m - full if not drop_last else 0
     length = batch_count(m, batch_size, drop_last)
 
