@@ -155,7 +155,7 @@ class Rows:
             if kind is dict and self._data_keys:
                 keys = list(self._data_keys)  # insertion order; leaves come sorted
                 position = {key: i for i, key in enumerate(spec.entries())}
-                if len(keys) > 1:
+                if [position[k] for k in keys] != list(range(len(keys))):
                     reorder = operator.itemgetter(*(position[k] for k in keys))
                     gathered = map(reorder, gathered)
                 return map(dict, map(zip, itertools.repeat(keys), gathered))
