@@ -66,6 +66,67 @@ class Check:
     detail: str = ""
 
 
+def _leaf_problem(batch: dict[str, np.ndarray], reference: dict[str, np.ndarray]) -> str | None:
+    if set(batch) != set(reference):
+        return f"has leaves {sorted(batch)}, expected {sorted(reference)}"
+    return None
+
+
+def _exact_problem(
+    batch: dict[str, np.ndarray], idx: np.ndarray | None, reference: dict[str, np.ndarray]
+) -> str | None:
+    if idx is None:
+        return "is one batch too many"
+    problem = _leaf_problem(batch, reference)
+    if problem is not None:
+        return problem
+    for path, leaf in reference.items():
+        want = leaf.take(idx, axis=0)
+        have = batch[path]
+        if have.dtype != want.dtype or not np.array_equal(have, want):
+            return (f"{path} differs from the reference ({have.dtype}{list(have.shape)} vs "
+                    f"{want.dtype}{list(want.shape)})")  # fmt: skip
+    return None
+
+
+class _Coverage:
+    """Every row at most once, full batches but the last, leaves aligned with the row ids."""
+
+    def __init__(self, ctx: Context, reference: dict[str, np.ndarray]) -> None:
+        self.n = ctx.workload.n
+        self.batch_size = ctx.batch_size
+        self.id_path = ctx.workload.id_path
+        self.reference = reference
+        self.seen = np.zeros(self.n, dtype=bool)
+        self.partial = False
+
+    def problem(self, batch: dict[str, np.ndarray]) -> str | None:
+        problem = _leaf_problem(batch, self.reference)
+        if problem is not None:
+            return problem
+        if self.partial:
+            return "follows a partial batch"
+        ids = batch[self.id_path].astype(np.int64)
+        if len(ids) != self.batch_size:
+            if not 0 < len(ids) <= self.batch_size:
+                return f"has {len(ids)} rows, batch size {self.batch_size}"
+            self.partial = True
+        seen = self.seen
+        if (
+            ids.min() < 0
+            or ids.max() >= self.n
+            or seen[ids].any()
+            or len(np.unique(ids)) != len(ids)
+        ):
+            return "repeats rows or has rows out of range"
+        seen[ids] = True
+        for path, leaf in self.reference.items():
+            have = batch[path]
+            if have.dtype != leaf.dtype or not np.array_equal(have, leaf.take(ids, axis=0)):
+                return f"{path} is not aligned with {self.id_path}"
+        return None
+
+
 def check_batches(
     variant: Variant,
     pipeline: Iterable[Any],
@@ -74,72 +135,56 @@ def check_batches(
     *,
     limit: int | None = None,
 ) -> Check:
-    """Check one epoch (or its first ``limit`` batches) of ``pipeline``.
+    """Check one epoch (or its first ``limit`` batches) of ``pipeline``, batch by batch.
 
     Exact variants must yield the NumPy gather of their Loader order, epoch 0,
     batch for batch (values and dtypes). Loops with their own order must yield
     full batches (the last may be partial), every row at most once (every row
     exactly once over a whole epoch), each leaf's rows matching the row ids.
+    Batches are compared as they come and not kept; ``seconds`` counts the
+    loop's own time (its ``next()`` and the batch's conversion to NumPy), not
+    the comparisons.
     """
     ready = ready_fn(variant.backend)
     convert = variant.convert
-    got: list[dict[str, np.ndarray]] = []
-    start = time.perf_counter()
-    iterator = iter(pipeline)
-    for batch in iterator:
-        ready(batch)
-        got.append(host_leaves(convert(batch) if convert else batch))
-        if limit is not None and len(got) >= limit:
-            break
-    seconds = time.perf_counter() - start
-    with contextlib.suppress(Exception):
-        iterator.close()  # type: ignore[attr-defined]
-    whole = limit is None or len(got) < limit
-    batch_size = ctx.batch_size
-    n = ctx.workload.n
-    id_path = ctx.workload.id_path
-
-    def fail(detail: str, how: str) -> Check:
-        return Check(False, how, len(got), seconds, detail)
-
-    if variant.shuffle is not None:
+    exact = variant.shuffle is not None
+    expected: list[np.ndarray] = []
+    coverage = _Coverage(ctx, reference)
+    if exact:
         how = f"exact: the Loader's batches (shuffle={variant.shuffle!r}, epoch 0)"
-        expected = split_batches(epoch_indices(ctx.order(variant.shuffle), 0), batch_size)
-        if whole and len(got) != len(expected):
-            return fail(f"{len(got)} batches, expected {len(expected)}", how)
-        for b, (batch, idx) in enumerate(zip(got, expected, strict=False)):
-            if set(batch) != set(reference):
-                return fail(f"batch {b} has leaves {sorted(batch)}, expected "
-                            f"{sorted(reference)}", how)  # fmt: skip
-            for path, leaf in reference.items():
-                want = leaf[idx]
-                have = batch[path]
-                if have.dtype != want.dtype or not np.array_equal(have, want):
-                    return fail(f"batch {b}: {path} differs from the reference "
-                                f"({have.dtype}{list(have.shape)} vs "
-                                f"{want.dtype}{list(want.shape)})", how)  # fmt: skip
-        if not whole:
-            how += f", first {len(got)} batches"
-        return Check(True, how, len(got), seconds)
-
-    how = "coverage: every row once, rows aligned with their ids"
-    seen = np.zeros(n, dtype=bool)
-    for b, batch in enumerate(got):
-        if set(batch) != set(reference):
-            return fail(f"batch {b} has leaves {sorted(batch)}, expected {sorted(reference)}", how)
-        ids = batch[id_path].astype(np.int64)
-        last = b == len(got) - 1 and whole
-        if len(ids) != batch_size and not (last and 0 < len(ids) <= batch_size):
-            return fail(f"batch {b} has {len(ids)} rows, batch size {batch_size}", how)
-        if ids.min() < 0 or ids.max() >= n or seen[ids].any() or len(np.unique(ids)) != len(ids):
-            return fail(f"batch {b} repeats rows or has rows out of range", how)
-        seen[ids] = True
-        for path, leaf in reference.items():
-            have = batch[path]
-            if have.dtype != leaf.dtype or not np.array_equal(have, leaf[ids]):
-                return fail(f"batch {b}: {path} is not aligned with {id_path}", how)
-    if whole and not seen.all():
-        return fail(f"{int((~seen).sum())} rows never appeared in the epoch", how)
+        expected = split_batches(epoch_indices(ctx.order(variant.shuffle), 0), ctx.batch_size)
+    else:
+        how = "coverage: every row once, rows aligned with their ids"
+    count, seconds, problem = 0, 0.0, None
+    iterator = iter(pipeline)
+    try:
+        while limit is None or count < limit:
+            start = time.perf_counter()
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                seconds += time.perf_counter() - start
+                break
+            ready(batch)
+            leaves = host_leaves(convert(batch) if convert else batch)
+            seconds += time.perf_counter() - start
+            if exact:
+                idx = expected[count] if count < len(expected) else None
+                problem = _exact_problem(leaves, idx, reference)
+            else:
+                problem = coverage.problem(leaves)
+            if problem is not None:
+                return Check(False, how, count + 1, seconds, f"batch {count} {problem}")
+            count += 1
+    finally:
+        with contextlib.suppress(Exception):
+            iterator.close()  # type: ignore[attr-defined]
+    whole = limit is None or count < limit
+    if whole and exact and count != len(expected):
+        return Check(False, how, count, seconds, f"{count} batches, expected {len(expected)}")
+    if whole and not exact and not coverage.seen.all():
+        missing = int((~coverage.seen).sum())
+        return Check(False, how, count, seconds, f"{missing} rows never appeared in the epoch")
     if not whole:
-        how += f", first {len(got)} batches"
-    return Check(True, how, len(got), seconds)
+        how += f", first {count} batches"
+    return Check(True, how, count, seconds)

@@ -308,14 +308,12 @@ def run_workload(
             entry.skipped = missing
             continue
         if variant.backend not in data_by_backend:
-            data_by_backend[variant.backend] = backend_data(
-                workload.data, variant.backend, settings.device
-            )
-        data = data_by_backend[variant.backend]
+            data = backend_data(workload.data, variant.backend, settings.device)
+            data_by_backend[variant.backend] = (data, host_leaves(data))
+        data, reference = data_by_backend[variant.backend]
         ctx = Context(workload, data, settings.device, settings.seed)
         try:
             entry.pipeline = variant.factory(ctx)
-            reference = host_leaves(data)
             limit = settings.slow_batches if variant.slow else None
             entry.check = check_batches(variant, entry.pipeline, ctx, reference, limit=limit)
         except Exception as e:
