@@ -31,7 +31,7 @@ transfer: $(STAMP)
 	$(BIN)/looptoolkit transfer $(ARGS)
 
 reference: $(STAMP)
-	$(BIN)/looptoolkit compare --reference $(ARGS)
+	$(BIN)/looptoolkit compare --reference --rounds 9 $(ARGS)
 	$(BIN)/looptoolkit transfer --reference
 
 lint: $(STAMP)
