@@ -21,7 +21,7 @@ import itertools
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -51,6 +51,8 @@ __all__ = [
     "row_gather",
     "zip_gathers",
 ]
+
+_T = TypeVar("_T")
 
 # backend name -> (adapter module, framework's top-level module, pip extra)
 BACKENDS: dict[str, tuple[str, str, str]] = {
@@ -355,39 +357,33 @@ def backend_of(x: object) -> Backend | None:
     return owner
 
 
+def _first_answer(ask: Callable[[Backend], _T | None]) -> _T | None:
+    """The first answer other than None of the loaded backends to ``ask``."""
+    for backend in loaded_backends():
+        answer = ask(backend)
+        if answer is not None:
+            return answer
+    return None
+
+
 def native_target(device: Any) -> Target | None:
     """The :class:`Target` of a framework device object, or None when no backend knows it."""
-    for backend in loaded_backends():
-        target = backend.native_target(device)
-        if target is not None:
-            return target
-    return None
+    return _first_answer(lambda backend: backend.native_target(device))
 
 
 def object_backend(obj: Any) -> Backend | None:
     """The backend whose objects (with their own ``.to``) ``obj`` is, if any."""
-    for backend in loaded_backends():
-        if backend.owns_object(obj):
-            return backend
-    return None
+    return _first_answer(lambda backend: backend if backend.owns_object(obj) else None)
 
 
 def container_node(cls: type) -> tuple[Callable[..., Any], Callable[..., Any]] | None:
     """The ``(flatten, unflatten)`` optree functions for a framework's container type, else None."""
-    for backend in loaded_backends():
-        node = backend.container(cls)
-        if node is not None:
-            return node
-    return None
+    return _first_answer(lambda backend: backend.container(cls))
 
 
 def move_container_node(cls: type) -> tuple[Callable[..., Any], Callable[..., Any]] | None:
     """The optree ``(flatten, unflatten)`` of a container only ``to_device`` looks into."""
-    for backend in loaded_backends():
-        node = backend.move_container(cls)
-        if node is not None:
-            return node
-    return None
+    return _first_answer(lambda backend: backend.move_container(cls))
 
 
 def is_batched_node(x: Any) -> bool:
@@ -397,11 +393,7 @@ def is_batched_node(x: Any) -> bool:
 
 def process_group() -> tuple[int, int] | None:
     """``(rank, world_size)`` of an initialised process group, if any framework has one."""
-    for backend in loaded_backends():
-        group = backend.process_group()
-        if group is not None:
-            return group
-    return None
+    return _first_answer(lambda backend: backend.process_group())
 
 
 def batch_shards(target: Target, leaf: Any) -> int:
