@@ -19,6 +19,10 @@ it as a leaf and registers it here, in one or both of its optree namespaces
   :class:`ContainerRebuildWarning` (``strict``: :class:`Unbuildable`). When such
   a type has its own ``.to`` (a tokenizer's ``BatchEncoding``), ``to_device``
   moves it with its ``.to`` instead: it is not registered in :data:`MOVE`.
+
+Instance attributes that a container carries besides its fields or items
+(``batch.meta = ...``) come back with it; those that are not plain values (str,
+numbers, None), an array set after ``__init__`` say, are looked into like fields.
 """
 
 from __future__ import annotations
@@ -26,7 +30,6 @@ from __future__ import annotations
 import array
 import collections
 import collections.abc
-import copy
 import dataclasses
 import os
 import sys
@@ -38,6 +41,14 @@ from typing import Any
 
 import optree
 
+from looptoolkit._fields import (
+    Node,
+    Ref,
+    attribute_children,
+    attrs_names,
+    fields_node,
+    namespace_node,
+)
 from looptoolkit.adapters import container_node, move_container_node
 
 __all__ = [
@@ -75,25 +86,6 @@ class Unbuildable(Exception):
 state = threading.local()
 
 
-class _Ref:
-    """Carries an object as treespec metadata, compared by identity.
-
-    Dataclass equality would compare arrays field by field; identity is what
-    rebuilding needs.
-    """
-
-    __slots__ = ("obj",)
-
-    def __init__(self, obj: Any) -> None:
-        self.obj = obj
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Ref) and other.obj is self.obj
-
-    def __hash__(self) -> int:
-        return id(self.obj)
-
-
 # Types registered as lossy -> the base type they are rebuilt as.
 _lossy: dict[type, type] = {}
 # Lossy types that are read-only or non-dict mappings (their messages say so).
@@ -110,123 +102,12 @@ def describe_lossy(cls: type) -> str:
     return "it is a read-only mapping" if cls in _mappings else "it has its own constructor"
 
 
-Node = tuple[Callable[..., Any], Callable[..., Any]]
-
-
 def _register(cls: type, node: Node, where: Iterable[str]) -> None:
     with warnings.catch_warnings():
         # optree notes that a namedtuple subclass is overridden in a namespace: intended.
         warnings.simplefilter("ignore", UserWarning)
         for namespace in where:
             optree.register_pytree_node(cls, *node, namespace=namespace)
-
-
-# -- fields: dataclasses, attrs classes, SimpleNamespace --------------------------------
-
-
-class _Unset:
-    """Stands for a dataclass field that has no value (``init=False``, never assigned)."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "<unset>"
-
-
-_UNSET = _Unset()
-
-
-def _set_entry(obj: Any, key: Any, value: Any) -> None:
-    if isinstance(obj, dict) and dict.__contains__(obj, key):
-        # Past the class's own __setitem__, as object.__setattr__ goes past a frozen
-        # __setattr__: the copy already has the key, only its value changes.
-        dict.__setitem__(obj, key, value)
-    else:
-        obj[key] = value
-
-
-def _fields_node(names: tuple[str, ...], mapping: bool) -> Node:
-    """Flatten by named attributes; rebuild as a shallow copy with them replaced.
-
-    A shallow copy keeps frozen-ness, ``init=False`` fields and any extra
-    attributes without running ``__init__``/``__post_init__`` again. For a
-    ``mapping`` (a dataclass subclassing OrderedDict, as model outputs do), an
-    entry holding the same object as a field gets the field's new value, and the
-    other entries are children of their own: nothing inside is left behind.
-    """
-    if not mapping:
-
-        def flatten_fields(obj: Any) -> tuple[tuple[Any, ...], _Ref, tuple[str, ...]]:
-            return tuple(getattr(obj, n, _UNSET) for n in names), _Ref(obj), names
-
-        def unflatten_fields(ref: _Ref, children: Iterable[Any]) -> Any:
-            new = copy.copy(ref.obj)
-            for name, value in zip(names, children, strict=True):
-                if value is not _UNSET:
-                    object.__setattr__(new, name, value)
-            return new
-
-        return flatten_fields, unflatten_fields
-
-    def flatten_fn(obj: Any) -> tuple[list[Any], tuple[Any, ...], list[Any]]:
-        values = [getattr(obj, n, _UNSET) for n in names]
-        shared: list[tuple[Any, int]] = []
-        own: list[Any] = []
-        where = {id(v): i for i, v in enumerate(values) if v is not _UNSET}
-        for key in list(obj.keys()):
-            value = obj[key]
-            i = names.index(key) if key in names else -1
-            if i < 0 or values[i] is not value:
-                i = where.get(id(value), -1)
-            if i >= 0:
-                shared.append((key, i))
-            else:
-                own.append(key)
-                values.append(value)
-        # An entry that is also an attribute of its own (set through the mapping of
-        # a model output) keeps the two in step.
-        attrs = getattr(obj, "__dict__", {})
-        mirrored = tuple(isinstance(k, str) and attrs.get(k) is obj[k] for k in own)
-        return values, (_Ref(obj), tuple(shared), tuple(own), mirrored), [*names, *own]
-
-    def unflatten_fn(meta: tuple[Any, ...], children: Iterable[Any]) -> Any:
-        ref, shared, own, mirrored = meta
-        values = list(children)
-        new = copy.copy(ref.obj)
-        for name, value in zip(names, values, strict=False):
-            if value is not _UNSET:
-                object.__setattr__(new, name, value)
-        for key, i in shared:
-            _set_entry(new, key, values[i])
-        for key, value, attribute in zip(own, values[len(names) :], mirrored, strict=True):
-            _set_entry(new, key, value)
-            if attribute:
-                object.__setattr__(new, key, value)
-        return new
-
-    return flatten_fn, unflatten_fn
-
-
-def _namespace_node() -> Node:
-    def flatten_fn(obj: Any) -> tuple[list[Any], tuple[Any, ...], list[str]]:
-        keys = list(vars(obj))
-        return [getattr(obj, k) for k in keys], (_Ref(obj), tuple(keys)), keys
-
-    def unflatten_fn(meta: tuple[Any, ...], children: Iterable[Any]) -> Any:
-        ref, keys = meta
-        new = copy.copy(ref.obj)
-        new.__dict__.update(zip(keys, children, strict=True))
-        return new
-
-    return flatten_fn, unflatten_fn
-
-
-def _attrs_names(cls: type) -> tuple[str, ...] | None:
-    """Field names of an attrs class (``attrs.fields(cls)`` is ``cls.__attrs_attrs__``)."""
-    fields = getattr(cls, "__attrs_attrs__", None)
-    if fields is None or not isinstance(fields, tuple):
-        return None
-    return tuple(f.name for f in fields)
 
 
 # -- subclasses of built-in containers ---------------------------------------------------
@@ -309,20 +190,28 @@ def _subclass_node(cls: type, base: type) -> Node:
     build: Any = base if lossy else cls
     if lossy:
         _lossy[cls] = base
-    user = base in (collections.UserDict, collections.UserList)
+    # UserDict / UserList keep their items in `.data`.
+    skip = (
+        frozenset({"data"}) if base in (collections.UserDict, collections.UserList) else frozenset()
+    )
 
-    def attributes(obj: Any) -> dict[str, Any] | None:
-        # Instance attributes of the subclass (`batch.meta = ...`) come back with it.
-        if lossy:
-            return None
-        attrs = getattr(obj, "__dict__", None)
-        if user and attrs:  # UserDict / UserList keep their items in `.data`
-            attrs = {k: v for k, v in attrs.items() if k != "data"}
-        return attrs or None
+    def attributes(obj: Any) -> tuple[dict[str, Any] | None, tuple[str, ...]]:
+        # Instance attributes of the subclass (`batch.meta = ...`) come back with it:
+        # plain values as they are, anything else (an array) as children.
+        attrs = None if lossy else getattr(obj, "__dict__", None)
+        if not attrs:
+            return None, ()
+        children = attribute_children(obj, skip)
+        plain = {k: v for k, v in attrs.items() if k not in skip and k not in children}
+        return plain or None, children
 
-    def restore(new: Any, attrs: dict[str, Any] | None) -> Any:
-        if attrs:
-            new.__dict__.update(attrs)
+    def restore(
+        new: Any, plain: dict[str, Any] | None, extras: tuple[str, ...], values: list[Any]
+    ) -> Any:
+        if plain:
+            new.__dict__.update(plain)
+        for name, value in zip(extras, values, strict=True):
+            new.__dict__[name] = value
         return new
 
     if issubclass(base, (dict, collections.UserDict)):
@@ -330,43 +219,50 @@ def _subclass_node(cls: type, base: type) -> Node:
         def flatten_fn(obj: Any) -> tuple[list[Any], tuple[Any, ...], list[Any]]:
             keys = list(obj.keys())
             factory = getattr(obj, "default_factory", None)
-            ref = _Ref(obj) if lossy else None
-            return [obj[k] for k in keys], (keys, factory, attributes(obj), ref), keys
+            ref = Ref(obj) if lossy else None
+            plain, extras = attributes(obj)
+            values = [obj[k] for k in keys] + [getattr(obj, k) for k in extras]
+            return values, (keys, factory, plain, extras, ref), [*keys, *extras]
 
         def unflatten_fn(meta: tuple[Any, ...], children: Iterable[Any]) -> Any:
-            keys, factory, attrs, ref = meta
+            keys, factory, plain, extras, ref = meta
             values = list(children)
+            items, attrs = values[: len(keys)], values[len(keys) :]
 
             def make() -> Any:
-                items = zip(keys, values, strict=True)
+                pairs = zip(keys, items, strict=True)
                 if issubclass(build, collections.defaultdict):
-                    return restore(build(factory, items), attrs)
-                return restore(build(items), attrs)
+                    return restore(build(factory, pairs), plain, extras, attrs)
+                return restore(build(pairs), plain, extras, attrs)
 
             if ref is None:
                 return make()
-            return _lossy_rebuild(ref.obj, (ref.obj[k] for k in keys), values, make)
+            return _lossy_rebuild(ref.obj, (ref.obj[k] for k in keys), items, make)
 
         return flatten_fn, unflatten_fn
 
     def flatten_seq(obj: Any) -> tuple[list[Any], Any, None]:
-        ref = _Ref(obj) if lossy else None
-        return list(obj), (getattr(obj, "maxlen", None), attributes(obj), ref), None
+        ref = Ref(obj) if lossy else None
+        plain, extras = attributes(obj)
+        items = list(obj)
+        values = items + [getattr(obj, k) for k in extras]
+        return values, (getattr(obj, "maxlen", None), len(items), plain, extras, ref), None
 
     def unflatten_seq(meta: Any, children: Iterable[Any]) -> Any:
-        maxlen, attrs, ref = meta
+        maxlen, n, plain, extras, ref = meta
         values = list(children)
+        items, attrs = values[:n], values[n:]
 
         def make() -> Any:
             if issubclass(build, collections.deque):
-                return restore(build(values, maxlen), attrs)
+                return restore(build(items, maxlen), plain, extras, attrs)
             if issubclass(build, tuple) and hasattr(build, "_make"):  # a namedtuple
-                return restore(build._make(values), attrs)
-            return restore(build(values), attrs)
+                return restore(build._make(items), plain, extras, attrs)
+            return restore(build(items), plain, extras, attrs)
 
         if ref is None:
             return make()
-        return _lossy_rebuild(ref.obj, ref.obj, values, make)
+        return _lossy_rebuild(ref.obj, ref.obj, items, make)
 
     return flatten_seq, unflatten_seq
 
@@ -376,11 +272,11 @@ def _mapping_node(cls: type) -> Node:
     _lossy[cls] = dict
     _mappings.add(cls)
 
-    def flatten_fn(obj: Any) -> tuple[list[Any], tuple[list[Any], _Ref], list[Any]]:
+    def flatten_fn(obj: Any) -> tuple[list[Any], tuple[list[Any], Ref], list[Any]]:
         keys = list(obj.keys())
-        return [obj[k] for k in keys], (keys, _Ref(obj)), keys
+        return [obj[k] for k in keys], (keys, Ref(obj)), keys
 
-    def unflatten_fn(meta: tuple[list[Any], _Ref], children: Iterable[Any]) -> Any:
+    def unflatten_fn(meta: tuple[list[Any], Ref], children: Iterable[Any]) -> Any:
         keys, ref = meta
         values = list(children)
         return _lossy_rebuild(
@@ -397,10 +293,10 @@ def _sequence_node(cls: type) -> Node:
     """A sequence that is no list or tuple (a custom ``Sequence``) is rebuilt as a list."""
     _lossy[cls] = list
 
-    def flatten_fn(obj: Any) -> tuple[list[Any], _Ref, None]:
-        return list(obj), _Ref(obj), None
+    def flatten_fn(obj: Any) -> tuple[list[Any], Ref, None]:
+        return list(obj), Ref(obj), None
 
-    def unflatten_fn(ref: _Ref, children: Iterable[Any]) -> Any:
+    def unflatten_fn(ref: Ref, children: Iterable[Any]) -> Any:
         values = list(children)
         return _lossy_rebuild(ref.obj, ref.obj, values, lambda: values)
 
@@ -454,12 +350,12 @@ def _node_for(cls: type) -> tuple[Node | None, bool]:
     """``(node, lossy)``: how to flatten ``cls`` (None: it is a leaf)."""
     if dataclasses.is_dataclass(cls):
         names = tuple(f.name for f in dataclasses.fields(cls))
-        return _fields_node(names, issubclass(cls, collections.abc.Mapping)), False
-    names = _attrs_names(cls)
+        return fields_node(names, issubclass(cls, collections.abc.Mapping)), False
+    names = attrs_names(cls)
     if names is not None:
-        return _fields_node(names, issubclass(cls, collections.abc.Mapping)), False
+        return fields_node(names, issubclass(cls, collections.abc.Mapping)), False
     if issubclass(cls, types.SimpleNamespace):
-        return _namespace_node(), False
+        return namespace_node(), False
     for base in _BASES:
         if issubclass(cls, base) and (cls is not base or base in _REGISTERED_BASES):
             node = _subclass_node(cls, base)

@@ -446,7 +446,7 @@ def cpu_devices() -> list[tuple[str, Any]]:
 
 
 class BatchEncodingLike(collections.UserDict):
-    """The shape of a tokenizer's ``BatchEncoding``: a UserDict with its own constructor and ``.to``.
+    """A tokenizer's ``BatchEncoding``, in shape: a UserDict with its own ``__init__`` and ``.to``.
 
     As transformers' does, ``.to`` moves torch tensors in place (for a string or a
     ``torch.device``), leaves anything else, and returns the object itself; it also

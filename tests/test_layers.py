@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "looptoolkit.adapters.tf",
         },
     ),
-    ("pytree", {"looptoolkit._containers", "looptoolkit.tree"}),
+    ("pytree", {"looptoolkit._fields", "looptoolkit._containers", "looptoolkit.tree"}),
     ("order", {"looptoolkit._sources", "looptoolkit.order"}),
     (
         "steps",
@@ -55,6 +55,7 @@ CORE = {
     "looptoolkit._errors",
     "looptoolkit._target",
     "looptoolkit._dtypes",
+    "looptoolkit._fields",
     "looptoolkit._containers",
     "looptoolkit.tree",
     "looptoolkit._sources",

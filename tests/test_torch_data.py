@@ -8,8 +8,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from looptoolkit import GetItemsDataset, Loader  # noqa: E402
-from looptoolkit.torch_data import OrderBatchSampler, make_dataloader  # noqa: E402
 from looptoolkit.order import Order  # noqa: E402
+from looptoolkit.torch_data import OrderBatchSampler, make_dataloader  # noqa: E402
 
 
 def make_data(n: int) -> dict[str, np.ndarray]:
@@ -119,3 +119,22 @@ def test_plain_dataloader_with_keep_batch_gathers_whole_batches():
         seen.extend(batch["y"].tolist())
     assert sorted(seen) == list(range(n))
     assert calls == [8, 8, 8, 8, 5]
+
+
+@pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.uint64, torch.bfloat16])
+def test_getitems_gathers_dtypes_index_select_or_numpy_lack(dtype):
+    ids = torch.arange(10).to(dtype)
+    batch = GetItemsDataset({"ids": ids}).__getitems__([7, 2, 2])
+    assert batch["ids"].dtype == dtype
+    assert batch["ids"].to(torch.int64).tolist() == [7, 2, 2]
+
+
+def test_a_list_of_records_is_refused_by_the_dataset_too():
+    records = [{"x": np.zeros(2), "y": i} for i in range(4)]
+    with pytest.raises(TypeError, match=r"stack_records\(data\)"):
+        GetItemsDataset(records)
+
+
+def test_make_dataloader_refuses_an_epoch_drop_last_would_empty():
+    with pytest.raises(ValueError, match="drops every batch"):
+        make_dataloader(make_data(5), 8, drop_last=True)

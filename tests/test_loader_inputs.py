@@ -1,0 +1,246 @@
+"""Loader on the inputs real code hands it: records, token ids, numpy ints, loops in loops.
+
+Each test here pins down one trap that once yielded wrong batches, or none,
+without an error.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+
+import looptoolkit
+from looptoolkit import Loader, stack_records
+
+
+def _data(n: int) -> dict[str, np.ndarray]:
+    return {"x": np.arange(n * 2, dtype=np.float32).reshape(n, 2), "y": np.arange(n)}
+
+
+# -- per-sample records ----------------------------------------------------------------
+
+
+def test_a_list_of_records_is_refused_saying_how_to_stack_it():
+    records = [{"x": np.full(3, i, np.float32), "y": i} for i in range(10)]
+    with pytest.raises(TypeError, match=r"data is a list of 10 per-sample records \(each a dict\)"):
+        Loader(records, 4)
+    with pytest.raises(TypeError, match=r"looptoolkit\.stack_records\(data\['train'\]\)"):
+        Loader({"train": records}, 4)
+
+
+@pytest.mark.parametrize(
+    "records",
+    [
+        [np.full(3, i) for i in range(10)],  # more arrays than each has rows
+        [np.array(float(i)) for i in range(4)],  # 0-d arrays
+        [float(i) for i in range(4)],  # plain values
+        [(np.full(2, i), i) for i in range(4)],  # tuples
+    ],
+    ids=["arrays", "zero_d", "values", "tuples"],
+)
+def test_other_lists_of_records_are_refused(records):
+    with pytest.raises(TypeError, match="per-sample records"):
+        Loader(records, 2)
+
+
+def test_a_list_or_tuple_of_columns_is_still_columns():
+    columns = [np.zeros((5, 3)), np.ones((5, 3))]
+    assert [b[0].shape for b in Loader(columns, 2, shuffle=False)] == [(2, 3), (2, 3), (1, 3)]
+    pairs = (np.zeros((5, 2)), np.arange(5))
+    assert len(Loader(pairs, 2)) == 3
+
+
+def test_stack_records_makes_the_columns_the_loader_batches():
+    records = [{"x": np.full(3, i, np.float32), "y": i, "tag": f"s{i}"} for i in range(5)]
+    columns = stack_records(records)
+    assert columns["x"].shape == (5, 3) and columns["x"].dtype == np.float32
+    assert columns["y"].tolist() == [0, 1, 2, 3, 4] and columns["tag"].tolist()[1] == "s1"
+    (batch,) = Loader(columns, 5, shuffle=False)
+    np.testing.assert_array_equal(batch["x"][:, 0], np.arange(5))
+
+
+def test_stack_records_keeps_each_framework_and_container():
+    torch = pytest.importorskip("torch")
+    from helpers import Point
+
+    records = [Point(torch.full((2,), i), np.int64(i)) for i in range(3)]
+    columns = stack_records(records)
+    assert type(columns) is Point and isinstance(columns.x, torch.Tensor)
+    assert columns.x.shape == (3, 2) and columns.y.tolist() == [0, 1, 2]
+
+
+def test_stack_records_names_the_field_that_cannot_be_stacked():
+    with pytest.raises(ValueError, match=r"records\[0\]\['x'\] has shape \[3\] and records\[1\]"):
+        stack_records([{"x": np.zeros(3)}, {"x": np.zeros(4)}])
+    with pytest.raises(ValueError, match=r"`records\[1\]` has another structure"):
+        stack_records([{"x": np.zeros(3)}, {"z": np.zeros(3)}])
+    with pytest.raises(TypeError, match="non-empty list or tuple"):
+        stack_records([])
+
+
+# -- integer types ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(20,), (10, 2)])
+@pytest.mark.parametrize("dtype", ["uint16", "uint32", "uint64"])
+def test_torch_unsigned_token_ids_are_gathered(dtype, shape):
+    torch = pytest.importorskip("torch")
+    ids = torch.arange(20).to(getattr(torch, dtype)).reshape(shape)
+    batches = list(Loader({"ids": ids}, 4, seed=1))
+    got = torch.cat([b["ids"] for b in batches])
+    assert got.dtype == ids.dtype
+    order = Loader({"ids": ids}, 4, seed=1).indices(0)
+    np.testing.assert_array_equal(got.to(torch.int64).numpy(), ids.to(torch.int64).numpy()[order])
+
+
+def test_state_dict_holds_plain_ints_whatever_integer_types_were_passed():
+    torch = pytest.importorskip("torch")
+    loader = Loader(_data(20), np.int64(4), seed=np.int64(3))
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    assert {type(v) for v in state.values()} <= {int, str, type(None)}
+    assert state[Loader.OFFSET_KEY] == 4 and loader.batch_size == 4
+    assert json.loads(json.dumps(state)) == state
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    assert torch.load(buffer, weights_only=True) == state
+
+
+@pytest.mark.parametrize("integer", [np.int32, np.int64, np.uint16])
+def test_batch_size_of_a_numpy_integer_type_becomes_a_python_int(integer):
+    # An np.int32 batch size made the offset an np.int32, which wraps past 2**31 rows.
+    loader = Loader(_data(12), integer(4), shuffle=False, rank=1, world_size=2)
+    assert type(loader.batch_size) is int
+    it = iter(loader)
+    next(it)
+    offset = loader.state_dict()[Loader.OFFSET_KEY]
+    assert type(offset) is int and offset == 8
+
+
+# -- one epoch at a time ---------------------------------------------------------------
+
+
+def test_a_loop_nested_in_a_loop_over_the_same_loader_raises():
+    loader = Loader(_data(10), 4)
+    with pytest.raises(RuntimeError, match=r"still iterating epoch 0 \(1 of 3 batches"):
+        for _ in loader:
+            for _ in loader:
+                pass
+    assert [len(b["y"]) for b in loader] == [4, 4, 2]  # the outer one was dropped: free again
+
+
+def test_a_second_iterator_raises_until_the_first_finishes_or_closes():
+    loader = Loader(_data(10), 4, shuffle=False)
+    first = iter(loader)
+    with pytest.raises(RuntimeError, match="runs one epoch at a time"):
+        iter(loader)
+    next(first)
+    state = loader.state_dict()  # describes the one running: no other could start
+    assert (state[Loader.EPOCH_KEY], state[Loader.OFFSET_KEY]) == (0, 4)
+    with pytest.raises(RuntimeError, match="cannot load a state"):
+        loader.load_state_dict(state)
+    first.close()
+    second = iter(loader)
+    assert next(second)["y"].tolist() == [0, 1, 2, 3]  # epoch 1, sequential
+    assert list(map(len, (b["y"] for b in second))) == [4, 2]  # exhausted: not running
+    third = iter(loader)
+    assert len(third) == 3
+    del third  # dropped unstarted: not running either
+    fourth = iter(loader)
+    np.testing.assert_array_equal(next(fourth)["y"], loader.indices(3)[:4])
+
+
+def test_an_iterator_past_its_last_batch_does_not_block_the_next_epoch():
+    loader = Loader(_data(8), 4, shuffle=False)
+    it = iter(loader)
+    next(it), next(it)  # every batch handed out, StopIteration not reached yet
+    assert next(iter(loader))["y"].tolist() == [0, 1, 2, 3]
+
+
+def test_zip_of_a_loader_with_itself_raises():
+    loader = Loader(_data(8), 4)
+    with pytest.raises(RuntimeError, match="one epoch at a time"):
+        list(zip(loader, loader, strict=True))
+
+
+# -- drop_last -------------------------------------------------------------------------
+
+
+def test_drop_last_with_a_batch_larger_than_the_shard_raises_at_construction():
+    with pytest.raises(ValueError, match=r"`batch_size` 8 is larger than the 5 rows, so"):
+        Loader(_data(5), 8, drop_last=True)
+    with pytest.raises(ValueError, match=r"the 5 rows of this shard.*at most 5"):
+        Loader(_data(10), 8, drop_last=True, rank=1, world_size=2)
+    assert len(Loader(_data(5), 5, drop_last=True)) == 1
+    assert len(Loader(_data(5), 8)) == 1  # without drop_last: one short batch
+
+
+# -- the background thread -------------------------------------------------------------
+
+
+def _failing_loader(monkeypatch: Any, error: BaseException) -> Loader:
+    import looptoolkit._pipeline as pipeline
+
+    loader = Loader(_data(30), 10, device="cpu", prefetch=2)
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise error
+
+    monkeypatch.setattr(pipeline, "to_device", failing)
+    return loader
+
+
+def test_system_exit_in_the_background_thread_keeps_its_code(monkeypatch):
+    loader = _failing_loader(monkeypatch, SystemExit(3))
+    with pytest.raises(SystemExit) as info:
+        list(loader)
+    assert info.value.code == 3 and isinstance(info.value.__cause__, SystemExit)
+
+
+def test_an_exception_whose_constructor_takes_other_arguments_keeps_its_type(monkeypatch):
+    class NeedsKeyword(Exception):
+        def __init__(self, message: str, *, status: int) -> None:
+            super().__init__(message)
+            self.status = status
+
+    loader = _failing_loader(monkeypatch, NeedsKeyword("bad batch", status=7))
+    with pytest.raises(NeedsKeyword, match="bad batch") as info:
+        list(loader)
+    assert info.value.status == 7 and info.value.args == ("bad batch",)
+    assert "background thread" in info.value.__notes__[-1]
+
+
+def test_an_exception_with_its_own_new_is_raised_as_itself(monkeypatch):
+    class OwnNew(Exception):
+        def __new__(cls, code: int, *, reason: str) -> OwnNew:
+            return super().__new__(cls, code)
+
+        def __init__(self, code: int, *, reason: str) -> None:
+            super().__init__(code)
+            self.reason = reason
+
+    error = OwnNew(5, reason="r")
+    loader = _failing_loader(monkeypatch, error)
+    with pytest.raises(OwnNew) as info:
+        list(loader)
+    assert info.value is error and info.value.reason == "r"
+    assert "background thread" in info.value.__notes__[-1]
+
+
+# -- the construction-time probe -------------------------------------------------------
+
+
+def test_a_device_error_at_construction_shows_the_leafs_own_shape():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    with pytest.raises(looptoolkit.TransferError) as info:
+        Loader({"im": {"image": np.zeros((100, 4), np.uint8)}}, 10, device="cuda")
+    assert "data['im']['image'] (numpy uint8 [100, 4])" in str(info.value)
+    assert info.value.path == "data['im']['image']"
