@@ -253,7 +253,7 @@ def targets_table(payload: dict[str, Any], *, short: bool = True) -> Table:
         if short:
             notes.append(f"{t['key']}: {t['text']}" + (f" (floor: {t['floor_name']})"
                          if t.get("floor_name") else ""))  # fmt: skip
-    return Table("Targets (ratios from this run)", header, rows, notes=notes)
+    return Table("Targets (ratios from this run)", header, rows, align="lrrrl", notes=notes)
 
 
 def _settings_text(payload: dict[str, Any]) -> str:

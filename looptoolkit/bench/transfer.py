@@ -79,8 +79,8 @@ def targets_table(rows: list[dict[str, Any]], *, short: bool = True) -> Table:
               f"{t['value']:.2f}x" if t["value"] is not None else "-", t["status"]]
              for t in rows]  # fmt: skip
     notes = [f"{t['key']}: {t['text']}" for t in rows] if short else []
-    return Table("Targets (ratios from this run)", ["target", "goal", "measured", "status"], cells,
-                 notes=notes)  # fmt: skip
+    header = ["target", "goal", "measured", "status"]
+    return Table("Targets (ratios from this run)", header, cells, align="lrrl", notes=notes)
 
 
 def headline(payload: dict[str, Any]) -> str:
