@@ -21,8 +21,8 @@ it as a leaf and registers it here, in one or both of its optree namespaces
   moves it with its ``.to`` instead: it is not registered in :data:`MOVE`.
 
 Instance attributes that a container carries besides its fields or items
-(``batch.meta = ...``) come back with it; those that are not plain values (str,
-numbers, None), an array set after ``__init__`` say, are looked into like fields.
+(``batch.meta = ...``) come back with it; those that are arrays or containers
+(an array set after ``__init__``, say) are looked into like fields.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from __future__ import annotations
 import array
 import collections
 import collections.abc
+import copy
 import dataclasses
 import os
 import sys
@@ -48,6 +49,7 @@ from looptoolkit._fields import (
     attrs_names,
     fields_node,
     namespace_node,
+    set_entry,
 )
 from looptoolkit.adapters import container_node, move_container_node
 
@@ -389,5 +391,37 @@ def classify(cls: type) -> tuple[bool, bool]:
     # moved by it: to_device sees it as a leaf. Looked up on the class: an
     # instance attribute called `to` is not a method.
     moved_by_to = lossy and callable(getattr(cls, "to", None))
+    if moved_by_to and issubclass(cls, collections.abc.MutableMapping):
+        # Such a batch class is rebuilt by the Loader the way its `.to` treats it:
+        # the same object (a shallow copy) with its entries replaced.
+        found = _copied_mapping_node(cls, found)
     _register(cls, found, (DATA,) if moved_by_to else _BOTH)
     return True, not moved_by_to
+
+
+def _copied_mapping_node(cls: type, lossy: Node) -> Node:
+    """A mutable mapping rebuilt as a shallow copy of itself with its entries replaced.
+
+    Where the copy cannot be made or take the entries, the ``lossy`` rule applies.
+    """
+    lossy_flatten, lossy_unflatten = lossy
+
+    def flatten_fn(obj: Any) -> tuple[list[Any], tuple[Any, ...], list[Any]]:
+        values, meta, entries = lossy_flatten(obj)
+        keys = list(obj.keys())
+        return values, (Ref(obj), keys, meta), entries
+
+    def unflatten_fn(meta: tuple[Any, ...], children: Iterable[Any]) -> Any:
+        ref, keys, inner = meta
+        values = list(children)
+        if _unchanged((ref.obj[k] for k in keys), values):
+            return ref.obj
+        try:
+            new = copy.copy(ref.obj)
+            for key, value in zip(keys, values, strict=True):
+                set_entry(new, key, value)
+        except Exception:  # a copy or an assignment the class refuses
+            return lossy_unflatten(inner, values)
+        return new
+
+    return flatten_fn, unflatten_fn

@@ -8,13 +8,25 @@ copy with them replaced, without running its constructor again.
 
 from __future__ import annotations
 
+import collections
+import collections.abc
 import copy
-import enum
-import numbers
+import dataclasses
+import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
-__all__ = ["Node", "Ref", "attribute_children", "attrs_names", "fields_node", "namespace_node"]
+from looptoolkit.adapters import backend_of
+
+__all__ = [
+    "Node",
+    "Ref",
+    "attribute_children",
+    "attrs_names",
+    "fields_node",
+    "namespace_node",
+    "set_entry",
+]
 
 Node = tuple[Callable[..., Any], Callable[..., Any]]
 
@@ -50,7 +62,7 @@ class _Unset:
 _UNSET = _Unset()
 
 
-def _set_entry(obj: Any, key: Any, value: Any) -> None:
+def set_entry(obj: Any, key: Any, value: Any) -> None:
     if isinstance(obj, dict) and dict.__contains__(obj, key):
         # Past the class's own __setitem__, as object.__setattr__ goes past a frozen
         # __setattr__: the copy already has the key, only its value changes.
@@ -59,16 +71,37 @@ def _set_entry(obj: Any, key: Any, value: Any) -> None:
         obj[key] = value
 
 
-# Attribute values kept as they are, never looked into: metadata, not data.
-_PLAIN = (str, bytes, bool, numbers.Number, type, enum.Enum, type(None))
+# Attribute values that may hold arrays, besides arrays: the containers a batch is made of.
+_HOLDERS = (
+    list,
+    tuple,
+    dict,
+    set,
+    frozenset,
+    collections.deque,
+    collections.abc.Mapping,
+    types.SimpleNamespace,
+)
+
+
+def _holds_arrays(value: Any) -> bool:
+    if isinstance(value, _HOLDERS):
+        return True
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return True
+    return backend_of(value) is not None
 
 
 def attribute_children(obj: Any, skip: frozenset[Any]) -> tuple[str, ...]:
-    """Instance attributes of ``obj`` outside ``skip`` that may hold arrays (not plain values)."""
+    """Instance attributes of ``obj`` outside ``skip`` that are arrays or containers.
+
+    Any other attribute (a str, a number, a function, a model) is metadata: it
+    comes back as it is, and the Loader does not take it for a column.
+    """
     attrs = getattr(obj, "__dict__", None)
     if not attrs:
         return ()
-    return tuple(k for k, v in attrs.items() if k not in skip and not isinstance(v, _PLAIN))
+    return tuple(k for k, v in attrs.items() if k not in skip and _holds_arrays(v))
 
 
 def fields_node(names: tuple[str, ...], mapping: bool) -> Node:
@@ -134,10 +167,10 @@ def fields_node(names: tuple[str, ...], mapping: bool) -> Node:
             if value is not _UNSET:
                 object.__setattr__(new, name, value)
         for key, i in shared:
-            _set_entry(new, key, values[i])
+            set_entry(new, key, values[i])
         mine = values[len(names) : len(names) + len(own)]
         for key, value, attribute in zip(own, mine, mirrored, strict=True):
-            _set_entry(new, key, value)
+            set_entry(new, key, value)
             if attribute:
                 object.__setattr__(new, key, value)
         for name, value in zip(extras, values[len(names) + len(own) :], strict=True):

@@ -170,7 +170,8 @@ def _move_object(obj: Any, device: Any, target: Target) -> Any:
     if backend is not None:
         # An nn.Module or a TensorDict does not understand "/CPU:0" or a jax.Device.
         return obj.to(backend.resolve_device(target))
-    return obj.to(device)
+    # What the user passed (the Loader passes its parsed Target: it gets that back).
+    return obj.to(target.spec if isinstance(device, Target) else device)
 
 
 def to_device(
@@ -233,7 +234,27 @@ def to_device(
     """
     target = parse_device(device)
     policy = DtypePolicy(dtype) if dtype is not None else None
-    leaves, spec, types = _tree.flatten_typed(tree, move=True)
+    return _move_tree(tree, device, target, policy, non_blocking, pack, strict, "batch")
+
+
+def _move_tree(
+    tree: Any,
+    device: Any,
+    target: Target,
+    policy: DtypePolicy | None,
+    non_blocking: bool | None,
+    pack: bool | None,
+    strict: bool,
+    root: str,
+    *,
+    move: bool = True,
+) -> Any:
+    """:func:`to_device` of ``tree``, whose key paths start at ``root``.
+
+    ``move=False``: the Loader's view of ``tree``, looking into every container,
+    for what an object's own ``.to`` returned.
+    """
+    leaves, spec, types = _tree.flatten_typed(tree, move=move)
     home = target.home
     if len(types) == 1:
         # One leaf type (the common case): one decision for all of them.
@@ -245,7 +266,7 @@ def to_device(
     out = leaves if keys is None else list(leaves)
     paths: list[str] | None = None
     if _UNREADABLE in routes:
-        paths = _tree.leaf_paths(spec)
+        paths = _tree.leaf_paths(spec, root)
         i = next(i for i, leaf in enumerate(leaves) if _route(leaf, home) is _UNREADABLE)
         raise TypeError(
             f"{paths[i]} is a {type(leaves[i]).__name__}, which to_device cannot look into "
@@ -263,15 +284,25 @@ def to_device(
         if route is _OBJECT:
             for i, leaf in zip(index, items, strict=True):
                 try:
-                    out[i] = _move_object(leaf, device, target)
+                    moved_object = _move_object(leaf, device, target)
                 except Exception as e:
                     if paths is None:
-                        paths = _tree.leaf_paths(spec)
+                        paths = _tree.leaf_paths(spec, root)
                     raise TransferError(
                         f"cannot move {paths[i]} ({type(leaf).__name__}) with its own "
                         f".to({device!r}): {e}",
                         paths[i],
                     ) from e
+                if _tree.looks_into(type(moved_object)):
+                    # A container moved by its own `.to` (a BatchEncoding): what that
+                    # left behind, or did not cast, goes where the rest of the batch goes.
+                    if paths is None:
+                        paths = _tree.leaf_paths(spec, root)
+                    moved_object = _move_tree(
+                        moved_object, device, target, policy, non_blocking, pack, strict,
+                        paths[i], move=False,
+                    )  # fmt: skip
+                out[i] = moved_object
             continue
         dest: Backend = route  # type: ignore[assignment]
         casts = [None] * len(items) if policy is None else _casts(policy, items)
@@ -279,7 +310,7 @@ def to_device(
             moved = dest.move(items, target, casts, non_blocking, pack)
         except Exception as e:
             if paths is None:
-                paths = _tree.leaf_paths(spec)
+                paths = _tree.leaf_paths(spec, root)
             raise _locate_failure(
                 dest, items, [paths[i] for i in index], target, casts, non_blocking, e
             ) from e

@@ -45,6 +45,7 @@ __all__ = [
     "flatten",
     "flatten_typed",
     "leaf_paths",
+    "looks_into",
     "unflatten",
 ]
 
@@ -121,6 +122,11 @@ def _register_namedtuples(spec: optree.PyTreeSpec) -> bool:
         with contextlib.suppress(TypeError):  # metadata that cannot be hashed
             _plain_specs[spec] = None
     return False
+
+
+def looks_into(cls: type) -> bool:
+    """Whether the Loader's view (:data:`NAMESPACE`) looks into instances of ``cls``."""
+    return cls in _nodes[NAMESPACE]
 
 
 def flatten(tree: Any, *, move: bool = False) -> tuple[list[Any], optree.PyTreeSpec]:

@@ -601,3 +601,34 @@ def test_a_container_registered_by_another_thread_mid_flatten_is_looked_into(mon
     out = to_device({"f": Fresh(np.ones(2))}, "cpu", dtype=np.float32)
     assert registered.is_set()
     assert type(out["f"]) is Fresh and out["f"].x.dtype == np.float32
+
+
+def test_arrays_set_as_attributes_after_init_are_moved_and_other_attributes_kept():
+    from helpers import PlainDict, Record, tagged
+
+    record = Record(np.ones(2), 1)
+    record.mask = np.ones(2)  # type: ignore[attr-defined]
+    record.hook = len  # type: ignore[attr-defined]
+    meta = PlainDict(x=np.ones(1))
+    meta.weights = [np.ones(3)]  # type: ignore[attr-defined]
+    meta.note = "kept"  # type: ignore[attr-defined]
+    point = tagged(np.ones(1), 2, "t")
+    point.extra = np.ones(2)  # type: ignore[attr-defined]
+    out = to_device({"r": record, "m": meta, "p": point}, "cpu", dtype=np.float32)
+    assert out["r"].mask.dtype == np.float32 and out["r"].hook is len
+    assert out["m"].weights[0].dtype == np.float32 and out["m"].note == "kept"
+    assert out["p"].extra.dtype == np.float32 and out["p"].tag == "t"
+    assert record.mask.dtype == np.float64 and meta.weights[0].dtype == np.float64
+
+
+def test_what_a_mappings_own_to_leaves_behind_is_moved_and_cast_too():
+    from helpers import BatchEncodingLike
+
+    torch = pytest.importorskip("torch")
+    # Its .to moves torch tensors only: NumPy arrays would stay NumPy, and no cast.
+    encoding = BatchEncodingLike({"ids": np.arange(4), "pixels": torch.ones(2)}, encoding="e")
+    device = torch.device("cpu")
+    out = to_device({"enc": encoding}, device, dtype=torch.float16)["enc"]
+    assert type(out) is BatchEncodingLike and out.moved_to is device and out._encodings == "e"
+    assert isinstance(out["ids"], torch.Tensor) and out["ids"].tolist() == [0, 1, 2, 3]
+    assert out["pixels"].dtype == torch.float16

@@ -244,3 +244,37 @@ def test_a_device_error_at_construction_shows_the_leafs_own_shape():
         Loader({"im": {"image": np.zeros((100, 4), np.uint8)}}, 10, device="cuda")
     assert "data['im']['image'] (numpy uint8 [100, 4])" in str(info.value)
     assert info.value.path == "data['im']['image']"
+
+
+# -- containers with attributes ------------------------------------------------------------
+
+
+def test_attributes_of_the_data_containers_are_columns_or_metadata():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Columns:
+        x: Any
+
+    data = Columns(np.arange(6))
+    data.mask = np.arange(6) % 2 == 0  # type: ignore[attr-defined]  # an array: a column
+    data.describe = repr  # type: ignore[attr-defined]  # anything else: metadata
+    (batch,) = Loader(data, 6, shuffle=False)
+    assert batch.x.tolist() == list(range(6)) and batch.mask.tolist() == [True, False] * 3
+    assert batch.describe is repr
+
+
+def test_a_tokenizer_output_is_batched_as_its_own_type():
+    from helpers import BatchEncodingLike
+
+    torch = pytest.importorskip("torch")
+    encoding = BatchEncodingLike(
+        {"input_ids": np.arange(12).reshape(6, 2), "mask": np.ones((6, 2))}, encoding="e"
+    )
+    (host,) = Loader(encoding, 6, shuffle=False)  # warnings are errors here
+    assert type(host) is BatchEncodingLike and host._encodings == "e"
+    assert host["input_ids"].tolist() == np.arange(12).reshape(6, 2).tolist()
+    device = torch.device("cpu")
+    for batch in Loader(encoding, 4, device=device, dtype=torch.float16):
+        assert type(batch) is BatchEncodingLike and batch.moved_to is device
+        assert batch["input_ids"].dtype == torch.int64 and batch["mask"].dtype == torch.float16
