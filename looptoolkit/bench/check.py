@@ -147,12 +147,13 @@ def check_batches(
     """
     ready = ready_fn(variant.backend)
     convert = variant.convert
-    exact = variant.shuffle is not None
+    shuffle = variant.shuffle
+    exact = shuffle is not None
     expected: list[np.ndarray] = []
     coverage = _Coverage(ctx, reference)
-    if exact:
-        how = f"exact: the Loader's batches (shuffle={variant.shuffle!r}, epoch 0)"
-        expected = split_batches(epoch_indices(ctx.order(variant.shuffle), 0), ctx.batch_size)
+    if shuffle is not None:
+        how = f"exact: the Loader's batches (shuffle={shuffle!r}, epoch 0)"
+        expected = split_batches(epoch_indices(ctx.order(shuffle), 0), ctx.batch_size)
     else:
         how = "coverage: every row once, rows aligned with their ids"
     count, seconds, problem = 0, 0.0, None

@@ -17,6 +17,7 @@ from typing import Any
 from looptoolkit.bench.charts import BACKEND_COLORS, FLOOR_COLOR, Bar, Line, Panel, bar_chart
 from looptoolkit.bench.tables import Table, wrap
 from looptoolkit.bench.targets import BASELINE
+from looptoolkit.bench.timing import load_text
 
 __all__ = [
     "add_ratios",
@@ -314,7 +315,7 @@ def markdown(payload: dict[str, Any]) -> str:
         "",
         f"Command: `{m['command']}`  ",
         f"Machine: {m['cpu']}, {m['cores']} cores{gpu}; Python {m['python']}; {versions}  ",
-        f"Date: {m['date']}; wall time {payload['wall_s']:.0f} s\n",
+        f"Date: {m['date']}; wall time {payload['wall_s']:.0f} s{load_text(m)}\n",
         _settings_text(payload) + "\n",
         CHECK_LEGEND + "\n",
     ]

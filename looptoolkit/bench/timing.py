@@ -24,7 +24,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from looptoolkit.bench.progress import Progress
 
-__all__ = ["Clock", "CudaEventClock", "HostClock", "Timing", "interleave", "machine_info"]
+__all__ = [
+    "Clock",
+    "CudaEventClock",
+    "HostClock",
+    "Timing",
+    "interleave",
+    "load_text",
+    "machine_info",
+]
 
 
 @dataclass
@@ -203,7 +211,11 @@ def _cpu_model() -> str:
 
 
 def machine_info() -> dict[str, Any]:
-    """CPU, cores, GPU, and the version of every framework already imported."""
+    """CPU, cores, load average, GPU, and the version of every framework already imported.
+
+    The load average (1, 5 and 15 minutes, where the platform has one) says how
+    busy the machine was: other processes on a shared machine widen every range.
+    """
     info: dict[str, Any] = {
         "cpu": _cpu_model(),
         "cores": os.cpu_count(),
@@ -212,6 +224,8 @@ def machine_info() -> dict[str, Any]:
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     }
+    if hasattr(os, "getloadavg"):
+        info["load_average"] = [round(x, 2) for x in os.getloadavg()]
     versions = {}
     for name in ("numpy", "optree", "torch", "tensordict", "jax", "jaxlib", "tensorflow"):
         module = sys.modules.get(name)
@@ -223,3 +237,19 @@ def machine_info() -> dict[str, Any]:
         info["gpu"] = torch.cuda.get_device_name()
         info["cuda"] = torch.version.cuda
     return info
+
+
+def load_text(machine: dict[str, Any]) -> str:
+    """``"; load average 1.9 / 2.5 / 2.6 (...)"`` from :func:`machine_info`, or ``""``.
+
+    Examples:
+        >>> load_text({"load_average": [1.5, 2.0, 2.25], "cores": 2})
+        '; load average 1.5 / 2 / 2.25 (1 / 5 / 15 min, at the end; 2 cores)'
+    """
+    load = machine.get("load_average")
+    if not load:
+        return ""
+    return (
+        f"; load average {load[0]:g} / {load[1]:g} / {load[2]:g} (1 / 5 / 15 min, at the end; "
+        f"{machine['cores']} cores)"
+    )

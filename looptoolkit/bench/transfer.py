@@ -24,7 +24,7 @@ from looptoolkit.bench.progress import Progress, quiet_import
 from looptoolkit.bench.results import REFERENCE_HELP, results_dir, write_results
 from looptoolkit.bench.tables import Table, wrap
 from looptoolkit.bench.targets import evaluate
-from looptoolkit.bench.timing import machine_info
+from looptoolkit.bench.timing import load_text, machine_info
 
 __all__ = ["device_slug", "headline", "markdown", "parse_args", "plot", "run", "sections"]
 
@@ -117,7 +117,7 @@ def markdown(payload: dict[str, Any]) -> str:
         headline(payload) + "\n",
         f"Command: `{payload['command']}`  ",
         f"Machine: {m['cpu']}, {m['cores']} cores" + (f", {m['gpu']}" if "gpu" in m else "") +
-        f" ({m['date']}); {v}.  ",
+        f" ({m['date']}{load_text(m)}); {v}.  ",
         f"Medians over {a['rounds']} interleaved rounds after 2 warm-up rounds; host rows "
         f"average {a['repeat']} calls per round (packing and images: {max(1, a['repeat'] // 4)}). "
         "Lower is better.\n",
