@@ -353,9 +353,9 @@ def _node_for(cls: type) -> tuple[Node | None, bool]:
     if dataclasses.is_dataclass(cls):
         names = tuple(f.name for f in dataclasses.fields(cls))
         return fields_node(names, issubclass(cls, collections.abc.Mapping)), False
-    names = attrs_names(cls)
-    if names is not None:
-        return fields_node(names, issubclass(cls, collections.abc.Mapping)), False
+    attrs = attrs_names(cls)
+    if attrs is not None:
+        return fields_node(attrs, issubclass(cls, collections.abc.Mapping)), False
     if issubclass(cls, types.SimpleNamespace):
         return namespace_node(), False
     for base in _BASES:

@@ -121,6 +121,7 @@ def _stack(leaves: list[Any], where: str) -> Any:
                 "arrays of different shapes cannot be stacked: pad or crop them to one shape."
             )
     (backend,) = backends
+    assert backend is not None  # checked above
     return backend.stack(leaves)
 
 

@@ -431,3 +431,89 @@ def test_every_torch_dtype_is_gathered_bit_for_bit(dtype):
     batch = GetItemsDataset({"c": column}).__getitems__([5, 0, 5])["c"]
     assert batch.dtype == dtype and torch.equal(batch.view(torch.uint8), bits[[5, 0, 5]])
     assert to_device({"c": column}, torch.device("cpu"))["c"] is column
+
+
+def _tensordict_variants() -> list[tuple[str, Callable[[], Any]]]:
+    torch = optional("torch")
+    tensordict = optional("tensordict")
+    if torch is None or tensordict is None:
+        return []
+    from helpers import tensorclass_type
+
+    TD = tensordict.TensorDict
+
+    def plain() -> Any:
+        return TD({"x": torch.arange(8.0).reshape(4, 2), "y": torch.arange(4)}, batch_size=[4])
+
+    def named_locked() -> Any:
+        td = TD({"x": torch.ones(4, 3), "n": {"z": torch.zeros(4)}}, [4], names=["b"])
+        return td.lock_()
+
+    def with_text() -> Any:
+        td = plain()
+        td["tag"] = "train"  # non-tensor data
+        return td
+
+    def tensorclass() -> Any:
+        return tensorclass_type()(
+            image=torch.ones(4, 3), label=torch.arange(4), tag="t", batch_size=[4]
+        )
+
+    return [
+        ("plain", plain),
+        ("named_locked", named_locked),
+        ("with_text", with_text),
+        ("tensorclass", tensorclass),
+    ]
+
+
+TD_VARIANTS = _tensordict_variants()
+
+
+def _inner(data: Any) -> Any:
+    """The TensorDict of a TensorDict or a tensorclass."""
+    import tensordict
+
+    return data._tensordict if tensordict.is_tensorclass(data) else data
+
+
+@pytest.mark.parametrize("make", [m for _, m in TD_VARIANTS], ids=[n for n, _ in TD_VARIANTS])
+def test_tensordict_variants_keep_what_tensordict_to_keeps(make):
+    import torch
+
+    data = make()
+    want = _inner(data)
+    out = to_device({"td": data}, torch.device("cpu"), dtype=torch.float16)["td"]
+    assert type(out) is type(data)
+    got = _inner(out)
+    kept = (got.batch_size, got.names, got.is_locked, list(got.keys()))
+    assert kept == (want.batch_size, want.names, want.is_locked, list(want.keys()))
+    for key in want.keys(include_nested=True, leaves_only=True):
+        value = want[key]
+        if isinstance(value, torch.Tensor):
+            expected = torch.float16 if value.is_floating_point() else value.dtype
+            assert got[key].dtype == expected
+            assert torch.equal(got[key].to(value.dtype), value)
+        else:  # non-tensor data, kept as it is
+            assert got[key] == value
+
+
+@pytest.mark.parametrize(
+    "make",
+    [m for n, m in TD_VARIANTS if n != "with_text"],
+    ids=[n for n, _ in TD_VARIANTS if n != "with_text"],
+)
+def test_tensordict_variants_are_batched(make):
+    import torch
+
+    data = make()
+    inner = _inner(data)
+    loader = Loader(data, 3, seed=4)
+    order = torch.from_numpy(loader.indices(0))
+    for k, batch in enumerate(loader):
+        rows = order[3 * k : 3 * (k + 1)]
+        got = _inner(batch)
+        assert type(batch) is type(data) and got.names == inner.names
+        for key in inner.keys(include_nested=True, leaves_only=True):
+            if isinstance(inner[key], torch.Tensor):
+                assert torch.equal(got[key], inner[key][rows])
