@@ -18,6 +18,11 @@ Python, torch DataLoader per-sample (0 and 2 workers) and over
 tf.data), and the ``Loader`` on NumPy, torch, JAX and tf data, on the ``index``,
 ``tabular`` and ``images`` workloads. Results go to ``./looptoolkit-results/``
 (or ``--out``); ``--reference`` rewrites ``benchmarks/results/compare-<device>.*``.
+
+Last measured (``benchmarks/results/compare-cpu.md``; 2-core AMD EPYC, shared, no
+GPU, 2026-11-22, 9 rounds): on the tabular workload, against the best manual loop,
+the Loader on NumPy data 1.03 (grouped shuffle 0.84), on torch data 1.10, on JAX
+data 1.95, on tf data 1.52; the floors memcpy 0.30 and sequential take 0.36.
 """
 
 from __future__ import annotations

@@ -17,6 +17,11 @@ labels) it times casts and copies. With CUDA it also times pinned, packed and
 cast-on-device transfers against one large pinned copy. Results go to
 ``./looptoolkit-results/`` (or ``--out``); ``--reference`` rewrites
 ``benchmarks/results/transfer-<device>.*``.
+
+Last measured (``benchmarks/results/transfer-cpu.md``; 2-core AMD EPYC, shared, no
+GPU, 2026-11-22): to_device / optree.tree_map = 0.74 and to_device / move_to =
+0.66 on torch leaves; 1.19 and 1.09 on NumPy leaves going to torch. The GPU rows
+have not been measured yet.
 """
 
 from __future__ import annotations

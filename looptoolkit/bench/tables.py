@@ -69,7 +69,7 @@ class Table:
         return "l" + "r" * (len(self.header) - 1)
 
     def markdown(self) -> str:
-        """The table as a Markdown pipe table (no title), then its notes."""
+        """The table as a Markdown pipe table (no title), then its notes (a list if several)."""
 
         def esc(cell: str) -> str:
             return cell.replace("|", "\\|")
@@ -78,8 +78,10 @@ class Table:
         lines = ["| " + " | ".join(map(esc, self.header)) + " |", "|" + "|".join(rule) + "|"]
         lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in self.rows]
         out = "\n".join(lines) + "\n"
-        if self.notes:
-            out += "\n" + "\n".join(self.notes) + "\n"
+        if len(self.notes) == 1:
+            out += "\n" + self.notes[0] + "\n"
+        elif self.notes:
+            out += "\n" + "\n".join(f"- {note}" for note in self.notes) + "\n"
         return out
 
     def widths(self) -> list[int]:
