@@ -5,8 +5,9 @@ Run from the repository root (a benchmark, not a test: it times, never asserts):
     .venv/bin/python -m benchmarks.order_quality          # default, under 30 seconds here
     .venv/bin/python -m benchmarks.order_quality --large  # adds N = 10**8: ~2 minutes, 1.6 GB
 
-It writes ``benchmarks/results/order_quality-cpu.{json,md}`` (``docs/order.md``
-quotes the tables). For ``shuffle="full"`` and ``"grouped"`` at several group
+It writes ``order_quality-cpu.{json,md}`` to ``./looptoolkit-results/`` (or
+``--out``); ``--reference`` rewrites the committed ``benchmarks/results/`` ones
+(``docs/order.md`` quotes their tables). For ``shuffle="full"`` and ``"grouped"`` at several group
 sizes it measures, with batch 300:
 
 - quality, averaged over epochs at N = 300_000: the probability that two
@@ -43,7 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from looptoolkit.bench.timing import Timing, interleave, machine_info, write_results
+from looptoolkit.bench.results import REFERENCE_HELP, results_dir, write_results
+from looptoolkit.bench.timing import Timing, interleave, machine_info
 from looptoolkit.order import DEFAULT_GROUP_SIZE, Order
 
 
@@ -71,7 +73,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--large-rounds", type=int, default=3, help="timing rounds at 10**8")
     parser.add_argument("--gather-rounds", type=int, default=51)
     parser.add_argument("--gather-n", type=int, default=300_000)
-    parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument(
+        "--out", default=None, help="results directory (default: ./looptoolkit-results)"
+    )
+    parser.add_argument("--reference", action="store_true", help=REFERENCE_HELP)
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
 
@@ -158,7 +163,7 @@ def generation(args: argparse.Namespace, n: int, rounds: int) -> list[Timing]:
                 bind(lambda o: consume(o.epoch(next(epochs))), order),
             )
         )
-    timings = interleave(cases, rounds=rounds, warmup=1, description=f"orders N={n:.0e}")
+    timings = interleave(cases, rounds=rounds, warmup=1, label=f"orders N={n:.0e}")
     for t in timings:
         t.extra["n"] = n
     return timings
@@ -180,7 +185,7 @@ def overhead(args: argparse.Namespace) -> list[Timing]:
     for world in (1, 4):
         ep = Order(n, b, shuffle="full", seed=args.seed, world_size=world).epoch(0)
         cases.append((f"iterate {len(ep)} batches, world_size={world}", bind_epoch(ep)))
-    timings = interleave(cases, rounds=args.gather_rounds, warmup=2, description="overhead")
+    timings = interleave(cases, rounds=args.gather_rounds, warmup=2, label="overhead")
     for t in timings:
         t.extra["batches"] = int(t.name.split()[1])
     return timings
@@ -212,7 +217,7 @@ def gather(args: argparse.Namespace) -> list[Timing]:
         counter = iter(range(1, 10**9))
         cases.append((f"{name}: order + gather", bind(make_epoch(x, counter), order)))
         cases.append((f"{name}: gather only", make_fixed(x, fixed)))
-    timings = interleave(cases, rounds=args.gather_rounds, warmup=2, description="gather")
+    timings = interleave(cases, rounds=args.gather_rounds, warmup=2, label="gather")
     return timings
 
 
@@ -368,7 +373,8 @@ def main(argv: list[str] | None = None) -> None:
         "gather": gather_rows,
         "elapsed_s": time.perf_counter() - started,
     }
-    paths = write_results(args.out, "order_quality-cpu", payload, markdown(payload))
+    out = results_dir(args.out, reference=args.reference)
+    paths = write_results(out, "order_quality-cpu", payload, markdown(payload))
     print(markdown(payload))
     print("wrote", *map(str, paths))
 
