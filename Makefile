@@ -9,13 +9,18 @@ EXTRAS ?= torch,jax,tf-cpu,dev
 .PHONY: install test compare lint transfer reference clean
 
 $(STAMP): pyproject.toml constraints.txt
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	# torch first, pinned: it resolves to the CPU build here and keeps pip
-	# from pulling a CUDA build for tensordict's dependency.
-	$(BIN)/python -m pip install -q -c constraints.txt torch
-	$(BIN)/python -m pip install -q -c constraints.txt -e ".[$(EXTRAS)]"
-	touch $(STAMP)
+	@echo "looptoolkit: setting up $(VENV) with the pinned versions of constraints.txt (a few minutes the first time)"
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	@echo "looptoolkit: [1/3] pip"
+	@$(BIN)/python -m pip install -q --upgrade pip
+	@# torch first, pinned: it resolves to the CPU build here and keeps pip
+	@# from pulling a CUDA build for tensordict's dependency.
+	@echo "looptoolkit: [2/3] torch (pinned CPU build)"
+	@$(BIN)/python -m pip install -q -c constraints.txt torch
+	@echo "looptoolkit: [3/3] looptoolkit with [$(EXTRAS)]: jax, tensorflow-cpu, tensordict, test tools"
+	@$(BIN)/python -m pip install -q -c constraints.txt -e ".[$(EXTRAS)]"
+	@touch $(STAMP)
+	@echo "looptoolkit: $(VENV) is ready"
 
 install: $(STAMP)
 
