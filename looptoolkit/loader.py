@@ -2,11 +2,13 @@
 
 The step after :mod:`looptoolkit.order` in the data flow. For each epoch it
 takes this shard's sample order from an :class:`~looptoolkit.order.Order`, cuts
-it into batches, gathers every batch with one call per backend (one gather per
-leaf, one dispatch per batch for JAX and tf), rebuilds the data's containers
-around the gathered leaves, moves the batch with :func:`looptoolkit.to_device`
-when a ``device`` is given, and hands it to the user's step, optionally
-prefetched by one background thread.
+it into batches, has each backend gather them (one gather per leaf per batch;
+torch, JAX and tf gather a chunk of batches at once and split it, so their
+per-call cost is paid per chunk), rebuilds the data's containers around the
+gathered leaves, moves the batch with :func:`looptoolkit.to_device` when a
+``device`` is given, applies the ``transform``, and hands it to the user's
+step, optionally prefetched by one background thread
+(:mod:`looptoolkit._pipeline` builds the epoch's stream).
 
 Where the work runs:
 
