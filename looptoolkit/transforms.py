@@ -68,7 +68,7 @@ class Normalize:
         return (y - backend.constant(mean, y)) * backend.constant(scale, y)
 
     def __call__(self, batch: Any) -> Any:
-        """The batch with the array at ``key`` (the batch itself when ``key`` is None) normalised."""
+        """The batch with ``batch[key]`` (the batch itself when ``key`` is None) normalised."""
         if self.key is None:
             return self.apply(batch)
         if isinstance(batch, Mapping):

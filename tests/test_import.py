@@ -65,5 +65,15 @@ def test_import_adds_only_looptoolkit_and_the_standard_library():
     )
     # The public API loads its core lazily: the package, the transfer and the pytree
     # helpers with their leaf modules, never the Loader, the benchmarks or an integration.
-    assert not [m for m in own if m.startswith(("looptoolkit.bench", "looptoolkit.torch_data",
-                                                 "looptoolkit.tf_data", "looptoolkit.loader"))]
+    assert not [
+        m
+        for m in own
+        if m.startswith(
+            (
+                "looptoolkit.bench",
+                "looptoolkit.torch_data",
+                "looptoolkit.tf_data",
+                "looptoolkit.loader",
+            )
+        )
+    ]

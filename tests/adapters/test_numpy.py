@@ -6,8 +6,8 @@ import pytest
 
 np = pytest.importorskip("numpy")
 
-from looptoolkit.adapters import backend_of, get_backend  # noqa: E402
 from looptoolkit._dtypes import as_numpy_dtype  # noqa: E402
+from looptoolkit.adapters import backend_of, get_backend  # noqa: E402
 from looptoolkit.device import parse_device  # noqa: E402
 
 backend = get_backend("numpy")
