@@ -60,6 +60,9 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
 }  # fmt: skip
 """Named sets of flags: ``--preset NAME`` -> (what it answers, the flags it sets)."""
 
+STEP_FOCUS: dict[str, list[str]] = {"images": ["img-*"]}
+"""Workload -> the variants its step section times when ``--variants`` is not given."""
+
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Parse ``looptoolkit compare`` flags."""
@@ -98,7 +101,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=None,
         help="synthetic model step after every batch in the step section; 0 skips it (0.5)",
     )
-    add("--step-workload", default="tabular", help="workload of the step section (tabular)")
+    add("--step-workload", default="tabular,images",
+        help="workloads of the step section, a comma list (tabular,images); on images "
+        "it times the images variant set (img-*) and the baseline unless --variants is "
+        "given")  # fmt: skip
     add("--step-batches", type=int, default=100, help="batches per round, step section (100)")
     add("--transfer", action=argparse.BooleanOptionalAction, default=None,
         help="time uint8 vs float16 transfer by batch size (default: on a GPU only; on the "
@@ -252,10 +258,10 @@ def run(argv: Sequence[str] | None = None) -> int:
                         slow_batches=args.slow_batches, seed=args.seed)  # fmt: skip
     results: dict[str, dict[str, Any]] = {}
     step_rows: list[dict[str, Any]] = []
-    step_workload = args.step_workload if args.step_workload in workload_names else None
-    if step_workload is None and workload_names:
-        step_workload = workload_names[-1]
-    step_args = {"step_ms": args.step_ms, "step_workload": step_workload,
+    step_workloads = [w for w in _split(args.step_workload) or [] if w in workload_names]
+    if not step_workloads and workload_names:
+        step_workloads = [workload_names[-1]]
+    step_args = {"step_ms": args.step_ms, "step_workload": ",".join(step_workloads),
                  "step_batches": args.step_batches}  # fmt: skip
     legend_shown = False
     for name in workload_names:
@@ -274,11 +280,14 @@ def run(argv: Sequence[str] | None = None) -> int:
         progress.emit("\n" + wrap(report.headline(name, result, args.project_epochs)))
         table = report.variant_table(name, result, device, args.project_epochs)
         progress.emit("\n" + table.text())
-        if args.step_ms > 0 and name == step_workload:
+        if args.step_ms > 0 and name in step_workloads:
             step = Step(args.step_ms, device)
-            step_rows = run_step(workload, entries, settings, step, args.step_batches, progress)
+            focus = STEP_FOCUS.get(name) if settings.patterns is None else None
+            rows = run_step(workload, entries, settings, step, args.step_batches, progress,
+                            patterns=focus)  # fmt: skip
+            step_rows += [{"workload": name, **row} for row in rows]
             payload_step = {"step": step_rows, "settings": step_args}
-            progress.emit("\n" + report.step_table(payload_step).text())
+            progress.emit("\n" + report.step_table(payload_step, name).text())
         close_entries(entries)
         del entries, workload
         gc.collect()
@@ -299,7 +308,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     for result in results.values() if "tabular" not in results else [results["tabular"]]:
         values.update({r["name"]: r["median_s"] for r in result["variants"] if "median_s" in r})
     for row in step_rows:
-        if "error" not in row:
+        if "error" not in row and row["workload"] == "tabular":
             values[f"wait:{row['name']}"] = row["wait_ms_per_batch"]
             values[f"step:{row['name']}"] = row["step_ms_per_batch"]
     targets = evaluate("compare", values, gpu=gpu) if "tabular" in results else []

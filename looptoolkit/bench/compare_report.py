@@ -26,6 +26,7 @@ __all__ = [
     "markdown",
     "plot",
     "step_table",
+    "step_workloads",
     "targets_table",
     "transfer_table",
     "variant_table",
@@ -202,12 +203,30 @@ def legend_text(variants: list[dict[str, Any]], width: int = 80) -> str:
     return "\n".join(lines)
 
 
-def step_table(payload: dict[str, Any]) -> Table:
-    """The step section: per batch, the step, the wait for data, what the loop adds."""
+def step_workloads(payload: dict[str, Any]) -> list[str]:
+    """The workloads of the step section, in the order they ran."""
+    default = (payload["settings"].get("step_workload") or "").split(",")[0]
+    names: list[str] = []
+    for row in payload.get("step", []):
+        name = row.get("workload", default)
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def step_table(payload: dict[str, Any], workload: str | None = None) -> Table:
+    """The step section on ``workload`` (default: the first): per batch, the step, the wait.
+
+    And what the loop adds (everything but the step).
+    """
     s = payload["settings"]
+    names = step_workloads(payload)
+    workload = workload or (names[0] if names else s.get("step_workload") or "")
     header = ["variant", "ms/batch", "step", "wait", "wait/step", "added"]
     rows = []
     for row in payload.get("step", []):
+        if row.get("workload", workload) != workload:
+            continue
         if "error" in row:
             rows.append([row["name"], "error", "", "", "", ""])
             continue
@@ -220,11 +239,14 @@ def step_table(payload: dict[str, Any]) -> Table:
             f"{of_step * 100:.1f}%" if of_step is not None else "",
             f"{row['added_ms_per_batch']:.3f}",
         ])  # fmt: skip
-    title = (f"{s['step_workload']} with a model step of {s['step_ms']:g} ms after every batch "
+    title = (f"{workload} with a model step of {s['step_ms']:g} ms after every batch "
              f"({s['step_batches']} batches per round)")  # fmt: skip
     notes = ["ms per batch, medians over the rounds. wait: time in next() until the batch is "
              "ready; added: everything but the step. A prefetching loop works during the "
              "step, so its wait falls below its cost without a step."]  # fmt: skip
+    if workload == "images":
+        notes.append("On images the step section times the images variant set (img-*: where "
+                     "the uint8 -> float32 normalisation runs) and the baseline.")  # fmt: skip
     return Table(title, header, rows, notes=notes)
 
 
@@ -331,8 +353,8 @@ def markdown(payload: dict[str, Any]) -> str:
         out.append(f"{result['batches_per_epoch']} batches of {result['batch_size']} per epoch, "
                    f"{result['bytes'] / 1e6:.0f} MB.\n")  # fmt: skip
         out.append(_md_variants(result, epochs).markdown())
-    if payload.get("step"):
-        t = step_table(payload)
+    for workload in step_workloads(payload):
+        t = step_table(payload, workload)
         out.append(f"## {t.title}\n")
         out.append(t.markdown())
     if payload.get("transfer"):

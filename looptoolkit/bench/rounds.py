@@ -372,10 +372,15 @@ def run_step(
     step: Step,
     batches: int,
     progress: Progress | None = None,
+    patterns: list[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Time ``batches`` batches per round of each checked variant with a step after each."""
+    """Time ``batches`` batches per round of each checked variant with a step after each.
+
+    ``patterns`` (names or globs) narrows the variants (the baseline always runs).
+    """
     timed = [e for e in entries if e.pipeline is not None and e.record.error is None]
     timed = [e for e in timed if not e.variant.is_floor]
+    timed = [e for e in timed if _selected(e.variant, patterns, None)]
     records = {e.variant.name: Record() for e in timed}
     sync = sync_fn(settings.device, settings.backends)
     calls = [

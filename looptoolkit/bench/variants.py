@@ -257,6 +257,46 @@ def _as_array(batch: Any) -> Any:
     return np.asarray(batch)
 
 
+def _images(backend: str, way: str) -> Factory:
+    def factory(ctx: Context) -> Iterable[Any]:
+        from looptoolkit.bench.native_images import images_factory
+
+        return images_factory(backend, way)(ctx)
+
+    return factory
+
+
+def _to_uint8(batch: Any) -> Any:
+    from looptoolkit.bench.native_images import to_uint8
+
+    return to_uint8(batch)
+
+
+_IMAGES_LABELS = {
+    "host": "normalise on the host (NumPy), then to_device float32",
+    "step": "Loader(device=dev) copies uint8; normalise in the consumer's thread",
+    "transform": "Loader(device=dev, transform=normalize(...)): uint8 copy + normalise, prefetched",
+}
+_STEP_HOW = {"torch": "", "jax": " (jax.jit)", "tf": " (tf.function)"}
+
+
+def _images_set(backend: str) -> list[Variant]:
+    """The three ways of feeding normalised float32 images to ``backend`` (images workload)."""
+    short = {"host": "host", "step": "step", "transform": "trans"}
+    return [
+        Variant(
+            f"img-{short[way]}-{backend}",
+            backend,
+            _IMAGES_LABELS[way] + (_STEP_HOW[backend] if way == "step" else ""),
+            _images(backend, way),
+            workloads=("images",),
+            convert=_to_uint8,
+            requires=_LOADER,
+        )
+        for way in ("host", "step", "transform")
+    ]
+
+
 _LOADER = ("looptoolkit.loader", "looptoolkit.order")
 _ORDER = ("looptoolkit.order",)
 _TORCH_DATA = ("looptoolkit.torch_data", *_ORDER)
@@ -298,6 +338,7 @@ VARIANTS: list[Variant] = [
             "index arrays", _make_dataloader, requires=_TORCH_DATA),
     Variant("loader-torch", "torch", "Loader on torch data (on a GPU: pinned, non-blocking "
             "copies)", _loader_torch, requires=_LOADER, floor="floor-torch"),
+    *_images_set("torch"),
     Variant("loader-torch-res", "torch", "Loader, data resident on the GPU",
             _loader_torch_resident, accelerator=True, requires=_LOADER,
             floor="torch-res-gather"),
@@ -313,6 +354,7 @@ VARIANTS: list[Variant] = [
             _jax_resident, requires=_ORDER),
     Variant("loader-jax", "jax", "Loader on JAX data", lambda ctx: _loader(ctx, shuffle="full"),
             requires=_LOADER, floor="floor-jax"),
+    *_images_set("jax"),
     Variant("floor-tf", "tf", "floor: best manual loop + tf.convert_to_tensor per leaf",
             _wrapped("tf"), shuffle=None),
     Variant("tf-classic", "tf", "tf.data: from_tensor_slices.shuffle(N).batch.prefetch",
@@ -321,6 +363,7 @@ VARIANTS: list[Variant] = [
             "prefetch", _tf_loader_dataset, requires=_ORDER),
     Variant("loader-tf", "tf", "Loader on tf data", lambda ctx: _loader(ctx, shuffle="full"),
             requires=_LOADER, floor="floor-tf"),
+    *_images_set("tf"),
 ]  # fmt: skip
 """Every variant, in the order the tables list them (grouped by backend)."""
 
