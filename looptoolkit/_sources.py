@@ -73,6 +73,12 @@ class Grouped:
     orders of its groups from its own stream ``(seed, epoch, _STREAM_CHUNK, c)``,
     so any chunk can be computed on its own.
 
+    With ``run_size`` r > 1 the order inside a group is a shuffle of runs of r
+    consecutive positions rather than of single positions: rows of a run are
+    gathered together (memory locality reaches the gather), at the price of
+    neighbouring rows sharing a batch far more often. r = 1 is a shuffle of
+    positions, the same order as before runs existed.
+
     Position ``t`` of the epoch's order is position ``(t + shift) % n`` of the
     grouped stream, with ``shift`` drawn per epoch in ``[1, g)`` (0 when
     ``g == 1``). Without it, a batch size that is a multiple of ``g`` (with
@@ -82,11 +88,12 @@ class Grouped:
     a random part of a group, different in each epoch.
     """
 
-    def __init__(self, n: int, group_size: int, seed: int, epoch: int) -> None:
+    def __init__(self, n: int, group_size: int, seed: int, epoch: int, run_size: int = 1) -> None:
         self.n = n
         self.seed = seed
         self.epoch = epoch
         g = self.g = min(group_size, n)
+        self.run_size = min(run_size, g)
         k = self.k = -(-n // g)
         self.last_size = n - (k - 1) * g  # size of the last (possibly short) group
         self.short = g - self.last_size
@@ -130,10 +137,18 @@ class Grouped:
         t1 = min(t0 + self.per_chunk, self.k)
         rows = t1 - t0
         rng = generator(self.seed, self.epoch, _STREAM_CHUNK, c)
-        block = np.empty((rows, g), dtype=np.intp)
-        block[...] = np.arange(g, dtype=np.intp)
+        r = self.run_size
+        runs = -(-g // r)
+        block = np.empty((rows, runs), dtype=np.intp)
+        block[...] = np.arange(runs, dtype=np.intp)
         # Fisher-Yates on each row, in C; measured faster than argsort of random keys.
         rng.permuted(block, axis=1, out=block)
+        if r > 1:
+            # Runs of `r` consecutive positions, in shuffled run order; a last short
+            # run leaves the same number of positions past the group in every row.
+            block = (block[:, :, None] * r + np.arange(r, dtype=np.intp)).reshape(rows, -1)
+            if runs * r != g:
+                block = block[block < g].reshape(rows, g)
         short_row = self.short_slot - t0 if self.short and t0 <= self.short_slot < t1 else -1
         if short_row >= 0:
             # A uniform permutation of [0, g) restricted to [0, last_size) is a

@@ -125,6 +125,11 @@ class Loader:
             the shards).
         group_size: group size of the grouped shuffle; None for the default
             (:data:`looptoolkit.order.DEFAULT_GROUP_SIZE`).
+        run_size: rows per run of the grouped shuffle: runs of consecutive rows
+            are shuffled as units inside each group, so each batch is gathered as
+            runs of neighbouring rows (faster gathers, a weaker shuffle:
+            neighbouring rows share a batch far more often). 1 (the default):
+            single rows.
         device: where batches go (``"cpu"``, ``"cuda"``, ``"/GPU:0"``, a
             ``torch.device``, a ``jax.Device``...), through :func:`looptoolkit.to_device`.
             None: batches stay where the data is.
@@ -192,6 +197,7 @@ class Loader:
     N_KEY = "n"
     SHUFFLE_KEY = "shuffle"
     GROUP_SIZE_KEY = "group_size"
+    RUN_SIZE_KEY = "run_size"
     WORLD_SIZE_KEY = "world_size"
     BATCH_SIZE_KEY = "batch_size"
     STATE_VERSION = 1
@@ -205,6 +211,7 @@ class Loader:
         seed: int = 0,
         drop_last: bool = False,
         group_size: int | None = None,
+        run_size: int = 1,
         device: Any = None,
         prefetch: int = 2,
         rank: int | None = None,
@@ -223,6 +230,7 @@ class Loader:
             "seed": seed,
             "drop_last": drop_last,
             "group_size": group_size,
+            "run_size": run_size,
             "device": device,
             "prefetch": prefetch,
             "rank": rank,
@@ -261,6 +269,7 @@ class Loader:
             shuffle=shuffle,
             seed=seed,
             group_size=group_size,
+            run_size=run_size,
             rank=rank,
             world_size=world_size,
             drop_last=drop_last,
@@ -423,6 +432,7 @@ class Loader:
             self.N_KEY: order.n,
             self.SHUFFLE_KEY: order.shuffle,
             self.GROUP_SIZE_KEY: order.group_size,
+            self.RUN_SIZE_KEY: order.run_size,
             self.WORLD_SIZE_KEY: order.world_size,
             self.BATCH_SIZE_KEY: order.batch_size,
         }
@@ -431,7 +441,7 @@ class Loader:
         """Resume from :meth:`state_dict`: the next iteration yields exactly the batches left.
 
         The saved state must describe the same epoch orders (``n``, ``shuffle``,
-        ``seed``, ``group_size``); batch size and world size may differ, as long
+        ``seed``, ``group_size``, ``run_size``); batch size and world size may differ, as long
         as the saved offset is a multiple of this loader's world size.
 
         Raises:
@@ -449,12 +459,15 @@ class Loader:
             self.SHUFFLE_KEY: order.shuffle,
             self.SEED_KEY: order.seed,
         }
+        saved = dict(state)
         if order.shuffle == "grouped":
             mine[self.GROUP_SIZE_KEY] = order.group_size
+            mine[self.RUN_SIZE_KEY] = order.run_size
+            saved.setdefault(self.RUN_SIZE_KEY, 1)  # states from before runs existed
         different = [
-            f"`{k}` {state.get(k)!r} (this loader: {v!r})"
+            f"`{k}` {saved.get(k)!r} (this loader: {v!r})"
             for k, v in mine.items()
-            if state.get(k) != v
+            if saved.get(k) != v
         ]
         if different:
             raise ValueError(

@@ -198,6 +198,11 @@ class Order:
         group_size: rows per group of a grouped shuffle; None means
             :data:`DEFAULT_GROUP_SIZE`. Validated for every mode, used only by
             ``"grouped"`` (groups larger than ``n`` are one group of ``n``).
+        run_size: rows per run inside a group of a grouped shuffle (1: every row
+            on its own). Runs of consecutive rows keep their order and are
+            shuffled as units: gathers read runs of neighbouring rows (faster),
+            and neighbouring rows share a batch far more often (a weaker
+            shuffle). Validated for every mode, used only by ``"grouped"``.
         rank: this shard, in ``[0, world_size)``.
         world_size: number of shards, ``>= 1``.
         drop_last: drop the last partial batch, and cut the epoch to a multiple
@@ -224,6 +229,7 @@ class Order:
         shuffle: bool | str = True,
         seed: int = 0,
         group_size: int | None = None,
+        run_size: int = 1,
         rank: int = 0,
         world_size: int = 1,
         drop_last: bool = False,
@@ -237,6 +243,7 @@ class Order:
             if group_size is None
             else _check_int("group_size", group_size, minimum=1)
         )
+        self.run_size = _check_int("run_size", run_size, minimum=1)
         self.rank, self.world_size = _check_rank(rank, world_size)
         if not isinstance(drop_last, bool | np.bool_):
             raise TypeError(f"`drop_last` must be a bool, got {type(drop_last).__name__}.")
@@ -245,8 +252,8 @@ class Order:
     def __repr__(self) -> str:
         return (
             f"Order(n={self.n}, batch_size={self.batch_size}, shuffle={self.shuffle!r}, "
-            f"seed={self.seed}, group_size={self.group_size}, rank={self.rank}, "
-            f"world_size={self.world_size}, drop_last={self.drop_last})"
+            f"seed={self.seed}, group_size={self.group_size}, run_size={self.run_size}, "
+            f"rank={self.rank}, world_size={self.world_size}, drop_last={self.drop_last})"
         )
 
     @property
@@ -316,7 +323,7 @@ class Order:
         if self.shuffle == "full":
             rng = generator(self.seed, epoch, STREAM_FULL)
             return Materialized(rng.permutation(self.n).astype(np.intp, copy=False))
-        return Grouped(self.n, self.group_size, self.seed, epoch)
+        return Grouped(self.n, self.group_size, self.seed, epoch, self.run_size)
 
     def _check_offset(self, offset: int) -> int:
         offset = _check_int("offset", offset, minimum=0)

@@ -557,7 +557,7 @@ def test_attributes_and_repr():
     assert order.drop_last is True and len(order) == order.num_batches(0) == 1
     assert repr(order) == (
         "Order(n=10, batch_size=3, shuffle='grouped', seed=5, "
-        f"group_size={DEFAULT_GROUP_SIZE}, rank=1, world_size=2, drop_last=True)"
+        f"group_size={DEFAULT_GROUP_SIZE}, run_size=1, rank=1, world_size=2, drop_last=True)"
     )
     assert repr(order.epoch(2, 6)).startswith("EpochOrder(Order(n=10") and "offset=6" in repr(
         order.epoch(2, 6)
@@ -624,3 +624,87 @@ def test_resolve_rank_reads_a_loaded_backends_process_group(monkeypatch):
 def test_resolve_rank_validation(rank, world_size, error, message):
     with pytest.raises(error, match=message):
         resolve_rank(rank, world_size)
+
+
+# -- runs inside the groups ------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 600),
+    group_size=st.integers(1, 80),
+    run_size=st.integers(1, 20),
+    seed=st.integers(0, 3),
+    epoch=st.integers(0, 3),
+)
+def test_runs_keep_every_index_once_and_stay_consecutive(n, group_size, run_size, seed, epoch):
+    order = Order(n, 7, shuffle="grouped", seed=seed, group_size=group_size, run_size=run_size)
+    g = order.global_order(epoch)
+    assert sorted(g.tolist()) == list(range(n))  # every index once
+    # The epoch's order read back from its batches is the same.
+    np.testing.assert_array_equal(np.concatenate(list(order.epoch(epoch))), g)
+    # In the grouped stream (before the shift) a group is a sequence of runs of
+    # consecutive rows (modulo n, after the rotation): it breaks at most between runs.
+    source = sources_module.Grouped(n, group_size, seed, epoch, run_size)
+    stream = np.concatenate([source.chunk(c) for c in range(source.num_chunks)])
+    r, gs = source.run_size, source.g
+    start = 0
+    for t in range(source.k):
+        size = source.last_size if t == source.short_slot else gs
+        members = stream[start : start + size]
+        breaks = int(np.count_nonzero(np.diff(members) % n != 1))
+        assert breaks <= -(-gs // r) - 1, (t, members)
+        start += size
+    assert start == n
+
+
+def test_grouped_orders_without_runs_are_unchanged():
+    # Grouped orders are a documented pure function of their arguments: these
+    # positions were produced before runs existed, and run_size=1 must keep them.
+    order = Order(1000, 30, shuffle="grouped", seed=0, group_size=64, run_size=1)
+    assert order.global_order(0)[:12].tolist() == [
+        798, 783, 781, 738, 743, 735, 756, 795, 759, 789, 787, 739,
+    ]  # fmt: skip
+    other = Order(1000, 30, shuffle="grouped", seed=2, group_size=64)
+    assert other.global_order(5)[500:510].tolist() == [
+        171, 187, 168, 170, 146, 149, 195, 193, 185, 173,
+    ]  # fmt: skip
+
+
+def test_runs_change_batches_every_epoch_and_are_gathered_together():
+    order = Order(4096, 64, shuffle="grouped", seed=1, group_size=512, run_size=16)
+    first = [frozenset(b.tolist()) for b in order.epoch(0)]
+    second = {frozenset(b.tolist()) for b in order.epoch(1)}
+    assert not set(first) & second  # no batch repeats in the next epoch
+    # Each batch is made of a few runs of consecutive rows, not 64 scattered ones.
+    breaks = [int(np.count_nonzero(np.diff(np.sort(list(b))) != 1)) for b in first]
+    assert max(breaks) <= 64 // 16 + 1
+
+
+def test_run_size_is_validated():
+    with pytest.raises(ValueError, match="`run_size` must be >= 1, got 0"):
+        Order(10, 2, shuffle="grouped", run_size=0)
+    with pytest.raises(TypeError, match="`run_size`"):
+        Order(10, 2, shuffle="grouped", run_size=2.0)
+
+
+def test_a_loader_with_runs_resumes_exactly_and_saves_its_run_size():
+    from looptoolkit import Loader
+
+    data = {"x": np.arange(3000.0), "y": np.arange(3000)}
+    loader = Loader(data, 50, shuffle="grouped", group_size=256, run_size=8, seed=3)
+    it = iter(loader)
+    first = [next(it)["y"] for _ in range(9)]
+    state = loader.state_dict()
+    it.close()
+    assert state[Loader.RUN_SIZE_KEY] == 8
+    resumed = Loader(data, 50, shuffle="grouped", group_size=256, run_size=8, seed=3)
+    resumed.load_state_dict(state)
+    rest = [b["y"] for b in resumed]
+    np.testing.assert_array_equal(np.concatenate(first + rest), loader.indices(0))
+    other = Loader(data, 50, shuffle="grouped", group_size=256, seed=3)
+    with pytest.raises(ValueError, match="`run_size` 8 \\(this loader: 1\\)"):
+        other.load_state_dict(state)
+    # A state saved before runs existed (no key) resumes a loader without runs.
+    older = {k: v for k, v in other.state_dict().items() if k != Loader.RUN_SIZE_KEY}
+    other.load_state_dict(older)
