@@ -86,7 +86,10 @@ def test_ratios_are_to_the_baseline_and_loader_rows_to_their_floor(quick_run):
 
 def test_quick_run_reports_step_and_targets(quick_run):
     _, payload = quick_run
-    step = {row["name"]: row for row in payload["step"]}
+    step = {row["name"]: row for row in payload["step"] if row["workload"] == "tabular"}
+    images = {row["name"] for row in payload["step"] if row["workload"] == "images"}
+    assert BASELINE in images and "img-trans-torch" in images and len(images) >= 4
+    assert not images & {"loader-torch", "floor-memcpy"}  # on images: the img-* set
     assert BASELINE in step and not any(name.startswith("floor-") for name in step)
     for row in step.values():
         assert 0 <= row["wait_fraction"] <= 1
@@ -111,6 +114,7 @@ def test_markdown_and_screen_tables_re_render_from_the_json(quick_run):
     for name in ("index", "tabular", "images"):
         assert f"## {name}: " in text
     assert "## tabular with a model step of 0.5 ms" in text
+    assert "## images with a model step of 0.5 ms" in text
     for name, result in payload["workloads"].items():
         table = compare_report.variant_table(name, result, "cpu").text()
         assert max(map(len, table.splitlines())) <= 80
@@ -123,6 +127,7 @@ def test_markdown_and_screen_tables_re_render_from_the_json(quick_run):
         compare_report.legend_text(payload["workloads"]["index"]["variants"]),
         compare_report.targets_table(payload).text(),
         compare_report.step_table(payload).text(),
+        compare_report.step_table(payload, "images").text(),
     ]
     for screen in screens:
         assert max(map(len, screen.splitlines())) <= 80

@@ -56,12 +56,15 @@ def target(backend: str, ctx: Context) -> Any:
 def to_uint8(batch: Any) -> dict[str, Any]:
     """A normalised batch mapped back to the workload's structure (uint8 images).
 
-    Exact in float32 for mean 127.5 and std 64. An image that is not float32 is
-    returned as it is, so the check reports its dtype.
+    Exact in float32 for mean 127.5 and std 64.
+
+    Raises:
+        TypeError: the image is not float32 (not normalised; the check reports it).
     """
     image = _host(batch["image"])
-    if image.dtype == np.float32:
-        image = (image * np.float32(STD) + np.float32(MEAN)).astype(np.uint8)
+    if image.dtype != np.float32:
+        raise TypeError(f"the image is {image.dtype}, not normalised float32.")
+    image = (image * np.float32(STD) + np.float32(MEAN)).astype(np.uint8)
     return {"image": image, "label": batch["label"]}
 
 

@@ -125,6 +125,11 @@ def markdown(payload: dict[str, Any]) -> str:
     for title, rows in sections(payload):
         table = section_table(title, rows)
         lines += [f"## {title}\n", table.markdown()]
+    if payload.get("sweep"):
+        from looptoolkit.bench.transfer_sweep import sweep_table
+
+        table = sweep_table(payload["sweep"])
+        lines += [f"## {table.title}\n", table.markdown()]
     lines += ["## Targets\n", targets_table(payload["targets"], short=False).markdown()]
     lines += ["## Other ratios\n", "| ratio | value |", "|---|---:|"]
     lines += [f"| {name} | {value:.2f} |" for name, value in payload["ratios"].items()]
@@ -163,6 +168,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="time the nested traversal")  # fmt: skip
     add("--images", action=argparse.BooleanOptionalAction, default=True,
         help="time the images workload")  # fmt: skip
+    add("--sweep", action=argparse.BooleanOptionalAction, default=True,
+        help="time to_device of a uint8, float16 and float32 images batch by batch size "
+        "(32 to 1024), at most 15 rounds")  # fmt: skip
     add("--cuda", action=argparse.BooleanOptionalAction, default=None,
         help="time real transfers on CUDA (default: when torch sees CUDA)")  # fmt: skip
     add("--ref-mib", type=int, default=64, help="size of the pinned reference copy, MiB (64)")
@@ -255,6 +263,15 @@ def run(argv: Sequence[str] | None = None) -> int:
         payload["values"].update(payload["cuda"]["values"])
         payload["ratios"].update({f"cuda: {k}": v for k, v in payload["cuda"]["ratios"].items()})
         show_new()
+    if args.sweep:
+        from looptoolkit.bench.transfer_sweep import sweep, sweep_table
+
+        try:
+            payload["sweep"] = sweep(min(args.rounds, 15), cuda=use_cuda, progress=progress)
+        except ImportError as e:  # on the CPU the sweep moves batches to JAX's CPU device
+            progress.emit(wrap(f"no batch-size sweep: {e}"))
+        else:
+            progress.emit("\n" + sweep_table(payload["sweep"]).text())
     payload["machine"] = machine_info()
     payload["targets"] = evaluate("transfer", payload["values"], gpu=use_cuda)
     progress.emit("\n" + wrap(headline(payload)))
@@ -263,10 +280,15 @@ def run(argv: Sequence[str] | None = None) -> int:
         return 0
     stem = f"transfer-{device}"
     paths = []
-    if args.plot and sections(payload):
+    if args.plot and (sections(payload) or payload.get("sweep")):
         progress.stage("drawing the chart")
         try:
-            paths.append(plot(payload, out / f"{stem}.png"))
+            if sections(payload):
+                paths.append(plot(payload, out / f"{stem}.png"))
+            if payload.get("sweep"):
+                from looptoolkit.bench.transfer_sweep import plot_sweep
+
+                paths.append(plot_sweep(payload["sweep"], out / f"{stem}-sweep.png"))
         except ImportError:
             progress.emit("matplotlib is not installed: no PNG written.")
     payload["charts"] = [p.name for p in paths]
