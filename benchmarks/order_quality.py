@@ -59,6 +59,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=[256, 1024, 4096, 8192, 16384, 65536],
         help="group sizes of the grouped variants",
     )
+    parser.add_argument(
+        "--runs",
+        type=int,
+        nargs="+",
+        default=[8, 16, 32],
+        help="run sizes of grouped variants with runs (at the default group size)",
+    )
     parser.add_argument("--quality-n", type=int, default=300_000)
     parser.add_argument("--quality-epochs", type=int, default=30)
     parser.add_argument("--pairs", type=int, default=1_000_000, help="random pairs per epoch")
@@ -81,9 +88,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def variants(groups: list[int]) -> list[tuple[str, str, int | None]]:
-    """(name, shuffle, group_size) of every order compared."""
-    return [("full", "full", None)] + [(f"grouped {g}", "grouped", g) for g in groups]
+def variants(groups: list[int], runs: list[int]) -> list[tuple[str, str, int | None, int]]:
+    """(name, shuffle, group_size, run_size) of every order compared."""
+    out: list[tuple[str, str, int | None, int]] = [("full", "full", None, 1)]
+    out += [(f"grouped {g}", "grouped", g, 1) for g in groups]
+    g = DEFAULT_GROUP_SIZE
+    out += [(f"grouped {g} runs {r}", "grouped", g, r) for r in runs if r > 1]
+    return out
 
 
 # -- quality ----------------------------------------------------------------
@@ -95,8 +106,8 @@ def quality(args: argparse.Namespace) -> list[dict[str, Any]]:
     i = rng.integers(n, size=args.pairs)
     j = (i + rng.integers(1, n, size=args.pairs)) % n  # distinct from i
     rows = []
-    for name, shuffle, group in variants(args.groups):
-        order = Order(n, b, shuffle=shuffle, group_size=group, seed=args.seed)
+    for name, shuffle, group, run in variants(args.groups, args.runs):
+        order = Order(n, b, shuffle=shuffle, group_size=group, run_size=run, seed=args.seed)
         neighbours, random_pairs, displacement = [], [], []
         for epoch in range(args.quality_epochs):
             g = order.global_order(epoch)
@@ -202,10 +213,10 @@ def gather(args: argparse.Namespace) -> list[Timing]:
     n, b = args.gather_n, args.batch_size
     x = np.random.default_rng(0).random((n, 64), dtype=np.float32)
     cases: list[tuple[str, Callable[[], Any]]] = []
-    specs: list[tuple[str, str, int | None]] = [("sequential", "none", None)]
-    specs += variants(args.groups)
-    for name, shuffle, group in specs:
-        order = Order(n, b, shuffle=shuffle, group_size=group, seed=args.seed)
+    specs: list[tuple[str, str, int | None, int]] = [("sequential", "none", None, 1)]
+    specs += variants(args.groups, args.runs)
+    for name, shuffle, group, run in specs:
+        order = Order(n, b, shuffle=shuffle, group_size=group, run_size=run, seed=args.seed)
         ep = order.epoch(0)
         fixed = list(ep)
         # Check the rows: each batch's gather equals fancy indexing of those rows.

@@ -67,6 +67,8 @@ TARGETS: tuple[Target, ...] = (
     _loop("loader-numpy", "Loader, NumPy data, full shuffle", "loader-numpy", 1.02, BASELINE),
     _loop("loader-grouped", "Loader, NumPy data, grouped shuffle", "loader-grouped", 0.65,
           "floor-seq-take"),
+    _loop("loader-runs", "Loader, NumPy data, grouped in runs of 16 rows", "loader-runs", 0.65,
+          "floor-seq-take"),
     _loop("loader-torch", "Loader, torch data", "loader-torch", 1.05, "floor-torch"),
     Target("loader-torch-hand", "compare", "Loader, torch data, vs torch's randperm + "
            "index_select loop", "loader-torch", "torch-index-select", "<=", 1.0),
