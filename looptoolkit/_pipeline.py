@@ -26,8 +26,9 @@ from looptoolkit._rows import Rows, merge, take_batches
 from looptoolkit._target import Target
 from looptoolkit.adapters import Stager, backend_of, get_backend
 from looptoolkit.device import to_device
+from looptoolkit.order import EpochOrder
 
-__all__ = ["Plan", "Progress", "Transform", "inline", "prefetched"]
+__all__ = ["Plan", "Progress", "Transform", "inline", "prefetched", "stager_for", "with_masks"]
 
 
 class Progress:
@@ -192,3 +193,20 @@ def prefetched(
             yield item
     finally:
         prefetcher.close()
+
+
+def with_masks(
+    source: Iterator[Any], schedule: EpochOrder, batch_size: int
+) -> Generator[tuple[Any, np.ndarray], None, None]:
+    """``(batch, mask)`` pairs; ``mask`` is False at padding rows."""
+    left = schedule.samples_per_rank
+    try:
+        for i, batch in enumerate(source):
+            padding = schedule.padding_mask(i)
+            mask = np.ones(min(batch_size, left), dtype=bool) if padding is None else ~padding
+            left -= batch_size
+            yield batch, mask
+    finally:
+        close = getattr(source, "close", None)
+        if close is not None:
+            close()

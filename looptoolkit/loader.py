@@ -27,18 +27,26 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
 from looptoolkit import _probe
-from looptoolkit._pipeline import Plan, Progress, Transform, inline, prefetched, stager_for
+from looptoolkit._pipeline import (
+    Plan,
+    Progress,
+    Transform,
+    inline,
+    prefetched,
+    stager_for,
+    with_masks,
+)
 from looptoolkit._rows import Rows
 from looptoolkit._stats import LoaderStats, timed
 from looptoolkit._target import Target
 from looptoolkit.device import parse_device
-from looptoolkit.order import EpochOrder, Order, normalize_shuffle, resolve_rank
+from looptoolkit.order import Order, normalize_shuffle, resolve_rank
 
 __all__ = ["Loader", "LoaderIterator", "LoaderStats"]
 
@@ -84,23 +92,6 @@ _CLOSED: Iterator[Any] = iter(())  # the source of a closed iterator
 
 
 # -- the Loader ----------------------------------------------------------------------
-
-
-def _with_masks(
-    source: Iterator[Any], schedule: EpochOrder, batch_size: int
-) -> Generator[tuple[Any, np.ndarray], None, None]:
-    """``(batch, mask)`` pairs; ``mask`` is False at padding rows."""
-    left = schedule.samples_per_rank
-    try:
-        for i, batch in enumerate(source):
-            padding = schedule.padding_mask(i)
-            mask = np.ones(min(batch_size, left), dtype=bool) if padding is None else ~padding
-            left -= batch_size
-            yield batch, mask
-    finally:
-        close = getattr(source, "close", None)
-        if close is not None:
-            close()
 
 
 class Loader:
@@ -354,7 +345,7 @@ class Loader:
         else:
             source = inline(self._rows, batches, progress, self._plan)
         if self.return_mask:
-            source = _with_masks(source, schedule, self.batch_size)
+            source = with_masks(source, schedule, self.batch_size)
         if self._stats is not None:
             source = timed(source, self._stats)
         return LoaderIterator(source, progress)
