@@ -184,3 +184,16 @@ def test_a_transposed_torch_tensor_is_gathered_at_a_batchs_cost():
     assert peak < 64 * 16 * 4 * 8, f"{peak} bytes for a batch of {64 * 16 * 4}"
     np.testing.assert_array_equal(got.numpy(), leaf.numpy()[loader.indices(0)[64:128]])
     np.testing.assert_array_equal(rows.numpy(), leaf.numpy()[[5, 29_999, 0]])
+
+
+def test_torch_batches_of_one_chunk_do_not_overlap():
+    torch = pytest.importorskip("torch")
+    data = {"x": torch.zeros(3000, 4), "y": torch.arange(3000)}
+    batches = list(Loader(data, 100, seed=0))
+    for batch in batches[:5]:
+        batch["x"] += 1  # written in place, as a training step might
+    for k, batch in enumerate(batches):
+        assert torch.all(batch["x"] == (1.0 if k < 5 else 0.0)), k
+    np.testing.assert_array_equal(
+        np.concatenate([b["y"].numpy() for b in batches]), Loader(data, 100, seed=0).indices(0)
+    )
