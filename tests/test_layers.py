@@ -51,25 +51,9 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("bench", {"looptoolkit.bench"}),  # and every module under it
     ("entry", {"looptoolkit.cli", "looptoolkit.__main__", "looptoolkit"}),
 ]
-CORE = {
-    "looptoolkit._errors",
-    "looptoolkit._target",
-    "looptoolkit._dtypes",
-    "looptoolkit._fields",
-    "looptoolkit._containers",
-    "looptoolkit.tree",
-    "looptoolkit._sources",
-    "looptoolkit.order",
-    "looptoolkit.device",
-    "looptoolkit._records",
-    "looptoolkit._rows",
-    "looptoolkit._probe",
-    "looptoolkit._prefetch",
-    "looptoolkit._stats",
-    "looptoolkit._pipeline",
-    "looptoolkit.loader",
-    "looptoolkit.transforms",
-}
+# The framework-free layers: everything below the integrations except the registry and backends.
+CORE_LAYERS = {"leaf", "pytree", "order", "steps", "loader"}
+CORE = set().union(*(members for name, members in LAYERS if name in CORE_LAYERS))
 FRAMEWORKS = {"torch", "jax", "jnp", "tensorflow", "tf", "tensordict"}
 MAX_LINES = 500
 
