@@ -109,17 +109,22 @@ LOADER: dict[str, Callable[[], Any]] = {
 }
 
 
-@pytest.mark.parametrize("cause", list(TO_DEVICE))
-def test_to_device_errors_table(cause):
-    rows = _table("to_device.md", "## Errors")
-    assert cause in rows, f"docs/to_device.md has no row {cause!r}"
-    raised = _raised(TO_DEVICE[cause])
-    assert _matches(rows[cause], raised), f"{rows[cause]}\nbut the code raises\n{raised}"
+TABLES = [
+    ("to_device.md", "## Errors", TO_DEVICE),
+    ("loader.md", "Everything is checked at construction", LOADER),
+]
 
 
-@pytest.mark.parametrize("cause", list(LOADER))
-def test_loader_errors_table(cause):
-    rows = _table("loader.md", "Everything is checked at construction")
-    assert cause in rows, f"docs/loader.md has no row {cause!r}"
-    raised = _raised(LOADER[cause])
+@pytest.mark.parametrize(
+    ("page", "heading", "cause", "make"),
+    [
+        pytest.param(page, heading, cause, make, id=f"{page}: {cause}")
+        for page, heading, causes in TABLES
+        for cause, make in causes.items()
+    ],
+)
+def test_errors_table(page, heading, cause, make):
+    rows = _table(page, heading)
+    assert cause in rows, f"docs/{page} has no row {cause!r}"
+    raised = _raised(make)
     assert _matches(rows[cause], raised), f"{rows[cause]}\nbut the code raises\n{raised}"
