@@ -258,11 +258,14 @@ def _move_tree(
     home = target.home
     if len(types) == 1:
         # One leaf type (the common case): one decision for all of them.
-        routes = {_route(leaves[0], home)} if leaves else set()
+        routes = {_route(leaves[0], home)}
         keys = None
     else:
-        keys = [_route(leaf, home) for leaf in leaves]
-        routes = set(keys)
+        # Several leaf types (arrays, ints, None): one decision per type.
+        sample = {type(leaf): leaf for leaf in leaves}
+        by_type = {cls: _route(leaf, home) for cls, leaf in sample.items()}
+        keys = list(map(by_type.__getitem__, map(type, leaves)))
+        routes = set(by_type.values())
     out = leaves if keys is None else list(leaves)
     paths: list[str] | None = None
     if _UNREADABLE in routes:
@@ -319,4 +322,4 @@ def _move_tree(
         else:
             for i, value in zip(index, moved, strict=True):
                 out[i] = value
-    return _tree.unflatten(spec, out, strict=strict, tree=tree)
+    return _tree.unflatten(spec, out, strict=strict, tree=tree, root=root)

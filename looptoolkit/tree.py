@@ -157,7 +157,12 @@ def flatten_typed(
 
 
 def unflatten(
-    spec: optree.PyTreeSpec, leaves: Iterable[Any], *, strict: bool = False, tree: Any = None
+    spec: optree.PyTreeSpec,
+    leaves: Iterable[Any],
+    *,
+    strict: bool = False,
+    tree: Any = None,
+    root: str = "batch",
 ) -> Any:
     """Rebuild the containers of ``spec`` around ``leaves``.
 
@@ -171,6 +176,7 @@ def unflatten(
         leaves: the new leaves, in the order of :func:`flatten`'s.
         strict: raise instead of warning.
         tree: the tree ``spec`` came from, to name the container's key path.
+        root: the name of ``tree`` in that key path.
 
     Raises:
         TypeError: under ``strict=True``, a container had to be rebuilt as another type.
@@ -179,10 +185,9 @@ def unflatten(
     try:
         return optree.tree_unflatten(spec, list(leaves))
     except Unbuildable as e:
-        _containers.state.strict = False
         cls = type(e.obj)
         if tree is not None:
-            path = _path_of(tree, e.obj, spec.namespace or NAMESPACE)
+            path = _path_of(tree, e.obj, spec.namespace or NAMESPACE, root)
         else:
             path = f"a {cls.__name__} in the batch"
         base = _containers.lossy_base(cls)
@@ -201,7 +206,7 @@ def leaf_paths(spec: optree.PyTreeSpec, root: str = "batch") -> list[str]:
     return [accessor.codify(root) for accessor in spec.accessors()]
 
 
-def _path_of(tree: Any, obj: Any, namespace: str, root: str = "batch") -> str:
+def _path_of(tree: Any, obj: Any, namespace: str, root: str) -> str:
     """Key path of the container ``obj`` inside ``tree``."""
     leaves, spec = optree.tree_flatten(
         tree, is_leaf=lambda x: x is obj, none_is_leaf=True, namespace=namespace

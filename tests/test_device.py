@@ -390,6 +390,15 @@ def test_unbuildable_container_strict_raises_and_lenient_warns_but_moves():
     assert to_device(batch, "cpu", strict=True)["extra"][0] is batch["extra"][0]
 
 
+def test_unbuildable_container_inside_a_mapping_with_its_own_to_is_named_by_its_full_path():
+    from helpers import BatchEncodingLike
+
+    torch = pytest.importorskip("torch")
+    encoding = BatchEncodingLike({"ids": torch.arange(3), "meta": InitDict({"k": np.arange(3)})})
+    with pytest.raises(TypeError, match=r"^batch\['enc'\]\['meta'\] is a .*InitDict"):
+        to_device({"enc": encoding}, torch.device("cpu"), strict=True)
+
+
 def test_rebuild_warning_points_at_the_callers_line():
     with pytest.warns(ContainerRebuildWarning) as record:
         to_device({"d": InitDict({"k": np.ones(1)})}, "cpu", dtype="float16")
