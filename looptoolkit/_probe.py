@@ -19,7 +19,7 @@ from looptoolkit.adapters import batch_shards
 from looptoolkit.device import describe_leaf, to_device
 from looptoolkit.order import Order
 
-__all__ = ["check_not_empty", "probe", "resident"]
+__all__ = ["check_not_empty", "check_shards", "probe", "resident"]
 
 
 def check_not_empty(order: Order) -> None:
@@ -37,29 +37,26 @@ def check_not_empty(order: Order) -> None:
         )
 
 
-def _probe_rows(target: Target, leaf: Any, order: Order) -> int:
-    """Rows to probe ``target`` with: 1, or one per shard of a sharding's batch axis.
+def check_shards(order: Order, shards: int, offset: int = 0) -> None:
+    """Refuse batches that a sharding of ``shards`` devices cannot split evenly.
 
     Raises:
-        ValueError: the batches (the epoch's last one too) do not split evenly over
-            the sharding's batch axis.
+        ValueError: ``batch_size``, or the last batch of an epoch started (or
+            resumed) at ``offset``, is no multiple of ``shards``.
     """
-    shards = batch_shards(target, leaf)
-    if shards == 1:
-        return 1
     b = order.batch_size
     if b % shards:
         raise ValueError(
             f"`batch_size` must be a multiple of the {shards} shards of `device`'s batch "
             f"axis, got {b}."
         )
-    last = 0 if order.drop_last else (order.padded_length // order.world_size) % b
+    last = order.last_batch_size(offset)
     if last % shards:
+        where = f"resumed at offset {offset} " if offset else ""
         raise ValueError(
-            f"the last batch of an epoch has {last} rows, which do not split over the "
+            f"the last batch of an epoch {where}has {last} rows, which do not split over the "
             f"{shards} shards of `device`'s batch axis; pass `drop_last=True`."
         )
-    return shards
 
 
 def _as_data_error(error: TransferError, rows: Rows, moved: list[Any]) -> TransferError:
@@ -75,21 +72,28 @@ def _as_data_error(error: TransferError, rows: Rows, moved: list[Any]) -> Transf
     return TransferError(message, path)
 
 
-def probe(rows: Rows, target: Target, order: Order, dtype: Any, non_blocking: bool | None) -> None:
+def probe(rows: Rows, target: Target, order: Order, dtype: Any, non_blocking: bool | None) -> int:
     """Move a few rows of every leaf to ``target``, as a batch would be moved.
+
+    Returns:
+        The shards of ``target``'s batch axis (1 unless it is a sharding), for
+        :func:`check_shards` of a resumed epoch.
 
     Raises:
         TransferError: a leaf cannot be moved or cast (named as ``data[...]``).
         ValueError: the batches do not split over a sharding's batch axis.
     """
-    k = _probe_rows(target, rows.leaves[0], order)
-    leaves = [leaf[:k] for leaf in rows.leaves]
+    shards = batch_shards(target, rows.leaves[0])
+    if shards > 1:
+        check_shards(order, shards)
+    leaves = [leaf[:shards] for leaf in rows.leaves]
     try:
         to_device(rows.build(leaves), target, dtype=dtype, non_blocking=non_blocking)
     except TransferError as e:
         if e.path is None or not e.path.startswith("batch"):
             raise
         raise _as_data_error(e, rows, leaves) from e.__cause__
+    return shards
 
 
 def resident(rows: Rows, data: Any, target: Target, dtype: Any, non_blocking: bool | None) -> Rows:

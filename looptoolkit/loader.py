@@ -274,15 +274,14 @@ class Loader:
         self.prefetch: int = prefetch
         self.resident: bool = bool(resident)
         self.device: Any = device
-        self._dtype = dtype
-        self._non_blocking = non_blocking
+        self._shards = 1  # of the device's batch axis: what a resumed epoch must split into
         if self._target is not None:
             # The dataset goes to the device once and batches are gathered there;
             # or a few rows go, to fail here rather than in the middle of an epoch.
             if resident:
                 rows = _probe.resident(rows, data, self._target, dtype, non_blocking)
             else:
-                _probe.probe(rows, self._target, self._order, dtype, non_blocking)
+                self._shards = _probe.probe(rows, self._target, self._order, dtype, non_blocking)
         self._rows = rows
         self._plan = Plan(
             self._target,
@@ -472,6 +471,8 @@ class Loader:
                 f"`state` offset {offset} is not a multiple of `world_size` {self.world_size}."
             )
         order.num_batches(offset)  # raises for an offset past the end of the epoch
+        if self._shards > 1:
+            _probe.check_shards(order, self._shards, offset)
         with self._lock:
             if self._running() is not None:
                 raise RuntimeError(

@@ -38,6 +38,7 @@ and ``(2, 0)`` equal).
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -285,6 +286,18 @@ class Order:
     def __len__(self) -> int:
         return self.num_batches(0)
 
+    def last_batch_size(self, offset: int = 0) -> int:
+        """Rows of each rank's short last batch in an epoch resumed at ``offset`` (0: none).
+
+        Raises:
+            TypeError: ``offset`` is not an int.
+            ValueError: ``offset`` is not a valid offset (see :meth:`num_batches`).
+        """
+        if self.drop_last:
+            return 0
+        per_rank = (self.padded_length - self._check_offset(offset)) // self.world_size
+        return per_rank % self.batch_size
+
     def global_order(self, epoch: int) -> np.ndarray:
         """The epoch's permutation of ``[0, n)``, before padding and sharding.
 
@@ -315,7 +328,7 @@ class Order:
         """
         epoch = _check_int("epoch", epoch, minimum=0)
         offset = self._check_offset(offset)
-        return EpochOrder(self, epoch, offset, self._source(epoch))
+        return EpochOrder(self, epoch, offset)
 
     def _source(self, epoch: int) -> Source:
         if self.shuffle == "none":
@@ -356,17 +369,21 @@ class EpochOrder:
             of it is then dropped).
     """
 
-    def __init__(self, order: Order, epoch: int, offset: int, source: Source) -> None:
+    def __init__(self, order: Order, epoch: int, offset: int) -> None:
         self.order = order
         self.epoch = epoch
         self.offset = offset
-        self._source = source
         self._n = order.n
         self.global_batch = order.batch_size * order.world_size
         self.samples_per_rank = (order.padded_length - offset) // order.world_size
-        self._full, rest = divmod(self.samples_per_rank, order.batch_size)
-        self._last = 0 if order.drop_last else rest  # size of the last partial batch
+        self._full = self.samples_per_rank // order.batch_size
+        self._last = order.last_batch_size(offset)  # size of the last partial batch
         self._len = self._full + (1 if self._last else 0)
+
+    @functools.cached_property
+    def _source(self) -> Source:
+        # Made on first use: a padding mask or the length needs no permutation.
+        return self.order._source(self.epoch)
 
     def __repr__(self) -> str:
         return f"EpochOrder({self.order!r}, epoch={self.epoch}, offset={self.offset})"

@@ -291,6 +291,33 @@ def check_loader_rejects_batches_that_do_not_split() -> None:
     assert [b["x"].shape[0] for b in batches] == [16, 16, 16]
 
 
+@check
+def check_loader_rejects_a_resumed_epoch_whose_last_batch_does_not_split() -> None:
+    import looptoolkit as lt
+
+    sharding = _batch_sharding(_mesh((8,), ("data",)))
+
+    def state_after(batch_size: int) -> dict[str, Any]:
+        saver = lt.Loader(_data(), batch_size, shuffle=False)  # another batch size, no device
+        it = iter(saver)
+        next(it)
+        state = saver.state_dict()
+        it.close()
+        return state
+
+    loader = lt.Loader(_data(), 16, shuffle=False, device=sharding)
+    try:
+        loader.load_state_dict(state_after(4))  # 60 rows left: a last batch of 12
+    except ValueError as e:
+        assert "resumed at offset 4 has 12 rows" in str(e), e
+    else:
+        raise AssertionError("a resumed epoch ending in 12 rows was accepted for 8 shards")
+    loader.load_state_dict(state_after(8))  # 56 rows left: 16, 16, 16, 8
+    batches = list(loader)
+    assert [b["x"].shape[0] for b in batches] == [16, 16, 16, 8]
+    assert np.concatenate([np.asarray(b["idx"]) for b in batches]).tolist() == list(range(8, N))
+
+
 def _simulated_global_batch(
     local_batches: list[dict[str, Any]], sharding: Any, global_rows: int
 ) -> dict[str, Any]:
@@ -467,6 +494,12 @@ def test_loader_mask_marks_padding_of_sharded_batches(child_results: dict[str, s
 
 def test_loader_rejects_batches_that_do_not_split(child_results: dict[str, str]) -> None:
     _passed(child_results, "check_loader_rejects_batches_that_do_not_split")
+
+
+def test_loader_rejects_a_resumed_epoch_whose_last_batch_does_not_split(
+    child_results: dict[str, str],
+) -> None:
+    _passed(child_results, "check_loader_rejects_a_resumed_epoch_whose_last_batch_does_not_split")
 
 
 def test_process_local_loading_assembles_global_batch(child_results: dict[str, str]) -> None:

@@ -708,3 +708,36 @@ def test_a_loader_with_runs_resumes_exactly_and_saves_its_run_size():
     # A state saved before runs existed (no key) resumes a loader without runs.
     older = {k: v for k, v in other.state_dict().items() if k != Loader.RUN_SIZE_KEY}
     other.load_state_dict(older)
+
+
+# -- the last batch, and what needs no permutation ---------------------------------------
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    n=st.integers(1, 400),
+    batch=st.integers(1, 40),
+    world=st.integers(1, 5),
+    drop_last=st.booleans(),
+    data=st.data(),
+)
+def test_last_batch_size_is_the_short_last_batch_of_a_resumed_epoch(
+    n, batch, world, drop_last, data
+):
+    order = Order(n, batch, shuffle="none", world_size=world, drop_last=drop_last)
+    offset = data.draw(st.integers(0, order.padded_length // world)) * world
+    sizes = [len(b) for b in order.epoch(0, offset)]
+    short = sizes[-1] if sizes and sizes[-1] < batch else 0
+    assert order.last_batch_size(offset) == short
+    assert all(size == batch for size in sizes[:-1])
+
+
+def test_length_and_padding_masks_build_no_permutation():
+    order = Order(10, 4, shuffle="full", rank=2, world_size=3)
+    with mock.patch.object(Order, "_source", side_effect=AssertionError("permuted")):
+        schedule = order.epoch(5)
+        assert len(schedule) == 1
+        assert schedule.padding_mask(0).tolist() == [False, False, False, True]
+    assert sorted(np.concatenate(list(Order(10, 4, world_size=1).epoch(5))).tolist()) == list(
+        range(10)
+    )
