@@ -41,10 +41,10 @@ def host_view(leaf: torch.Tensor) -> np.ndarray | None:
         return None
 
 
-def _as_bits(leaf: torch.Tensor) -> torch.Tensor:
-    """``leaf`` viewed as a same-width integer dtype where ``index_select`` lacks its own."""
+def _bits_view(leaf: torch.Tensor) -> torch.Tensor:
+    """``leaf`` viewed as the same-width integer dtype, or ``leaf`` itself where none fits."""
     bits = _BITS.get(leaf.dtype.itemsize)
-    if leaf.dtype in _INDEX_SELECT_OK or bits is None:
+    if bits is None or leaf.dtype == bits:
         return leaf
     try:
         return leaf.view(bits)
@@ -53,7 +53,10 @@ def _as_bits(leaf: torch.Tensor) -> torch.Tensor:
 
 
 def index_select(leaf: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    bits = _as_bits(leaf)
+    """Rows ``index`` of ``leaf``; a dtype ``index_select`` lacks is gathered as its bits."""
+    if leaf.dtype in _INDEX_SELECT_OK:
+        return leaf.index_select(0, index)
+    bits = _bits_view(leaf)
     rows = bits.index_select(0, index)
     return rows if bits is leaf else rows.view(leaf.dtype)
 
@@ -65,9 +68,9 @@ def gather_view(leaf: torch.Tensor) -> tuple[np.ndarray | None, torch.dtype | No
     same-width integer dtype and viewed back (None: the rows keep the view's dtype).
     """
     view = host_view(leaf)
-    if view is not None or leaf.device.type != "cpu":
+    if view is not None or leaf.device.type != "cpu" or leaf.dtype in _NUMPY_OK:
         return view, None
-    bits = _as_bits(leaf) if leaf.dtype not in _NUMPY_OK else leaf
+    bits = _bits_view(leaf)
     view = None if bits is leaf else host_view(bits)
     return (view, leaf.dtype) if view is not None else (None, None)
 

@@ -362,3 +362,33 @@ def test_cuda_leaf_already_there_is_returned_as_is_and_bad_index_is_named(cuda):
     missing = torch.cuda.device_count()
     with pytest.raises(TransferError, match=rf"batch\['x'\].*cuda:{missing} is not present"):
         to_device({"x": torch.ones(1)}, f"cuda:{missing}")
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        torch.bfloat16,
+        torch.float8_e4m3fn,
+        pytest.param(
+            torch.complex32,
+            marks=pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental"),
+        ),
+    ],
+)
+def test_host_dtypes_numpy_lacks_are_gathered_by_numpy_bit_for_bit(dtype):
+    from looptoolkit.adapters._torch_gather import gather_view, index_select
+
+    bits = torch.randint(0, 256, (50, 3, 4), dtype=torch.uint8)
+    leaf = bits.view(dtype)  # every bit pattern, NaNs included
+    view, as_dtype = gather_view(leaf)
+    assert view is not None and as_dtype == dtype  # the NumPy path, not index_select
+    assert np.shares_memory(view, bits.numpy())  # a view, not a copy
+    idx = np.array([49, 0, 7, 7, 3])
+    (taken,) = torch_adapter.backend.take([leaf], idx)
+    want = index_select(leaf, torch.from_numpy(idx))
+    assert taken.dtype == dtype
+    np.testing.assert_array_equal(taken.view(torch.uint8).numpy(), want.view(torch.uint8).numpy())
+    chunked = [b[0] for b in torch_adapter.backend.take_batches([leaf], [idx[:2], idx[2:]])]
+    np.testing.assert_array_equal(
+        torch.cat(chunked).view(torch.uint8).numpy(), want.view(torch.uint8).numpy()
+    )
