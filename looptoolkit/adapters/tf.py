@@ -151,17 +151,27 @@ class TfBackend(BackendBase):
         # A tensor's full name ends with e.g. "device:CPU:0"; one already there is
         # returned as is, as torch's `.to` does.
         suffix = "device:" + name.removeprefix("/")
+        staged: list[Any] = []
+        after: list[str | None] = []
+        for leaf, cast in zip(leaves, casts, strict=True):
+            # Shrinking casts run before the copy, where the leaf is: fewer bytes cross.
+            if cast is not None and cast_before_copy(leaf.dtype.name, cast):
+                if isinstance(leaf, np.ndarray):
+                    leaf = leaf.astype(as_numpy_dtype(cast))
+                else:
+                    with tf.device(leaf.device):
+                        leaf = tf.cast(leaf, cast)
+                cast = None
+            staged.append(leaf)
+            after.append(cast)
         out = []
         with tf.device(name):
-            for leaf, cast in zip(leaves, casts, strict=True):
+            for leaf, cast in zip(staged, after, strict=True):
                 if isinstance(leaf, np.ndarray):
-                    if cast is not None and cast_before_copy(leaf.dtype.name, cast):
-                        leaf, cast = leaf.astype(as_numpy_dtype(cast)), None
                     x = tf.convert_to_tensor(leaf)
                 else:
-                    if cast is not None and cast_before_copy(leaf.dtype.name, cast):
-                        leaf, cast = tf.cast(leaf, cast), None
                     x = leaf if leaf.device.endswith(suffix) else tf.identity(leaf)
+                # Growing casts run after the copy, on the destination.
                 out.append(x if cast is None else tf.cast(x, cast))
         return out
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 
@@ -68,3 +72,44 @@ def test_gpu_without_gpu_names_the_leaf():
 
 def test_backend_reports_dtype_names():
     assert get_backend("tf").dtype_name(tf.zeros(1, tf.bfloat16)) == "bfloat16"
+
+
+_SHRINK_BEFORE_CROSSING = textwrap.dedent(
+    """
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    from looptoolkit import to_device
+
+    crossing = []
+    real = tf.identity
+    tf.identity = lambda x, *a, **k: crossing.append((x.dtype.name, x.device)) or real(x, *a, **k)
+    with tf.device("/CPU:0"):
+        x = tf.fill((4, 3), 1.5)
+        y = tf.constant([0, 1, 2, 3], tf.uint8)
+    out = to_device({"x": x, "y": y}, "/CPU:1", dtype={"float32": "float16", "uint8": "float32"})
+    print(crossing)
+    print(out["x"].dtype.name, out["x"].device)
+    print(out["y"].dtype.name, out["y"].device, out["y"].numpy().tolist())
+    """
+)
+
+
+def test_shrinking_cast_of_a_tf_leaf_runs_on_its_own_device_before_the_copy():
+    # Two logical CPUs stand in for two devices; they must be set up before tf
+    # starts, hence the fresh interpreter.
+    result = subprocess.run(
+        [sys.executable, "-c", _SHRINK_BEFORE_CROSSING],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    crossing, x, y = result.stdout.strip().splitlines()[-3:]
+    src, dst = "/job:localhost/replica:0/task:0/device:CPU:0", "device:CPU:1"
+    # float32 -> float16 is cast on CPU:0, then copied narrow; uint8 is copied, then cast.
+    assert crossing == repr([("float16", src), ("uint8", src)])
+    assert x.startswith("float16 ") and x.endswith(dst)
+    assert y.startswith("float32 ") and dst in y and y.endswith("[0.0, 1.0, 2.0, 3.0]")
