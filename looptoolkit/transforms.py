@@ -19,6 +19,8 @@ from looptoolkit.adapters import backend_of
 
 __all__ = ["Normalize", "normalize"]
 
+_HOST_FLOATS = ("float16", "float32", "float64")
+
 
 class Normalize:
     """``(x.astype(dtype) - mean) / std`` for one array of a batch; see :func:`normalize`."""
@@ -41,22 +43,31 @@ class Normalize:
         self.key = key
         self.channel_axis = channel_axis
         self.dtype = dtype_name(dtype)
+        # The constants' dtype: the result's, where every framework takes it from NumPy.
+        self._host_dtype = self.dtype if self.dtype in _HOST_FLOATS else "float32"
+        self._made: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def _constants(self, x: Any, ndim: int) -> tuple[np.ndarray, np.ndarray]:
-        shape = [1] * ndim
+        """``mean`` and ``1 / std`` shaped to broadcast over ``x``; made once per ``ndim``."""
         channels = max(self.mean.size, self.std.size)
-        if channels > 1:
-            axis = self.channel_axis % ndim
-            if x.shape[axis] != channels:
-                raise ValueError(
-                    f"`mean`/`std` have {channels} channels but axis {self.channel_axis} of "
-                    f"the array has {x.shape[axis]}; pass the right `channel_axis`."
-                )
-            shape[axis] = channels
-        dtype = np.float64 if self.dtype == "float64" else np.float32
-        mean = np.broadcast_to(self.mean, (channels,)).reshape(shape).astype(dtype)
-        scale = (1.0 / np.broadcast_to(self.std, (channels,))).reshape(shape).astype(dtype)
-        return mean, scale
+        axis = self.channel_axis % ndim
+        if channels > 1 and x.shape[axis] != channels:
+            raise ValueError(
+                f"`mean`/`std` have {channels} channels but axis {self.channel_axis} of "
+                f"the array has {x.shape[axis]}; pass the right `channel_axis`."
+            )
+        found = self._made.get(ndim)
+        if found is None:
+            shape = [1] * ndim
+            if channels > 1:
+                shape[axis] = channels
+            mean = np.broadcast_to(self.mean, (channels,)).reshape(shape)
+            scale = 1.0 / np.broadcast_to(self.std, (channels,)).reshape(shape)
+            found = self._made[ndim] = (
+                mean.astype(self._host_dtype),
+                scale.astype(self._host_dtype),
+            )
+        return found
 
     def apply(self, x: Any) -> Any:
         """Normalise one array."""
@@ -65,7 +76,10 @@ class Normalize:
             raise TypeError(f"`normalize` needs an array, got {type(x).__name__}.")
         mean, scale = self._constants(x, len(x.shape))
         y = backend.cast(x, self.dtype)
-        return (y - backend.constant(mean, y)) * backend.constant(scale, y)
+        mean, scale = backend.constant(mean, y), backend.constant(scale, y)
+        if self._host_dtype != self.dtype:  # bfloat16 and the like: no NumPy constant of it
+            mean, scale = backend.cast(mean, self.dtype), backend.cast(scale, self.dtype)
+        return (y - mean) * scale
 
     def __call__(self, batch: Any) -> Any:
         """The batch with ``batch[key]`` (the batch itself when ``key`` is None) normalised."""

@@ -144,6 +144,45 @@ def test_normalize_on_numpy():
     assert normalize(1.0, 2.0)(np.array([3.0])).tolist() == [1.0]
 
 
+def _as_framework(name: str, x: np.ndarray) -> Any:
+    if name == "numpy":
+        return x
+    if name == "torch":
+        return pytest.importorskip("torch").from_numpy(x)
+    if name == "jax":
+        return pytest.importorskip("jax").numpy.asarray(x)
+    return pytest.importorskip("tensorflow").convert_to_tensor(x)
+
+
+@pytest.mark.parametrize(
+    ("framework", "dtype"),
+    [
+        (framework, dtype)
+        for framework in ("numpy", "torch", "jax", "tf")
+        for dtype in ("float16", "bfloat16", "float64")
+        if (framework, dtype) != ("jax", "float64")  # JAX without x64 has no float64
+    ],
+)
+def test_normalize_returns_the_dtype_asked_for(framework, dtype):
+    from looptoolkit._dtypes import dtype_name
+
+    if dtype == "bfloat16" and framework == "numpy":
+        pytest.importorskip("ml_dtypes")
+    images = make_data(4)["image"]
+    transform = normalize([1.0, 2.0, 3.0], [2.0, 2.0, 4.0], dtype=dtype)
+    for _ in range(2):  # the second call reuses the constants made by the first
+        out = transform(_as_framework(framework, images))
+        assert dtype_name(out.dtype) == dtype, (framework, out.dtype)
+        if framework == "torch":
+            got = out.double().numpy()
+        elif framework == "tf":
+            got = out.numpy().astype(np.float64)
+        else:
+            got = np.asarray(out).astype(np.float64)
+        rtol = 1e-2 if dtype == "bfloat16" else 1e-3
+        np.testing.assert_allclose(got, _expected(images), rtol=rtol, atol=0.05)
+
+
 def test_normalize_errors():
     with pytest.raises(ValueError, match="`std` must not be 0"):
         normalize(0.0, [1.0, 0.0])
