@@ -125,9 +125,9 @@ def loader_dataset(
         order = Order(n, batch_size, shuffle=shuffle, seed=seed, group_size=group_size)
     leaves = tf.nest.flatten(structure)
     counter = _EpochCounter(start_epoch)
-    m = n  # samples per epoch, unless the order is a shard's (padded) or cut (drop_last)
-    if getattr(order, "world_size", 1) != 1 or getattr(order, "drop_last", False):
-        m = len(epoch_indices(order, start_epoch))
+    # Samples per epoch, measured: a shard's order is padded, a cut one shorter, and
+    # an order function may return any subset of the rows.
+    m = len(epoch_indices(order, start_epoch))
     full = batch_count(m, batch_size, drop_last=True) * batch_size
     tail = m - full if not drop_last else 0
     length = batch_count(m, batch_size, drop_last)
