@@ -178,10 +178,6 @@ class Backend(Protocol):
         """This framework's device for ``target``; raises when it is not present."""
         ...
 
-    def host_view(self, leaf: Any) -> np.ndarray | None:
-        """A zero-copy NumPy view of a host leaf, or None where there is none."""
-        ...
-
     def owns_object(self, obj: Any) -> bool:
         """Whether ``obj`` (not an array, with its own ``.to``) belongs to this framework."""
         ...
@@ -226,10 +222,6 @@ class BackendBase:
 
     def native_target(self, device: Any) -> Target | None:
         """No device objects of its own."""
-        return None
-
-    def host_view(self, leaf: Any) -> np.ndarray | None:
-        """No NumPy view."""
         return None
 
     def owns_object(self, obj: Any) -> bool:

@@ -118,13 +118,6 @@ class JaxBackend(BackendBase):
         """The ``jax.Device`` or ``Sharding`` for ``target``; raises when it is not present."""
         return resolve_device(target)
 
-    def host_view(self, leaf: jax.Array) -> np.ndarray | None:
-        """A zero-copy NumPy view of an array on one host CPU device, else None."""
-        devices = leaf.devices()
-        if len(devices) != 1 or next(iter(devices)).platform != "cpu":
-            return None
-        return np.asarray(leaf)
-
     def compile_transform(self, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
         """``jax.jit(fn)``: compiled once per batch shape, one dispatch per batch."""
         return jax.jit(fn)

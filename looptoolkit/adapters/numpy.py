@@ -62,10 +62,6 @@ class NumpyBackend(BackendBase):
         """``take(leaves, idx)`` for each ``idx`` of ``batches``, lazily, the loop in C."""
         return zip_gathers([row_gather(_plain(leaf)) for leaf in leaves], batches)
 
-    def host_view(self, leaf: np.ndarray) -> np.ndarray:
-        """The array itself (a memmap as a plain ndarray view)."""
-        return _plain(leaf)
-
     def resolve_device(self, target: Target) -> str:
         """``"cpu"``: the one device NumPy arrays live on; raises for any other."""
         if target.platform != "cpu" or (target.native is None and (target.index or 0) != 0):

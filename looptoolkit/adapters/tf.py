@@ -84,11 +84,6 @@ class TfBackend(BackendBase):
         """``tf.function(fn)``, traced once per batch shape (``reduce_retracing``)."""
         return tf.function(fn, reduce_retracing=True)
 
-    def host_view(self, leaf: tf.Tensor) -> np.ndarray | None:
-        """A zero-copy NumPy view of a numeric host tensor, else None."""
-        views = _host_views([leaf])
-        return None if views is None else views[0]
-
     def is_array(self, x: object) -> bool:
         """Whether ``x`` is a tf tensor."""
         return isinstance(x, tf.Tensor)

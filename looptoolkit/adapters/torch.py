@@ -221,10 +221,6 @@ class TorchBackend(BackendBase):
         """The ``torch.device`` for ``target``; raises when that device is not present."""
         return resolve_device(target)
 
-    def host_view(self, leaf: torch.Tensor) -> np.ndarray | None:
-        """A zero-copy NumPy view of a host tensor NumPy can gather from, else None."""
-        return _host_view(leaf)
-
     def owns_object(self, obj: Any) -> bool:
         """Whether ``obj`` is a torch or tensordict object (an ``nn.Module``, a TensorDict)."""
         root = type(obj).__module__.partition(".")[0]
