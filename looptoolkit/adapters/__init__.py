@@ -49,6 +49,7 @@ __all__ = [
     "object_backend",
     "process_group",
     "row_gather",
+    "split_chunks",
     "zip_gathers",
 ]
 
@@ -456,6 +457,27 @@ def host_chunks(
     for chunk in chunked(itertools.chain([first], stream), count):
         flat = chunk[0] if len(chunk) == 1 else np.concatenate(chunk)
         yield [len(idx) for idx in chunk], [g(flat) for g in gathers]
+
+
+def split_chunks(
+    views: Sequence[np.ndarray],
+    batches: Iterable[np.ndarray],
+    wrap: Callable[[list[np.ndarray]], _T],
+    split: Callable[[_T, list[int]], Iterable[Any]],
+) -> Iterator[Any]:
+    """The batches of :func:`host_chunks`: each chunk wrapped once, then split into batches.
+
+    ``wrap`` turns a chunk's gathered rows (one array per view) into the
+    framework's arrays in one go; ``split(arrays, sizes)`` cuts them into one
+    sequence of leaves per batch (a list or a tuple: the backend's batches). A
+    chunk of one batch is yielded as wrapped.
+    """
+    for sizes, rows in host_chunks(views, batches):
+        wrapped = wrap(rows)
+        if len(sizes) == 1:
+            yield wrapped
+        else:
+            yield from split(wrapped, sizes)
 
 
 def chunked(items: Iterable[np.ndarray], size: int) -> Iterator[list[np.ndarray]]:

@@ -17,7 +17,7 @@ import numpy as np
 
 from looptoolkit._dtypes import as_numpy_dtype, cast_before_copy
 from looptoolkit._target import Target
-from looptoolkit.adapters import BackendBase, chunked, host_chunks
+from looptoolkit.adapters import BackendBase, chunked, split_chunks
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
@@ -177,12 +177,12 @@ class JaxBackend(BackendBase):
         device = devices.pop()
         if device.platform == "cpu":
             views = [np.asarray(leaf) for leaf in leaves]
-            for sizes, rows in host_chunks(views, batches):
-                arrays = jax.device_put(rows, device)
-                if len(sizes) == 1:
-                    yield arrays
-                else:
-                    yield from _split(arrays, tuple(sizes))
+            yield from split_chunks(
+                views,
+                batches,
+                lambda rows: jax.device_put(rows, device),
+                lambda arrays, sizes: _split(arrays, tuple(sizes)),
+            )
             return
         yield from _take_on_device(leaves, batches, device)
 

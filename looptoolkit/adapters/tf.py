@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from looptoolkit._dtypes import as_numpy_dtype, cast_before_copy
-from looptoolkit.adapters import BackendBase, gather_rows, host_chunks
+from looptoolkit.adapters import BackendBase, gather_rows, split_chunks
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -126,12 +126,12 @@ class TfBackend(BackendBase):
             for idx in batches:
                 yield self.take(leaves, idx)
             return
-        for sizes, rows in host_chunks(views, batches):
-            tensors = _from_numpy(rows)
-            if len(sizes) == 1:
-                yield tensors
-            else:
-                yield from zip(*(tf.split(t, sizes) for t in tensors), strict=True)
+        yield from split_chunks(
+            views,
+            batches,
+            _from_numpy,
+            lambda tensors, sizes: zip(*(tf.split(t, sizes) for t in tensors), strict=True),
+        )
 
     def move(
         self,

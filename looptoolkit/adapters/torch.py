@@ -21,7 +21,7 @@ from torch._utils import _flatten_dense_tensors
 
 from looptoolkit._dtypes import cast_before_copy
 from looptoolkit._target import Target
-from looptoolkit.adapters import BackendBase, Stager, _tensordict, chunked, host_chunks
+from looptoolkit.adapters import BackendBase, Stager, _tensordict, chunked, split_chunks
 from looptoolkit.adapters._torch_cuda import CudaStager
 from looptoolkit.adapters._torch_gather import gather_view, index_select, take_view
 from looptoolkit.adapters._torch_gather import host_view as _host_view
@@ -202,6 +202,13 @@ def _stageable(leaf: Any) -> np.ndarray | None:
     return view
 
 
+def _split_tensors(
+    tensors: Sequence[torch.Tensor], sizes: list[int]
+) -> Iterator[tuple[torch.Tensor, ...]]:
+    """One C++ ``split`` per leaf (views, not copies), zipped into batches."""
+    return zip(*(t.split(sizes) for t in tensors), strict=True)
+
+
 # Small constants (a normalisation's mean and std) already on each device.
 _constants: dict[tuple[Any, ...], torch.Tensor] = {}
 
@@ -309,15 +316,14 @@ class TorchBackend(BackendBase):
             # A chunk of batches per gather: wrapped once, split into batches by one
             # C++ `split` per leaf (views, not copies), then handed out per batch.
             dtypes = [as_dtype for _, as_dtype in pairs]
-            for sizes, rows in host_chunks(views, batches):  # type: ignore[arg-type]
-                wrapped = [
+
+            def wrap(rows: list[np.ndarray]) -> list[torch.Tensor]:
+                return [
                     torch.from_numpy(r) if d is None else torch.from_numpy(r).view(d)
                     for r, d in zip(rows, dtypes, strict=True)
                 ]
-                if len(sizes) == 1:
-                    yield wrapped
-                else:
-                    yield from zip(*(t.split(sizes) for t in wrapped), strict=True)
+
+            yield from split_chunks(views, batches, wrap, _split_tensors)  # type: ignore[arg-type]
             return
         devices = {leaf.device for leaf, view in zip(leaves, views, strict=True) if view is None}
         cuda = any(device.type == "cuda" for device in devices)
