@@ -12,20 +12,18 @@ stream, so that it overlaps the consumer's step and is ordered before it.
 
 from __future__ import annotations
 
-import itertools
 import threading
 from collections.abc import Callable, Generator, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from looptoolkit import tree as _tree
 from looptoolkit._prefetch import END, Prefetcher
-from looptoolkit._rows import Rows, merge, take_batches
+from looptoolkit._rows import Rows
 from looptoolkit._target import Target
 from looptoolkit.adapters import Stager, backend_of, get_backend
-from looptoolkit.device import to_device
+from looptoolkit.device import mover
 from looptoolkit.order import EpochOrder
 
 __all__ = ["Plan", "Progress", "Transform", "inline", "prefetched", "stager_for", "with_masks"]
@@ -88,23 +86,37 @@ class Transform:
             raise
 
 
-@dataclass(frozen=True)
 class Plan:
-    """What happens to a gathered batch: where it goes, how it is cast, what transforms it."""
+    """What happens to a gathered batch: where it goes, how it is cast, what transforms it.
 
-    target: Target | None
-    dtype: Any
-    non_blocking: bool | None
-    transform: Transform | None
-    move: bool  # False: batches stay where the gather made them (no device, or resident)
+    Args:
+        target: where batches go (None: they stay where the gather made them).
+        dtype: the cast policy of :func:`~looptoolkit.to_device`.
+        non_blocking: as :func:`~looptoolkit.to_device`'s.
+        transform: the user's transform, or None.
+        move: False: batches stay where the gather made them (no device, or resident).
+    """
+
+    def __init__(
+        self,
+        target: Target | None,
+        dtype: Any,
+        non_blocking: bool | None,
+        transform: Transform | None,
+        move: bool,
+    ) -> None:
+        self.non_blocking = non_blocking
+        self.transform = transform
+        self.move = move
+        # The device and the dtype policy are parsed here once, not for every batch.
+        self._move = mover(target, dtype) if move else None
 
     def finish(
         self, batch: Any, progress: Progress, k: int, non_blocking: bool | None = None
     ) -> Any:
         """Move (unless the gather already made it where it goes) and transform batch ``k``."""
-        if self.move:
-            nb = self.non_blocking if non_blocking is None else non_blocking
-            batch = to_device(batch, self.target, dtype=self.dtype, non_blocking=nb)
+        if self._move is not None:
+            batch = self._move(batch, self.non_blocking if non_blocking is None else non_blocking)
         if self.transform is not None:
             batch = self.transform(batch, progress.epoch, progress.first + k)
         return batch
@@ -131,32 +143,14 @@ def _finished(
         yield plan.finish(rows.build(leaves), progress, k)
 
 
-def _produced(
-    rows: Rows, batches: Iterator[np.ndarray], progress: Progress, plan: Plan
-) -> Iterator[Any]:
-    """Gathered, moved and transformed batches (runs in the background thread)."""
-    return _finished(rows, rows.gather(batches), progress, plan)
-
-
 def _staged(
     rows: Rows, batches: Iterator[np.ndarray], progress: Progress, plan: Plan, stager: Stager
 ) -> Iterator[Any]:
-    """As :func:`_produced`, through the backend's staged upload (background thread)."""
-    staged_at = set(stager.positions)
-    groups = []
-    for backend, positions, leaves in rows.groups:
-        rest = [(i, x) for i, x in zip(positions, leaves, strict=True) if i not in staged_at]
-        if rest:
-            groups.append((backend, [i for i, _ in rest], [x for _, x in rest]))
-    copies = itertools.tee(batches, len(groups) + 1)
-    parts: list[tuple[Sequence[int], Iterator[list[Any]]]] = [
-        (positions, take_batches(backend, leaves, copy))
-        for (backend, positions, leaves), copy in zip(groups, copies, strict=False)
-    ]
-    parts.append((stager.positions, stager.staged(copies[-1])))
+    """As :func:`inline`, through the backend's staged upload (background thread)."""
+    gathered = rows.gather(batches, staged=(stager.positions, stager.staged))
     non_blocking = True if plan.non_blocking is None else plan.non_blocking
     with stager.context():
-        for k, leaves in enumerate(merge(len(rows.leaves), parts)):
+        for k, leaves in enumerate(gathered):
             batch = plan.finish(rows.build(leaves), progress, k, non_blocking)
             yield batch, stager.record(k)
 
@@ -178,7 +172,7 @@ def prefetched(
 ) -> Generator[Any, None, None]:
     """Every step in one background thread, up to ``depth`` batches ahead."""
     if stager is None:
-        prefetcher = Prefetcher(_produced(rows, batches, progress, plan), depth)
+        prefetcher = Prefetcher(inline(rows, batches, progress, plan), depth)
     else:
         prefetcher = Prefetcher(_staged(rows, batches, progress, plan, stager), depth)
     try:

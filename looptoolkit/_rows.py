@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,18 +22,7 @@ from looptoolkit import tree as _tree
 from looptoolkit._records import find_records
 from looptoolkit.adapters import Backend, backend_of, is_batched_node
 
-__all__ = ["Rows", "take_batches"]
-
-
-def take_batches(
-    backend: Backend, leaves: list[Any], batches: Iterable[np.ndarray]
-) -> Iterator[list[Any]]:
-    """Gathered ``leaves`` for each index array of ``batches``, one backend call each."""
-    take_batches = getattr(backend, "take_batches", None)
-    if take_batches is not None:
-        gathered: Iterator[list[Any]] = take_batches(leaves, batches)
-        return gathered
-    return (backend.take(leaves, idx) for idx in batches)
+__all__ = ["Rows"]
 
 
 def merge(
@@ -168,16 +157,35 @@ class Rows:
         )
         return map(build, gathered)
 
-    def gather(self, batches: Iterator[np.ndarray]) -> Iterator[list[Any]]:
-        """Gathered leaf lists (in the data's leaf order) for each index array."""
-        if len(self.groups) == 1:
-            backend, _, leaves = self.groups[0]
-            return take_batches(backend, leaves, batches)
-        copies = itertools.tee(batches, len(self.groups))
-        parts = [
-            (positions, take_batches(backend, leaves, copy))
-            for (backend, positions, leaves), copy in zip(self.groups, copies, strict=True)
+    def gather(
+        self,
+        batches: Iterator[np.ndarray],
+        staged: tuple[Sequence[int], Callable[[Iterator[np.ndarray]], Iterator[list[Any]]]]
+        | None = None,
+    ) -> Iterator[list[Any]]:
+        """Gathered leaf lists (in the data's leaf order) for each index array.
+
+        ``staged``: ``(positions, gather)``, leaves gathered by a backend's staged
+        upload instead (``gather`` maps the index arrays to their lists).
+        """
+        groups = self.groups
+        if staged is None and len(groups) == 1:
+            backend, _, leaves = groups[0]
+            return backend.take_batches(leaves, batches)
+        if staged is not None:
+            skip = set(staged[0])
+            groups = []
+            for backend, positions, leaves in self.groups:
+                rest = [(i, x) for i, x in zip(positions, leaves, strict=True) if i not in skip]
+                if rest:
+                    groups.append((backend, [i for i, _ in rest], [x for _, x in rest]))
+        copies = itertools.tee(batches, len(groups) + (staged is not None))
+        parts: list[tuple[Sequence[int], Iterator[list[Any]]]] = [
+            (positions, backend.take_batches(leaves, copy))
+            for (backend, positions, leaves), copy in zip(groups, copies, strict=False)
         ]
+        if staged is not None:
+            parts.append((staged[0], staged[1](copies[-1])))
         return merge(len(self.leaves), parts)
 
     def take(self, idx: np.ndarray) -> Any:

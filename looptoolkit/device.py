@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import collections.abc
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from looptoolkit import tree as _tree
@@ -37,6 +37,7 @@ __all__ = [
     "cast_before_copy",
     "describe_leaf",
     "dtype_name",
+    "mover",
     "parse_device",
     "to_device",
 ]
@@ -235,6 +236,22 @@ def to_device(
     target = parse_device(device)
     policy = DtypePolicy(dtype) if dtype is not None else None
     return _move_tree(tree, device, target, policy, non_blocking, pack, strict, "batch")
+
+
+def mover(device: Any, dtype: Any = None) -> Callable[[Any, bool | None], Any]:
+    """:func:`to_device` to ``device`` with ``dtype``, parsed once, for many trees.
+
+    Returns:
+        ``move(tree, non_blocking)``: ``to_device(tree, device, dtype=dtype,
+        non_blocking=non_blocking)``.
+    """
+    target = parse_device(device)
+    policy = DtypePolicy(dtype) if dtype is not None else None
+
+    def move(tree: Any, non_blocking: bool | None) -> Any:
+        return _move_tree(tree, device, target, policy, non_blocking, None, False, "batch")
+
+    return move
 
 
 def _move_tree(

@@ -569,11 +569,11 @@ def test_close_and_full_epoch_stop_the_background_thread():
 
 
 def test_background_exception_is_raised_in_the_consumer(monkeypatch):
-    import looptoolkit._pipeline as loader_module
+    import looptoolkit.device as device_module  # every batch moves through its _move_tree
 
     baseline = threading.active_count()
     loader = Loader(make_data(100), 10, device="cpu", prefetch=2)
-    real = loader_module.to_device
+    real = device_module._move_tree
     calls = {"n": 0}
 
     def failing(tree: Any, *args: Any, **kwargs: Any) -> Any:
@@ -582,7 +582,7 @@ def test_background_exception_is_raised_in_the_consumer(monkeypatch):
             raise looptoolkit.TransferError("cannot move batch['x']: boom", "batch['x']")
         return real(tree, *args, **kwargs)
 
-    monkeypatch.setattr(loader_module, "to_device", failing)
+    monkeypatch.setattr(device_module, "_move_tree", failing)
     got = []
     with pytest.raises(looptoolkit.TransferError, match="background thread") as info:
         for batch in loader:
@@ -594,7 +594,7 @@ def test_background_exception_is_raised_in_the_consumer(monkeypatch):
 
 
 def test_background_exception_of_an_unusual_type_keeps_its_type(monkeypatch):
-    import looptoolkit._pipeline as loader_module
+    import looptoolkit.device as device_module  # every batch moves through its _move_tree
 
     class Odd(Exception):
         def __init__(self, a: int, b: int) -> None:
@@ -605,7 +605,7 @@ def test_background_exception_of_an_unusual_type_keeps_its_type(monkeypatch):
     def failing(*args: Any, **kwargs: Any) -> Any:
         raise Odd(1, 2)
 
-    monkeypatch.setattr(loader_module, "to_device", failing)
+    monkeypatch.setattr(device_module, "_move_tree", failing)
     with pytest.raises(Odd, match=r"looptoolkit\.Loader's background thread") as info:
         list(loader)
     assert info.value.args == (1, 2) and type(info.value.__cause__) is Odd

@@ -185,14 +185,14 @@ def test_drop_last_with_a_batch_larger_than_the_shard_raises_at_construction():
 
 
 def _failing_loader(monkeypatch: Any, error: BaseException) -> Loader:
-    import looptoolkit._pipeline as pipeline
+    import looptoolkit.device as device_module  # every batch moves through its _move_tree
 
     loader = Loader(_data(30), 10, device="cpu", prefetch=2)
 
     def failing(*args: Any, **kwargs: Any) -> Any:
         raise error
 
-    monkeypatch.setattr(pipeline, "to_device", failing)
+    monkeypatch.setattr(device_module, "_move_tree", failing)
     return loader
 
 
