@@ -34,7 +34,6 @@ __all__ = [
     "Backend",
     "BackendBase",
     "Stager",
-    "available_backends",
     "backend_of",
     "batch_shards",
     "chunked",
@@ -219,7 +218,14 @@ class Backend(Protocol):
 
 
 class BackendBase:
-    """The optional hooks of :class:`Backend`, answered for a framework that has none."""
+    """The optional hooks of :class:`Backend`, answered for a framework that has none.
+
+    Also :meth:`length`, the same for every framework.
+    """
+
+    def length(self, x: Any) -> int:
+        """Size of the leading dimension of ``x``."""
+        return int(x.shape[0])
 
     def native_target(self, device: Any) -> Target | None:
         """No device objects of its own."""
@@ -296,18 +302,6 @@ def get_backend(name: str) -> Backend:
     if backend is None:
         backend = _loaded[name] = _import_backend(name)
     return backend
-
-
-def available_backends() -> list[str]:
-    """Names of the backends whose framework can be imported (imports each one)."""
-    names = []
-    for name in BACKENDS:
-        try:
-            get_backend(name)
-        except ImportError:
-            continue
-        names.append(name)
-    return names
 
 
 def loaded_backends() -> list[Backend]:

@@ -137,10 +137,6 @@ class JaxBackend(BackendBase):
         """Whether ``x`` is a JAX array."""
         return isinstance(x, jax.Array)
 
-    def length(self, x: jax.Array) -> int:
-        """Leading dimension of ``x``."""
-        return int(x.shape[0])
-
     def dtype_name(self, x: jax.Array) -> str:
         """The dtype's name."""
         return str(x.dtype.name)

@@ -34,10 +34,6 @@ class NumpyBackend(BackendBase):
         """Whether ``x`` is a NumPy array."""
         return isinstance(x, np.ndarray)
 
-    def length(self, x: np.ndarray) -> int:
-        """Leading dimension of ``x``."""
-        return int(x.shape[0])
-
     def dtype_name(self, x: np.ndarray) -> str:
         """The dtype's name."""
         return x.dtype.name

@@ -88,10 +88,6 @@ class TfBackend(BackendBase):
         """Whether ``x`` is a tf tensor."""
         return isinstance(x, tf.Tensor)
 
-    def length(self, x: tf.Tensor) -> int:
-        """Leading dimension of ``x``."""
-        return int(x.shape[0])
-
     def dtype_name(self, x: tf.Tensor) -> str:
         """The dtype's name."""
         return str(x.dtype.name)

@@ -267,10 +267,6 @@ class TorchBackend(BackendBase):
         """Whether ``x`` is a torch tensor."""
         return isinstance(x, torch.Tensor)
 
-    def length(self, x: torch.Tensor) -> int:
-        """Leading dimension of ``x``."""
-        return int(x.shape[0])
-
     def dtype_name(self, x: torch.Tensor) -> str:
         """NumPy-style dtype name (``torch.float32`` -> ``"float32"``)."""
         return str(x.dtype).removeprefix("torch.")
