@@ -46,7 +46,7 @@ from looptoolkit._rows import Rows
 from looptoolkit._stats import LoaderStats, timed
 from looptoolkit._target import Target
 from looptoolkit.device import parse_device
-from looptoolkit.order import Order, normalize_shuffle, resolve_rank
+from looptoolkit.order import Order, check_int, normalize_shuffle, resolve_rank
 
 __all__ = ["Loader", "LoaderIterator", "LoaderStats"]
 
@@ -236,10 +236,7 @@ class Loader:
         }
         normalize_shuffle(shuffle)
         rank, world_size = resolve_rank(rank, world_size)
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int):
-            raise TypeError(f"`prefetch` must be an int, got {type(prefetch).__name__}.")
-        if prefetch < 0:
-            raise ValueError(f"`prefetch` must be >= 0, got {prefetch}.")
+        prefetch = check_int("prefetch", prefetch, minimum=0)
         if transform is not None and not callable(transform):
             raise TypeError(f"`transform` must be callable, got {type(transform).__name__}.")
         if device is None:
@@ -331,7 +328,7 @@ class Loader:
         epoch, offset = self._next_epoch, self._resume_offset
         self._next_epoch, self._resume_offset = epoch + 1, 0
         schedule = self._order.epoch(epoch, offset)
-        first = offset // (self.batch_size * self.world_size)
+        first = offset // schedule.global_batch
         progress = self._progress = Progress(epoch, offset, len(schedule), first)
         # Batches are views of blocks of the order, made as the epoch goes: no
         # N-long index array for a grouped or sequential order.
@@ -359,14 +356,11 @@ class Loader:
         Setting the epoch a loaded state points into keeps its position, so
         ``load_state_dict`` followed by ``set_epoch(state["epoch"])`` resumes.
         """
-        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)):
-            raise TypeError(f"`epoch` must be an int, got {type(epoch).__name__}.")
-        if epoch < 0:
-            raise ValueError(f"`epoch` must be >= 0, got {epoch}.")
+        epoch = check_int("epoch", epoch, minimum=0)
         with self._lock:
-            if int(epoch) != self._next_epoch:
+            if epoch != self._next_epoch:
                 self._resume_offset = 0
-            self._next_epoch = int(epoch)
+            self._next_epoch = epoch
             if self._running() is None:  # a running epoch is still what state_dict() describes
                 self._progress = None
 

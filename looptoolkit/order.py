@@ -235,16 +235,16 @@ class Order:
         world_size: int = 1,
         drop_last: bool = False,
     ) -> None:
-        self.n = _check_int("n", n, minimum=1)
-        self.batch_size = _check_int("batch_size", batch_size, minimum=1)
+        self.n = check_int("n", n, minimum=1)
+        self.batch_size = check_int("batch_size", batch_size, minimum=1)
         self.shuffle = normalize_shuffle(shuffle)
-        self.seed = _check_int("seed", seed, minimum=0)
+        self.seed = check_int("seed", seed, minimum=0)
         self.group_size = (
             DEFAULT_GROUP_SIZE
             if group_size is None
-            else _check_int("group_size", group_size, minimum=1)
+            else check_int("group_size", group_size, minimum=1)
         )
-        self.run_size = _check_int("run_size", run_size, minimum=1)
+        self.run_size = check_int("run_size", run_size, minimum=1)
         self.rank, self.world_size = _check_rank(rank, world_size)
         if not isinstance(drop_last, bool | np.bool_):
             raise TypeError(f"`drop_last` must be a bool, got {type(drop_last).__name__}.")
@@ -309,7 +309,7 @@ class Order:
         Returns:
             A fresh 1-D int64 array.
         """
-        source = self._source(_check_int("epoch", epoch, minimum=0))
+        source = self._source(check_int("epoch", epoch, minimum=0))
         return source.materialize().astype(np.int64, copy=False)
 
     def epoch(self, epoch: int, offset: int = 0) -> EpochOrder:
@@ -326,7 +326,7 @@ class Order:
         Returns:
             The epoch's :class:`EpochOrder`.
         """
-        epoch = _check_int("epoch", epoch, minimum=0)
+        epoch = check_int("epoch", epoch, minimum=0)
         offset = self._check_offset(offset)
         return EpochOrder(self, epoch, offset)
 
@@ -339,7 +339,7 @@ class Order:
         return Grouped(self.n, self.group_size, self.seed, epoch, self.run_size)
 
     def _check_offset(self, offset: int) -> int:
-        offset = _check_int("offset", offset, minimum=0)
+        offset = check_int("offset", offset, minimum=0)
         if offset % self.world_size:
             raise ValueError(
                 f"`offset` must be a multiple of `world_size` ({self.world_size}), got {offset}."
@@ -494,7 +494,8 @@ class EpochOrder:
         return np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
 
 
-def _check_int(name: str, value: object, *, minimum: int | None = None) -> int:
+def check_int(name: str, value: object, *, minimum: int | None = None) -> int:
+    """``value`` as a plain int, or a TypeError/ValueError naming the argument ``name``."""
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
         raise TypeError(f"`{name}` must be an int, got {type(value).__name__}.")
     value = int(value)
@@ -504,8 +505,8 @@ def _check_int(name: str, value: object, *, minimum: int | None = None) -> int:
 
 
 def _check_rank(rank: object, world_size: object) -> tuple[int, int]:
-    world = _check_int("world_size", world_size, minimum=1)
-    r = _check_int("rank", rank)
+    world = check_int("world_size", world_size, minimum=1)
+    r = check_int("rank", rank)
     if not 0 <= r < world:
         raise ValueError(f"`rank` must be in [0, world_size), got rank={r}, world_size={world}.")
     return r, world
