@@ -26,8 +26,12 @@ from looptoolkit.order import epoch_indices
 __all__ = ["Check", "check_batches", "host_array", "host_leaves", "ready_fn"]
 
 
-def ready_fn(backend: str) -> Callable[[Any], None]:
-    """Blocks until a batch of ``backend`` is computed (JAX dispatches asynchronously)."""
+def ready_fn(backend: str) -> Callable[[Any], None] | None:
+    """Blocks until a batch of ``backend`` is computed, or None where a batch is ready as given.
+
+    Only JAX dispatches asynchronously (``jax.block_until_ready``); the loops
+    skip the call altogether for the other backends.
+    """
     if backend == "jax":
         import jax
 
@@ -35,10 +39,6 @@ def ready_fn(backend: str) -> Callable[[Any], None]:
             jax.block_until_ready(batch)
 
         return ready
-    return _nothing
-
-
-def _nothing(batch: Any = None) -> None:
     return None
 
 
@@ -166,7 +166,8 @@ def check_batches(
             except StopIteration:
                 seconds += time.perf_counter() - start
                 break
-            ready(batch)
+            if ready is not None:
+                ready(batch)
             leaves = host_leaves(convert(batch) if convert else batch)
             seconds += time.perf_counter() - start
             if exact:

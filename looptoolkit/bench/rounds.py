@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +38,8 @@ __all__ = [
     "run_workload",
     "sync_fn",
 ]
+
+_END = object()  # what next() returns at the end of an epoch
 
 
 def sync_fn(device: str, backends: Iterable[str]) -> Callable[[], None] | None:
@@ -97,13 +99,14 @@ class Step:
             time.sleep(self.seconds)
 
 
-def probe(pipeline: Iterable[Any], ready: Callable[[Any], None], budget_s: float) -> int:
+def probe(pipeline: Iterable[Any], ready: Callable[[Any], None] | None, budget_s: float) -> int:
     """Run an epoch of ``pipeline`` until it ends or ``budget_s`` has passed; return its batches."""
     deadline = time.perf_counter() + budget_s
     done = 0
     iterator = iter(pipeline)
     for batch in iterator:
-        ready(batch)
+        if ready is not None:
+            ready(batch)
         done += 1
         if time.perf_counter() > deadline:
             break
@@ -123,6 +126,28 @@ class Record:
     error: str | None = None
 
 
+def _drain(iterator: Iterator[Any], ready: Callable[[Any], None] | None, k: int, stop: int) -> int:
+    """Take batches from ``iterator`` until it ends or ``stop`` in all; return how many in all.
+
+    ``k`` batches were taken already. The loop of an epoch without a step:
+    nothing but ``next()`` (and ``ready`` where the backend needs it) per batch.
+    """
+    if k == stop:
+        return k
+    if ready is None:
+        for _ in iterator:
+            k += 1
+            if k == stop:
+                break
+    else:
+        for batch in iterator:
+            ready(batch)
+            k += 1
+            if k == stop:
+                break
+    return k
+
+
 def round_fn(
     pipeline: Iterable[Any],
     record: Record,
@@ -130,7 +155,7 @@ def round_fn(
     epochs: int,
     limit: int | None,
     num_batches: int,
-    ready: Callable[[Any], None],
+    ready: Callable[[Any], None] | None,
     step: Callable[[], None] | None,
     sync: Callable[[], None] | None,
     skip_first: bool = False,
@@ -140,9 +165,73 @@ def round_fn(
     A bounded epoch is scaled to ``num_batches``: the time to its first batch
     (which includes the epoch's set-up) plus the mean time of the others for
     the rest. ``skip_first`` leaves the first batch out of the per-batch
-    figures (the step section reports the steady state).
+    figures (the step section reports the steady state). ``ready`` (None: the
+    batches need no wait) runs on every batch before it counts.
+
+    Without a ``step`` the clock is read only around the epoch and at its first
+    batch, so that the harness adds nothing per batch beyond ``next()``: every
+    batch is then all wait (``wait_s`` = ``total_s``, ``step_s`` = 0). With a
+    step, each batch is timed: its wait, its step and both.
     """
     clock = time.perf_counter
+    stop = -1 if limit is None else max(limit, 1)  # -1: never reached
+
+    # Each epoch gives (elapsed, batches, time to the first, wait, step, total, batches counted).
+    def lean_epoch() -> tuple[float, int, float, float, float, float, int]:
+        begin = clock()
+        iterator = iter(pipeline)
+        first = 0.0
+        k = 0
+        batch = next(iterator, _END)
+        if batch is not _END:
+            if ready is not None:
+                ready(batch)
+            first = clock() - begin
+            del batch
+            k = _drain(iterator, ready, 1, stop)
+        last = clock()
+        if sync is not None:
+            sync()
+        elapsed = clock() - begin
+        with contextlib.suppress(Exception):
+            iterator.close()  # type: ignore[attr-defined]
+        if skip_first:
+            waited, counted = last - begin - first, max(k - 1, 0)
+        else:
+            waited, counted = last - begin, k
+        return elapsed, k, first, waited, 0.0, waited, counted
+
+    def stepped_epoch(
+        take_step: Callable[[], None],
+    ) -> tuple[float, int, float, float, float, float, int]:
+        begin = clock()
+        iterator = iter(pipeline)
+        k = counted = 0
+        first = wait = stepped = total = 0.0
+        mark = begin
+        for batch in iterator:
+            if ready is not None:
+                ready(batch)
+            got = clock()
+            if k == 0:
+                first = got - begin
+            k += 1
+            take_step()
+            done = clock()
+            if k > 1 or not skip_first:
+                wait += got - mark
+                stepped += done - got
+                total += done - mark
+                counted += 1
+            mark = done
+            if k == stop:
+                break
+        if sync is not None:
+            sync()
+        elapsed = clock() - begin
+        with contextlib.suppress(Exception):
+            iterator.close()  # type: ignore[attr-defined]
+        return elapsed, k, first, wait, stepped, total, counted
 
     def one_round() -> None:
         if record.error is not None:
@@ -151,41 +240,17 @@ def round_fn(
         counted = 0
         try:
             for _ in range(epochs):
-                begin = clock()
-                iterator = iter(pipeline)
-                k = 0
-                first = 0.0
-                mark = begin
-                while True:
-                    try:
-                        batch = next(iterator)
-                    except StopIteration:
-                        break
-                    ready(batch)
-                    got = clock()
-                    if k == 0:
-                        first = got - begin
-                    k += 1
-                    spent = 0.0
-                    if step is not None:
-                        step()
-                        spent = clock() - got
-                    if k > 1 or not skip_first:
-                        wait += got - mark
-                        stepped += spent
-                        total += clock() - mark
-                        counted += 1
-                    mark = clock()
-                    if limit is not None and k >= limit:
-                        break
-                if sync is not None:
-                    sync()
-                elapsed = clock() - begin
-                with contextlib.suppress(Exception):
-                    iterator.close()  # type: ignore[attr-defined]
+                if step is None:
+                    elapsed, k, first, w, s, t, c = lean_epoch()
+                else:
+                    elapsed, k, first, w, s, t, c = stepped_epoch(step)
                 if k < num_batches and k > 1:
                     elapsed = first + (elapsed - first) * (num_batches - 1) / (k - 1)
                 epoch_total += elapsed
+                wait += w
+                stepped += s
+                total += t
+                counted += c
         except Exception as e:
             record.error = f"{type(e).__name__}: {e}"
             return

@@ -1,0 +1,93 @@
+"""The timing harness's pieces on the CPU: rounds, the baseline loop, devices, transfer timing."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from looptoolkit.bench.check import ready_fn
+from looptoolkit.bench.epochs import EpochPipeline
+from looptoolkit.bench.rounds import Record, round_fn
+
+
+class Counted(EpochPipeline):
+    """``batches`` ints per epoch, each after ``sleep`` seconds; counts the batches taken."""
+
+    def __init__(self, batches: int, sleep: float = 0.0) -> None:
+        self.taken = 0
+
+        def epoch_fn(epoch):
+            for i in range(batches):
+                if sleep:
+                    time.sleep(sleep)
+                self.taken += 1
+                yield i
+
+        super().__init__(epoch_fn, batches, name="counted")
+
+
+def test_only_jax_batches_need_a_ready_call():
+    assert ready_fn("numpy") is None and ready_fn("torch") is None and ready_fn("tf") is None
+    jax = pytest.importorskip("jax")
+    ready = ready_fn("jax")
+    assert ready is not None
+    ready(jax.numpy.arange(3))
+
+
+def test_round_without_a_step_takes_whole_epochs_and_reports_every_field():
+    pipeline = Counted(10)
+    record = Record()
+    one_round = round_fn(pipeline, record, epochs=2, limit=None, num_batches=10, ready=None,
+                         step=None, sync=None)  # fmt: skip
+    one_round()
+    one_round()
+    assert pipeline.taken == 40 and record.error is None
+    assert len(record.epoch_s) == len(record.wait_s) == len(record.total_s) == 2
+    assert all(s > 0 for s in record.epoch_s)
+    # Without a step a batch is all wait.
+    assert record.wait_s == record.total_s and record.step_s == [0.0, 0.0]
+    assert all(0 < w <= e for w, e in zip(record.wait_s, record.epoch_s, strict=True))
+
+
+def test_round_bounded_to_a_limit_is_scaled_to_an_epoch_and_readies_every_batch():
+    pipeline = Counted(20, sleep=0.002)
+    readied = []
+    record = Record()
+    round_fn(pipeline, record, epochs=1, limit=4, num_batches=20, ready=readied.append,
+             step=None, sync=None)()  # fmt: skip
+    assert pipeline.taken == 4 and readied == [0, 1, 2, 3]
+    # 4 batches of >= 2 ms timed, scaled to the 20 of an epoch.
+    assert record.epoch_s[0] >= 20 * 0.002 * 0.9
+    assert record.wait_s[0] >= 0.002 * 0.9
+
+
+def test_round_with_a_step_times_wait_step_and_total_per_batch():
+    pipeline = Counted(10, sleep=0.001)
+    steps = []
+    syncs = []
+
+    def step():
+        steps.append(1)
+        time.sleep(0.002)
+
+    record = Record()
+    round_fn(pipeline, record, epochs=1, limit=5, num_batches=10, ready=None, step=step,
+             sync=lambda: syncs.append(1), skip_first=True)()  # fmt: skip
+    assert pipeline.taken == 5 and len(steps) == 5 and len(syncs) == 1
+    wait, stepped, total = record.wait_s[0], record.step_s[0], record.total_s[0]
+    assert stepped >= 0.002 * 0.9 and wait >= 0.001 * 0.9
+    assert total == pytest.approx(wait + stepped)
+
+
+def test_round_records_an_error_and_stops_timing():
+    def broken(epoch):
+        yield 1
+        raise RuntimeError("boom")
+
+    record = Record()
+    one_round = round_fn(EpochPipeline(broken, 2), record, epochs=1, limit=None, num_batches=2,
+                         ready=None, step=None, sync=None)  # fmt: skip
+    one_round()
+    one_round()
+    assert record.error == "RuntimeError: boom" and record.epoch_s == []
