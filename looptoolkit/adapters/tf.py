@@ -20,19 +20,11 @@ if TYPE_CHECKING:
 
     from looptoolkit._target import Target
 
-_gathers: dict[int, Callable[..., Any]] = {}
 
-
-def _gather_fn(count: int) -> Callable[..., Any]:
-    fn = _gathers.get(count)
-    if fn is None:
-
-        @tf.function(reduce_retracing=True)
-        def gather(leaves: list[tf.Tensor], idx: tf.Tensor) -> list[tf.Tensor]:
-            return [tf.gather(leaf, idx) for leaf in leaves]
-
-        fn = _gathers[count] = gather
-    return fn
+@tf.function(reduce_retracing=True)
+def _gather(leaves: list[tf.Tensor], idx: tf.Tensor) -> list[tf.Tensor]:
+    # Traced once per list length and dtypes, shapes generalised (reduce_retracing).
+    return [tf.gather(leaf, idx) for leaf in leaves]
 
 
 _host_devices: dict[str, bool] = {}
@@ -105,7 +97,7 @@ class TfBackend(BackendBase):
         views = _host_views(leaves)
         if views is not None and isinstance(idx, np.ndarray):
             return _from_numpy([gather_rows(view, idx) for view in views])
-        return list(_gather_fn(len(leaves))(list(leaves), tf.convert_to_tensor(idx)))
+        return list(_gather(list(leaves), tf.convert_to_tensor(idx)))
 
     def take_batches(
         self, leaves: Sequence[tf.Tensor], batches: Iterable[np.ndarray]

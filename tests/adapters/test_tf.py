@@ -113,3 +113,17 @@ def test_shrinking_cast_of_a_tf_leaf_runs_on_its_own_device_before_the_copy():
     assert crossing == repr([("float16", src), ("uint8", src)])
     assert x.startswith("float16 ") and x.endswith(dst)
     assert y.startswith("float32 ") and dst in y and y.endswith("[0.0, 1.0, 2.0, 3.0]")
+
+
+def test_take_of_leaves_numpy_cannot_view_in_lists_of_any_length():
+    # A string leaf keeps the whole list off the NumPy path: one tf.function,
+    # traced per list length, gathers them all.
+    backend = get_backend("tf")
+    words = tf.constant(["a", "b", "c", "d"])
+    nums = tf.constant([[0, 1], [2, 3], [4, 5], [6, 7]])
+    idx = np.array([3, 0, 3])
+    for leaves in ([words], [words, nums], [nums, words, words], [words]):
+        got = backend.take(leaves, idx)
+        assert len(got) == len(leaves)
+        for g, leaf in zip(got, leaves, strict=True):
+            np.testing.assert_array_equal(g.numpy(), leaf.numpy()[idx])
