@@ -250,10 +250,9 @@ def _mask_to_numpy(mask: Any) -> np.ndarray:
         return mask
     backend = backend_of(mask)
     if backend is not None and backend.name == "torch":
+        # np.asarray refuses a tensor on a device or one that requires grad.
         return np.asarray(mask.detach().cpu().numpy())
-    if backend is not None and backend.name == "tf":
-        return np.asarray(mask.numpy())
-    return np.asarray(mask)
+    return np.asarray(mask)  # tf and JAX arrays copy themselves to the host
 
 
 def drop_padding(batch: Any, mask: Any) -> Any:

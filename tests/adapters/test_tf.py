@@ -127,3 +127,14 @@ def test_take_of_leaves_numpy_cannot_view_in_lists_of_any_length():
         assert len(got) == len(leaves)
         for g, leaf in zip(got, leaves, strict=True):
             np.testing.assert_array_equal(g.numpy(), leaf.numpy()[idx])
+
+
+def test_drop_padding_takes_a_tf_mask_and_tf_leaves():
+    from looptoolkit.distributed import drop_padding
+
+    batch = {"x": tf.constant([[0, 1], [2, 3], [4, 5]]), "n": np.arange(3)}
+    out = drop_padding(batch, tf.constant([True, False, True]))
+    np.testing.assert_array_equal(out["x"].numpy(), [[0, 1], [4, 5]])
+    np.testing.assert_array_equal(out["n"], [0, 2])
+    with pytest.raises(ValueError, match="1-D boolean"):
+        drop_padding(batch, tf.constant([1, 0, 1]))
