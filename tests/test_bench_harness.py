@@ -91,3 +91,35 @@ def test_round_records_an_error_and_stops_timing():
     one_round()
     one_round()
     assert record.error == "RuntimeError: boom" and record.epoch_s == []
+
+
+def test_sync_is_none_on_the_cpu_and_for_numpy_only():
+    from looptoolkit.bench.rounds import sync_fn
+
+    assert sync_fn("cpu", ["numpy", "torch"]) is None
+    assert sync_fn("cuda", ["numpy"]) is None
+    pytest.importorskip("torch")
+    assert callable(sync_fn("cuda:1", ["torch"]))
+
+
+def test_each_variant_waits_for_its_own_backend_once_per_epoch(monkeypatch):
+    pytest.importorskip("torch")
+    from looptoolkit.bench import rounds
+    from looptoolkit.bench.workloads import make_workload
+
+    calls: list[str] = []
+
+    def fake_sync_fn(device, backends):
+        (backend,) = backends
+        return lambda: calls.append(backend)
+
+    monkeypatch.setattr(rounds, "sync_fn", fake_sync_fn)
+    settings = rounds.Settings(device="cpu", backends=["numpy", "torch"],
+                               patterns=["floor-torch", "loader-torch"], skip=None, rounds=2,
+                               epochs_per_round=1, warmup=1, max_epoch_s=0.0, slow_batches=5,
+                               seed=0)  # fmt: skip
+    entries = rounds.run_workload(make_workload("tabular", quick=True), settings)
+    names = sorted(e.variant.name for e in entries if e.record.epoch_s)
+    assert names == ["floor-torch", "loader-torch", "numpy-take"]
+    # One sync per epoch of each variant (warm-up included), of that variant's backend only.
+    assert calls.count("numpy") == 3 and calls.count("torch") == 6 and len(calls) == 9
