@@ -8,6 +8,7 @@ copy with them replaced, without running its constructor again.
 
 from __future__ import annotations
 
+import array
 import collections
 import collections.abc
 import copy
@@ -16,7 +17,7 @@ import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from looptoolkit.adapters import backend_of
+from looptoolkit.adapters import backend_of, container_node
 
 __all__ = [
     "Node",
@@ -71,25 +72,36 @@ def set_entry(obj: Any, key: Any, value: Any) -> None:
         obj[key] = value
 
 
-# Attribute values that may hold arrays, besides arrays: the containers a batch is made of.
+# Attribute values that may hold arrays, besides arrays: the containers a batch is
+# made of (any sequence but text and bytes, any mapping, dataclasses and attrs
+# instances, namespaces, frameworks' own containers such as a TensorDict).
 _HOLDERS = (
-    list,
-    tuple,
-    dict,
-    set,
-    frozenset,
-    collections.deque,
+    collections.abc.Sequence,
     collections.abc.Mapping,
+    collections.abc.Set,
+    collections.deque,
     types.SimpleNamespace,
 )
+_NOT_HOLDERS = (str, bytes, bytearray, memoryview, range, array.array)
+_holder_types: dict[type, bool] = {}
 
 
 def _holds_arrays(value: Any) -> bool:
-    if isinstance(value, _HOLDERS):
-        return True
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return True
-    return backend_of(value) is not None
+    cls = type(value)
+    found = _holder_types.get(cls)
+    if found is None:
+        if issubclass(cls, _NOT_HOLDERS):
+            found = False
+        elif issubclass(cls, _HOLDERS) or dataclasses.is_dataclass(cls):
+            found = True
+        else:
+            found = (
+                attrs_names(cls) is not None
+                or backend_of(value) is not None
+                or container_node(cls) is not None
+            )
+        _holder_types[cls] = found
+    return found
 
 
 def attribute_children(obj: Any, skip: frozenset[Any]) -> tuple[str, ...]:

@@ -86,6 +86,28 @@ def test_dataclass_rebuild_runs_no_init_and_keeps_init_false_and_extra_attribute
     assert w.count == 5, "the input must not be modified"
 
 
+def test_arrays_in_any_container_set_as_an_attribute_are_leaves_and_move():
+    from looptoolkit import to_device
+
+    @dataclasses.dataclass
+    class Batch:
+        x: object
+
+    b = Batch(np.ones(2))
+    b.history = collections.UserList([np.arange(3)])
+    b.log = collections.UserList([np.zeros(1), np.ones(1)])
+    b.inner = types.SimpleNamespace(w=np.full(2, 7.0))
+    b.name, b.step, b.path = "run", 3, b"raw"  # plain values: metadata
+    leaves, _ = _tree.flatten(b)
+    assert len(leaves) == 5 and all(isinstance(leaf, np.ndarray) for leaf in leaves)
+    out = to_device(b, "cpu", dtype=np.float16)
+    assert out.history[0].dtype == np.int64 and out.history[0].tolist() == [0, 1, 2]
+    assert type(out.log) is collections.UserList and out.log[1].dtype == np.float16
+    assert out.inner.w.dtype == np.float16
+    assert out.x.dtype == np.float16 and (out.name, out.step, out.path) == ("run", 3, b"raw")
+    assert b.log[1].dtype == np.float64  # the input is left as it was
+
+
 def test_dataclass_init_false_field_never_set_stays_unset():
     @dataclasses.dataclass
     class Lazy:
