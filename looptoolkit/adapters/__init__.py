@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
+from looptoolkit._target import PATH_STYLE
+
 if TYPE_CHECKING:
     from looptoolkit._target import Target
 
@@ -62,15 +64,15 @@ BACKENDS: dict[str, tuple[str, str, str]] = {
     "tf": ("looptoolkit.adapters.tf", "tensorflow", "tf"),
 }
 
-# Device string names -> the backend NumPy leaves go to ("/" stands for tf-style
-# "/GPU:0" names). "cpu" is nobody's: NumPy leaves stay NumPy.
+# Device string names -> the backend NumPy leaves go to (PATH_STYLE stands for
+# tf-style "/GPU:0" names). "cpu" is nobody's: NumPy leaves stay NumPy.
 DEVICE_HOMES: dict[str, str] = {
     "cuda": "torch",
     "mps": "torch",
     "xpu": "torch",
     "gpu": "jax",
     "tpu": "jax",
-    "/": "tf",
+    PATH_STYLE: "tf",
 }
 
 
