@@ -226,6 +226,10 @@ def _subclass_node(cls: type, base: type) -> Node:
             values = [obj[k] for k in keys] + [getattr(obj, k) for k in extras]
             return values, (keys, factory, plain, extras, ref), [*keys, *extras]
 
+        new_mapping: Callable[[Any, Any], Any] = (
+            build if issubclass(build, collections.defaultdict) else lambda _, pairs: build(pairs)
+        )
+
         def unflatten_fn(meta: tuple[Any, ...], children: Iterable[Any]) -> Any:
             keys, factory, plain, extras, ref = meta
             values = list(children)
@@ -233,15 +237,22 @@ def _subclass_node(cls: type, base: type) -> Node:
 
             def make() -> Any:
                 pairs = zip(keys, items, strict=True)
-                if issubclass(build, collections.defaultdict):
-                    return restore(build(factory, pairs), plain, extras, attrs)
-                return restore(build(pairs), plain, extras, attrs)
+                return restore(new_mapping(factory, pairs), plain, extras, attrs)
 
             if ref is None:
                 return make()
             return _lossy_rebuild(ref.obj, (ref.obj[k] for k in keys), items, make)
 
         return flatten_fn, unflatten_fn
+
+    # The constructor, chosen once: deque(items, maxlen), a namedtuple's _make, or build(items).
+    new_sequence: Callable[[list[Any], Any], Any] = (
+        build
+        if issubclass(build, collections.deque)
+        else (lambda items, _: build._make(items))
+        if issubclass(build, tuple) and hasattr(build, "_make")
+        else (lambda items, _: build(items))
+    )
 
     def flatten_seq(obj: Any) -> tuple[list[Any], Any, None]:
         ref = Ref(obj) if lossy else None
@@ -256,11 +267,7 @@ def _subclass_node(cls: type, base: type) -> Node:
         items, attrs = values[:n], values[n:]
 
         def make() -> Any:
-            if issubclass(build, collections.deque):
-                return restore(build(items, maxlen), plain, extras, attrs)
-            if issubclass(build, tuple) and hasattr(build, "_make"):  # a namedtuple
-                return restore(build._make(items), plain, extras, attrs)
-            return restore(build(items), plain, extras, attrs)
+            return restore(new_sequence(items, maxlen), plain, extras, attrs)
 
         if ref is None:
             return make()
@@ -348,27 +355,26 @@ def _is_array_type(cls: type) -> bool:
     return hasattr(cls, "shape") and hasattr(cls, "dtype")
 
 
-def _node_for(cls: type) -> tuple[Node | None, bool]:
-    """``(node, lossy)``: how to flatten ``cls`` (None: it is a leaf)."""
+def _node_for(cls: type) -> Node | None:
+    """How to flatten ``cls`` (None: it is a leaf); a lossy rule also enters ``_lossy``."""
     if dataclasses.is_dataclass(cls):
         names = tuple(f.name for f in dataclasses.fields(cls))
-        return fields_node(names, issubclass(cls, collections.abc.Mapping)), False
+        return fields_node(names, issubclass(cls, collections.abc.Mapping))
     attrs = attrs_names(cls)
     if attrs is not None:
-        return fields_node(attrs, issubclass(cls, collections.abc.Mapping)), False
+        return fields_node(attrs, issubclass(cls, collections.abc.Mapping))
     if issubclass(cls, types.SimpleNamespace):
-        return namespace_node(), False
+        return namespace_node()
     for base in _BASES:
         if issubclass(cls, base) and (cls is not base or base in _REGISTERED_BASES):
-            node = _subclass_node(cls, base)
-            return node, cls in _lossy
+            return _subclass_node(cls, base)
     if _is_array_type(cls) or issubclass(cls, _NOT_CONTAINERS):
-        return None, False
+        return None
     if issubclass(cls, collections.abc.Mapping):
-        return _mapping_node(cls), True
+        return _mapping_node(cls)
     if issubclass(cls, collections.abc.Sequence):
-        return _sequence_node(cls), True
-    return None, False
+        return _sequence_node(cls)
+    return None
 
 
 def classify(cls: type) -> tuple[bool, bool]:
@@ -384,9 +390,10 @@ def classify(cls: type) -> tuple[bool, bool]:
     if node is not None:
         _register(cls, node, (MOVE,))
         return False, True
-    found, lossy = _node_for(cls)
+    found = _node_for(cls)
     if found is None:
         return False, False
+    lossy = cls in _lossy
     # A container that cannot be rebuilt as its own type but has its own `.to` is
     # moved by it: to_device sees it as a leaf. Looked up on the class: an
     # instance attribute called `to` is not a method.

@@ -146,6 +146,8 @@ def fields_node(names: tuple[str, ...], mapping: bool) -> Node:
 
         return flatten_fields, unflatten_fields
 
+    position = {name: i for i, name in enumerate(names)}
+
     def flatten_fn(obj: Any) -> tuple[list[Any], tuple[Any, ...], list[Any]]:
         values = [getattr(obj, n, _UNSET) for n in names]
         shared: list[tuple[Any, int]] = []
@@ -153,7 +155,7 @@ def fields_node(names: tuple[str, ...], mapping: bool) -> Node:
         where = {id(v): i for i, v in enumerate(values) if v is not _UNSET}
         for key in list(obj.keys()):
             value = obj[key]
-            i = names.index(key) if key in names else -1
+            i = position.get(key, -1)
             if i < 0 or values[i] is not value:
                 i = where.get(id(value), -1)
             if i >= 0:
