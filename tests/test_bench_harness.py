@@ -123,3 +123,70 @@ def test_each_variant_waits_for_its_own_backend_once_per_epoch(monkeypatch):
     assert names == ["floor-torch", "loader-torch", "numpy-take"]
     # One sync per epoch of each variant (warm-up included), of that variant's backend only.
     assert calls.count("numpy") == 3 and calls.count("torch") == 6 and len(calls) == 9
+
+
+def _unflatten_loop(data, batch_size, *, seed=0, order=None, gather="take", wrap=None):
+    """numpy_manual as it was written first: every batch rebuilt with the tree spec."""
+    import numpy as np
+
+    from looptoolkit import tree
+    from looptoolkit._rows import Rows
+    from looptoolkit.bench.epochs import split_batches
+    from looptoolkit.order import epoch_indices
+
+    n = Rows(data).n
+    leaves, spec = tree.flatten(data)
+    for epoch in range(2):
+        if order is None:
+            indices = np.random.default_rng([seed, epoch]).permutation(n)
+        else:
+            indices = epoch_indices(order, epoch)
+        for idx in split_batches(indices, batch_size):
+            batch = [x.take(idx, axis=0) if gather == "take" else x[idx] for x in leaves]
+            yield spec.unflatten(batch if wrap is None else wrap(batch))
+
+
+def _same_batch(got, want):
+    import numpy as np
+    import optree
+
+    from looptoolkit import tree
+
+    got_leaves, got_spec = optree.tree_flatten(got, namespace=tree.NAMESPACE)
+    want_leaves, want_spec = optree.tree_flatten(want, namespace=tree.NAMESPACE)
+    assert got_spec == want_spec and type(got) is type(want)
+    if isinstance(want, dict):
+        assert list(got) == list(want)  # the same key order too
+    for a, b in zip(got_leaves, want_leaves, strict=True):
+        assert type(a) is type(b) and a.dtype == b.dtype and np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("shape", ["array", "dict", "nested"])
+@pytest.mark.parametrize("gather", ["take", "index"])
+@pytest.mark.parametrize("how", ["plain", "wrap", "order"])
+def test_baseline_loop_yields_the_batches_of_the_tree_spec_loop(shape, gather, how):
+    import numpy as np
+
+    from looptoolkit.bench.native_numpy import numpy_manual
+
+    rng = np.random.default_rng(3)
+    n = 23
+    x = rng.standard_normal((n, 4), dtype=np.float32)
+    ids = np.arange(n, dtype=np.int64)
+    data = {
+        "array": x,
+        # Not in sorted key order: the batches keep the data's own order.
+        "dict": {"y": ids, "x": x, "a": ids.astype(np.int32)},
+        "nested": {"y": ids, "inner": {"x": x, "m": (ids % 2 == 0, ids[:, None])}},
+    }[shape]
+    kwargs = {}
+    if how == "wrap":
+        kwargs["wrap"] = lambda leaves: [leaf * 2 for leaf in leaves]
+    elif how == "order":
+        kwargs["order"] = lambda epoch: np.roll(np.arange(n), epoch + 1)
+    pipeline = numpy_manual(data, 5, seed=7, gather=gather, **kwargs)
+    got = [batch for _ in range(2) for batch in pipeline]
+    want = list(_unflatten_loop(data, 5, seed=7, gather=gather, **kwargs))
+    assert len(got) == len(want) == 10
+    for a, b in zip(got, want, strict=True):
+        _same_batch(a, b)

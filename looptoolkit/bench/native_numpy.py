@@ -18,6 +18,7 @@ each batch its own.
 
 from __future__ import annotations
 
+import operator
 import random
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -72,21 +73,98 @@ def numpy_manual(
     n = Rows(data).n
     leaves, spec = tree.flatten(data)
     leaves = [np.asarray(leaf) for leaf in leaves]
+    take = gather == "take"
 
-    def epoch_fn(epoch: int) -> Iterator[Any]:
+    def batches(epoch: int) -> list[np.ndarray]:
         if order is None:
             indices = np.random.default_rng([seed, epoch]).permutation(n)
         else:
             indices = epoch_indices(order, epoch)
-        for idx in split_batches(indices, batch_size, drop_last):
-            if gather == "take":
-                batch = [leaf.take(idx, axis=0) for leaf in leaves]
-            else:
-                batch = [leaf[idx] for leaf in leaves]
-            yield spec.unflatten(batch if wrap is None else wrap(batch))
+        return split_batches(indices, batch_size, drop_last)
+
+    # The loop a user writes for this data, the gather chosen once: a single array
+    # is the batch itself, a flat dict is rebuilt with a comprehension, anything
+    # else with the tree spec.
+    keys = _flat_dict_keys(spec)
+    epoch_fn: Callable[[int], Iterator[Any]]
+    if wrap is not None:
+        rebuild = _rebuilder(spec, keys)
+        if keys is not None:
+            leaves = [leaves[i] for i in keys.values()]
+        if take:
+
+            def epoch_fn(epoch: int) -> Iterator[Any]:
+                for idx in batches(epoch):
+                    yield rebuild(wrap([x.take(idx, axis=0) for x in leaves]))
+
+        else:
+
+            def epoch_fn(epoch: int) -> Iterator[Any]:
+                for idx in batches(epoch):
+                    yield rebuild(wrap([x[idx] for x in leaves]))
+
+    elif spec.is_leaf():
+        (leaf,) = leaves
+        if take:
+
+            def epoch_fn(epoch: int) -> Iterator[Any]:
+                for idx in batches(epoch):
+                    yield leaf.take(idx, axis=0)
+
+        else:
+
+            def epoch_fn(epoch: int) -> Iterator[Any]:
+                for idx in batches(epoch):
+                    yield leaf[idx]
+
+    elif keys is not None:
+        items = [(key, leaves[i]) for key, i in keys.items()]
+        if take:
+
+            def epoch_fn(epoch: int) -> Iterator[Any]:
+                for idx in batches(epoch):
+                    yield {key: x.take(idx, axis=0) for key, x in items}
+
+        else:
+
+            def epoch_fn(epoch: int) -> Iterator[Any]:
+                for idx in batches(epoch):
+                    yield {key: x[idx] for key, x in items}
+
+    elif take:
+
+        def epoch_fn(epoch: int) -> Iterator[Any]:
+            for idx in batches(epoch):
+                yield spec.unflatten([x.take(idx, axis=0) for x in leaves])
+
+    else:
+
+        def epoch_fn(epoch: int) -> Iterator[Any]:
+            for idx in batches(epoch):
+                yield spec.unflatten([x[idx] for x in leaves])
 
     length = order_length(order, n, batch_size, drop_last)
     return EpochPipeline(epoch_fn, length, name=f"numpy_manual[{gather}]")
+
+
+def _flat_dict_keys(spec: Any) -> dict[Any, int] | None:
+    """For a plain dict of arrays: its keys in its own order -> their leaf positions; else None."""
+    if spec.is_leaf() or spec.type is not dict:
+        return None
+    if not all(child.is_leaf() for child in spec.children()):
+        return None
+    positions: dict[Any, int] = spec.unflatten(list(range(spec.num_leaves)))
+    return positions
+
+
+def _rebuilder(spec: Any, keys: dict[Any, int] | None) -> Callable[[list[Any]], Any]:
+    """Leaves -> the batch: the one leaf, a dict of ``keys`` (leaves in their order), the tree."""
+    if spec.is_leaf():
+        return operator.itemgetter(0)
+    if keys is not None:
+        names = list(keys)
+        return lambda leaves: dict(zip(names, leaves, strict=True))
+    return spec.unflatten
 
 
 def pure_python(
