@@ -26,7 +26,12 @@ import optree
 from looptoolkit import tree as _tree
 from looptoolkit.adapters import backend_of
 
-__all__ = ["find_records", "stack_records"]
+__all__ = ["find_records", "kind_of", "stack_records"]
+
+
+def kind_of(value: Any) -> str:
+    """``value``'s type as ``package.Type`` (``torch.Tensor``, ``builtins.str``)."""
+    return f"{type(value).__module__.split('.')[0]}.{type(value).__name__}"
 
 
 def _kind(spec: optree.PyTreeSpec) -> str:
@@ -107,7 +112,7 @@ def _stack(leaves: list[Any], where: str) -> Any:
         except ValueError as e:
             raise ValueError(f"cannot stack the values of {where} into one array: {e}") from e
     if None in backends or len(backends) != 1:
-        kinds = sorted({type(x).__module__.split(".")[0] + "." + type(x).__name__ for x in leaves})
+        kinds = sorted(set(map(kind_of, leaves)))
         raise TypeError(
             f"the records hold values of different kinds at {where} ({', '.join(kinds)}); "
             "make them all arrays of one framework, or all plain values."

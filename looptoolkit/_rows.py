@@ -19,7 +19,7 @@ import numpy as np
 import optree
 
 from looptoolkit import tree as _tree
-from looptoolkit._records import find_records
+from looptoolkit._records import find_records, kind_of
 from looptoolkit.adapters import Backend, backend_of, is_batched_node
 
 __all__ = ["Rows"]
@@ -36,10 +36,6 @@ def merge(
             for i, value in zip(where, chunk, strict=True):
                 out[i] = value
         yield out
-
-
-def _describe(leaf: Any) -> str:
-    return f"{type(leaf).__module__.split('.')[0]}.{type(leaf).__name__}"
 
 
 class Rows:
@@ -94,7 +90,7 @@ class Rows:
                 paths = paths or _tree.leaf_paths(spec, "data")
                 if backend is None:
                     raise TypeError(
-                        f"`data` must hold only arrays; {paths[i]} is a {_describe(leaf)}."
+                        f"`data` must hold only arrays; {paths[i]} is a {kind_of(leaf)}."
                     )
                 raise ValueError(
                     f"`data` leaves need a leading (sample) dimension; {paths[i]} is 0-d."
