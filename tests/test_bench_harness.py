@@ -190,3 +190,39 @@ def test_baseline_loop_yields_the_batches_of_the_tree_spec_loop(shape, gather, h
     assert len(got) == len(want) == 10
     for a, b in zip(got, want, strict=True):
         _same_batch(a, b)
+
+
+@pytest.mark.parametrize("shape", ["array", "dict", "nested"])
+def test_floors_and_epoch_views_keep_the_data_shape(shape):
+    import numpy as np
+
+    from looptoolkit import tree
+    from looptoolkit.bench.native_numpy import contiguous_copies, epoch_views, sequential_take
+
+    n = 23
+    ids = np.arange(n, dtype=np.int64)
+    x = np.stack([ids * 10, ids * 10 + 1], axis=1).astype(np.float32)
+    data = {
+        "array": ids,
+        "dict": {"y": ids, "x": x},
+        "nested": {"y": ids, "inner": (x, {"z": ids * 3})},
+    }[shape]
+    leaves, spec = tree.flatten(data)
+    for pipeline in (contiguous_copies(data, 5), sequential_take(data, 5)):
+        batches = list(pipeline)
+        assert len(batches) == 5
+        for i, batch in enumerate(batches):
+            rows = slice(5 * i, 5 * i + 5)
+            _same_batch(batch, spec.unflatten([leaf[rows] for leaf in leaves]))
+    seen = []
+    for batch in epoch_views(data, 5, seed=1):
+        got, got_spec = tree.flatten(batch)
+        assert got_spec == spec
+        if isinstance(data, dict):
+            assert list(batch) == list(data)
+        # Every leaf's rows follow the same permutation.
+        rows = got[next(i for i, leaf in enumerate(leaves) if leaf is ids)]
+        for leaf, part in zip(leaves, got, strict=True):
+            assert np.array_equal(part, leaf[rows])
+        seen.extend(rows.tolist())
+    assert sorted(seen) == ids.tolist()

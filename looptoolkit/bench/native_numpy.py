@@ -204,10 +204,14 @@ def pure_python(
     return EpochPipeline(epoch_fn, length, name="pure_python")
 
 
-def _host(data: Any) -> tuple[int, list[np.ndarray], Any]:
+def _host(data: Any) -> tuple[int, list[np.ndarray], Callable[[list[Any]], Any]]:
+    """Rows, the leaves as NumPy arrays, and what turns a list of them into a batch."""
     n = Rows(data).n
     leaves, spec = tree.flatten(data)
-    return n, [np.asarray(leaf) for leaf in leaves], spec
+    keys = _flat_dict_keys(spec)
+    if keys is not None:
+        leaves = [leaves[i] for i in keys.values()]
+    return n, [np.asarray(leaf) for leaf in leaves], _rebuilder(spec, keys)
 
 
 def sequential_take(data: Any, batch_size: int, *, drop_last: bool = False) -> EpochPipeline:
@@ -220,12 +224,12 @@ def sequential_take(data: Any, batch_size: int, *, drop_last: bool = False) -> E
         >>> [b["x"].tolist() for b in sequential_take({"x": np.arange(5)}, 2)]
         [[0, 1], [2, 3], [4]]
     """
-    n, leaves, spec = _host(data)
+    n, leaves, rebuild = _host(data)
     indices = np.arange(n)
 
     def epoch_fn(epoch: int) -> Iterator[Any]:
         for idx in split_batches(indices, batch_size, drop_last):
-            yield spec.unflatten([leaf.take(idx, axis=0) for leaf in leaves])
+            yield rebuild([leaf.take(idx, axis=0) for leaf in leaves])
 
     return EpochPipeline(epoch_fn, batch_count(n, batch_size, drop_last), name="sequential_take")
 
@@ -240,13 +244,13 @@ def contiguous_copies(data: Any, batch_size: int, *, drop_last: bool = False) ->
         >>> [b["x"].tolist() for b in contiguous_copies({"x": np.arange(5)}, 2)]
         [[0, 1], [2, 3], [4]]
     """
-    n, leaves, spec = _host(data)
+    n, leaves, rebuild = _host(data)
     stop = batch_count(n, batch_size, drop_last) * batch_size
 
     def epoch_fn(epoch: int) -> Iterator[Any]:
         for start in range(0, stop, batch_size):
             end = start + batch_size
-            yield spec.unflatten([leaf[start:end].copy() for leaf in leaves])
+            yield rebuild([leaf[start:end].copy() for leaf in leaves])
 
     return EpochPipeline(epoch_fn, batch_count(n, batch_size, drop_last), name="contiguous_copies")
 
@@ -267,7 +271,7 @@ def epoch_views(
         >>> [len(b) for b in batches], sorted(np.concatenate(batches).tolist())
         ([3, 3], [0, 1, 2, 3, 4, 5])
     """
-    n, leaves, spec = _host(data)
+    n, leaves, rebuild = _host(data)
     length = batch_count(n, batch_size, drop_last)
     full = (n // batch_size) * batch_size
 
@@ -280,8 +284,8 @@ def epoch_views(
             shuffled = [leaf.take(perm, axis=0) for leaf in leaves]
         rows = [s[:full].reshape(-1, batch_size, *s.shape[1:]) for s in shuffled]
         for i in range(full // batch_size):
-            yield spec.unflatten([r[i] for r in rows])
+            yield rebuild([r[i] for r in rows])
         if length * batch_size > full:
-            yield spec.unflatten([s[full:] for s in shuffled])
+            yield rebuild([s[full:] for s in shuffled])
 
     return EpochPipeline(epoch_fn, length, name="epoch_views")
