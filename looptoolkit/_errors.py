@@ -1,8 +1,13 @@
-"""Errors shared by the core and the adapters (a leaf module: it imports nothing of looptoolkit)."""
+"""Errors and argument checks shared by the core and the adapters.
+
+A leaf module: it imports nothing of looptoolkit.
+"""
 
 from __future__ import annotations
 
-__all__ = ["TransferError"]
+import numbers
+
+__all__ = ["TransferError", "check_int"]
 
 
 class TransferError(RuntimeError):
@@ -15,3 +20,18 @@ class TransferError(RuntimeError):
     def __init__(self, message: str, path: str | None = None) -> None:
         super().__init__(message)
         self.path = path
+
+
+def check_int(name: str, value: object, *, minimum: int | None = None) -> int:
+    """``value`` (an int or a NumPy integer) as a plain int.
+
+    Raises:
+        TypeError: ``value`` is no integer (a bool is none either).
+        ValueError: ``value`` is below ``minimum``; both name the argument ``name``.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"`{name}` must be an int, got {type(value).__name__}.")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"`{name}` must be >= {minimum}, got {value}.")
+    return value

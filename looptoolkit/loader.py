@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from looptoolkit import _probe
+from looptoolkit._errors import check_int
 from looptoolkit._pipeline import (
     Plan,
     Progress,
@@ -46,7 +47,7 @@ from looptoolkit._rows import Rows
 from looptoolkit._stats import LoaderStats, timed
 from looptoolkit._target import Target
 from looptoolkit.device import parse_device
-from looptoolkit.order import Order, check_int, normalize_shuffle, resolve_rank
+from looptoolkit.order import Order, normalize_shuffle, resolve_rank
 
 __all__ = ["Loader", "LoaderIterator", "LoaderStats"]
 

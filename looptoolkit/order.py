@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from looptoolkit._errors import check_int
 from looptoolkit._sources import STREAM_FULL, Grouped, Materialized, Sequential, Source, generator
 from looptoolkit.adapters import process_group
 
@@ -287,12 +288,7 @@ class Order:
         return self.num_batches(0)
 
     def last_batch_size(self, offset: int = 0) -> int:
-        """Rows of each rank's short last batch in an epoch resumed at ``offset`` (0: none).
-
-        Raises:
-            TypeError: ``offset`` is not an int.
-            ValueError: ``offset`` is not a valid offset (see :meth:`num_batches`).
-        """
+        """Rows of each rank's short last batch of an epoch resumed at ``offset`` (0: none)."""
         if self.drop_last:
             return 0
         per_rank = (self.padded_length - self._check_offset(offset)) // self.world_size
@@ -492,16 +488,6 @@ class EpochOrder:
             pieces.append(self._source.segment(start - lap, end - lap))
             start = end
         return np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
-
-
-def check_int(name: str, value: object, *, minimum: int | None = None) -> int:
-    """``value`` as a plain int, or a TypeError/ValueError naming the argument ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise TypeError(f"`{name}` must be an int, got {type(value).__name__}.")
-    value = int(value)
-    if minimum is not None and value < minimum:
-        raise ValueError(f"`{name}` must be >= {minimum}, got {value}.")
-    return value
 
 
 def _check_rank(rank: object, world_size: object) -> tuple[int, int]:
