@@ -226,3 +226,23 @@ def test_floors_and_epoch_views_keep_the_data_shape(shape):
             assert np.array_equal(part, leaf[rows])
         seen.extend(rows.tolist())
     assert sorted(seen) == ids.tolist()
+
+
+def test_compare_devices_follow_the_device_index(monkeypatch):
+    from looptoolkit.bench.workloads import tf_device
+
+    assert [tf_device(d) for d in ("cpu", "cuda", "cuda:0", "cuda:1", "cuda:3")] == [
+        "/CPU:0", "/GPU:0", "/GPU:0", "/GPU:1", "/GPU:3"
+    ]  # fmt: skip
+    with pytest.raises(ValueError):
+        tf_device("cuda:x")
+    jax = pytest.importorskip("jax")
+    from looptoolkit.bench.workloads import jax_device
+
+    assert jax_device("cpu") == jax.devices("cpu")[0]
+    real = jax.devices
+    gpus = ["gpu0", "gpu1", "gpu2"]
+    monkeypatch.setattr(jax, "devices", lambda backend=None: gpus if backend == "gpu" else real())
+    assert [jax_device(d) for d in ("cuda", "cuda:0", "cuda:1", "cuda:2")] == [
+        "gpu0", "gpu0", "gpu1", "gpu2"
+    ]  # fmt: skip

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from looptoolkit.bench.epochs import EpochPipeline
-from looptoolkit.bench.workloads import Context, jax_device, torch_device
+from looptoolkit.bench.workloads import Context, jax_device, tf_device, torch_device
 
 __all__ = ["MEAN", "STD", "WAYS", "images_factory", "normalizer", "target", "to_uint8"]
 
@@ -49,7 +49,7 @@ def target(backend: str, ctx: Context) -> Any:
     if backend == "jax":
         return jax_device(ctx.device)
     if backend == "tf":
-        return "/GPU:0" if ctx.accelerated else "/CPU:0"
+        return tf_device(ctx.device)
     raise ValueError(f"no images variants for backend {backend!r}.")
 
 

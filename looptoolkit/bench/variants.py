@@ -20,7 +20,7 @@ import numpy as np
 
 from looptoolkit import tree as _tree
 from looptoolkit.bench.targets import BASELINE
-from looptoolkit.bench.workloads import Context, jax_device, torch_device
+from looptoolkit.bench.workloads import Context, jax_device, tf_device, torch_device
 
 __all__ = ["BASELINE", "VARIANTS", "Variant", "variant_named"]
 
@@ -249,7 +249,7 @@ def _tf_classic(ctx: Context) -> Iterable[Any]:
 def _tf_loader_dataset(ctx: Context) -> Iterable[Any]:
     from looptoolkit.tf_data import loader_dataset
 
-    device = "/GPU:0" if ctx.accelerated else None
+    device = tf_device(ctx.device) if ctx.accelerated else None
     return loader_dataset(ctx.data, ctx.batch_size, order=ctx.order("full"), device=device)
 
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from looptoolkit import tree as _tree
 from looptoolkit._rows import Rows
+from looptoolkit.device import parse_device
 from looptoolkit.order import batch_count
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "backend_data",
     "jax_device",
     "make_workload",
+    "tf_device",
     "torch_device",
 ]
 
@@ -121,10 +123,23 @@ def backend_data(host: Any, backend: str, device: str) -> Any:
 
 
 def jax_device(device: str) -> Any:
-    """The JAX device for a compare ``--device`` (its first GPU, or the CPU)."""
-    import jax
+    """The JAX device for a compare ``--device`` (``"cuda:1"``: JAX's GPU 1; ``"cuda"``: GPU 0)."""
+    from looptoolkit.bench.native_jax import placement
 
-    return jax.devices("cpu" if device == "cpu" else "gpu")[0]
+    return placement(device)
+
+
+def tf_device(device: str) -> str:
+    """The tf device name for a compare ``--device``: ``"/GPU:1"`` for ``"cuda:1"``, else CPU 0.
+
+    Examples:
+        >>> tf_device("cuda:1"), tf_device("cuda"), tf_device("cpu")
+        ('/GPU:1', '/GPU:0', '/CPU:0')
+    """
+    target = parse_device(device)
+    if target.platform == "cpu":
+        return "/CPU:0"
+    return f"/GPU:{target.index or 0}"
 
 
 def torch_device(device: str) -> Any:
