@@ -132,11 +132,7 @@ class Record:
 
 
 def _drain(iterator: Iterator[Any], ready: Callable[[Any], None] | None, k: int, stop: int) -> int:
-    """Take batches from ``iterator`` until it ends or ``stop`` in all; return how many in all.
-
-    ``k`` batches were taken already. The loop of an epoch without a step:
-    nothing but ``next()`` (and ``ready`` where the backend needs it) per batch.
-    """
+    """Take batches until the epoch ends or ``stop`` in all (``k`` already); return the count."""
     if k == stop:
         return k
     if ready is None:
@@ -181,38 +177,26 @@ def round_fn(
     clock = time.perf_counter
     stop = -1 if limit is None else max(limit, 1)  # -1: never reached
 
-    # Each epoch gives (elapsed, batches, time to the first, wait, step, total, batches counted).
-    def lean_epoch() -> tuple[float, int, float, float, float, float, int]:
-        begin = clock()
-        iterator = iter(pipeline)
-        first = 0.0
-        k = 0
+    # The loop of one epoch, after iter(): (batches, time to the first, wait, step,
+    # total, batches counted).
+    def lean(iterator: Iterator[Any], begin: float) -> tuple[int, float, float, float, float, int]:
         batch = next(iterator, _END)
-        if batch is not _END:
-            if ready is not None:
-                ready(batch)
-            first = clock() - begin
-            del batch
-            k = _drain(iterator, ready, 1, stop)
-        last = clock()
-        if sync is not None:
-            sync()
-        elapsed = clock() - begin
-        with contextlib.suppress(Exception):
-            iterator.close()  # type: ignore[attr-defined]
-        if skip_first:
-            waited, counted = last - begin - first, max(k - 1, 0)
-        else:
-            waited, counted = last - begin, k
-        return elapsed, k, first, waited, 0.0, waited, counted
+        if batch is _END:
+            return 0, 0.0, 0.0, 0.0, 0.0, 0
+        if ready is not None:
+            ready(batch)
+        first = clock() - begin
+        del batch
+        k = _drain(iterator, ready, 1, stop)
+        waited = clock() - begin - (first if skip_first else 0.0)
+        counted = k - 1 if skip_first else k
+        return k, first, waited, 0.0, waited, counted
 
-    def stepped_epoch(
-        take_step: Callable[[], None],
-    ) -> tuple[float, int, float, float, float, float, int]:
-        begin = clock()
-        iterator = iter(pipeline)
+    def stepped(
+        iterator: Iterator[Any], begin: float, take_step: Callable[[], None]
+    ) -> tuple[int, float, float, float, float, int]:
         k = counted = 0
-        first = wait = stepped = total = 0.0
+        first = wait = in_step = total = 0.0
         mark = begin
         for batch in iterator:
             if ready is not None:
@@ -225,35 +209,37 @@ def round_fn(
             done = clock()
             if k > 1 or not skip_first:
                 wait += got - mark
-                stepped += done - got
+                in_step += done - got
                 total += done - mark
                 counted += 1
             mark = done
             if k == stop:
                 break
-        if sync is not None:
-            sync()
-        elapsed = clock() - begin
-        with contextlib.suppress(Exception):
-            iterator.close()  # type: ignore[attr-defined]
-        return elapsed, k, first, wait, stepped, total, counted
+        return k, first, wait, in_step, total, counted
 
     def one_round() -> None:
         if record.error is not None:
             return
-        epoch_total = wait = stepped = total = 0.0
+        epoch_total = wait = stepped_s = total = 0.0
         counted = 0
         try:
             for _ in range(epochs):
+                begin = clock()
+                iterator = iter(pipeline)
                 if step is None:
-                    elapsed, k, first, w, s, t, c = lean_epoch()
+                    k, first, w, s, t, c = lean(iterator, begin)
                 else:
-                    elapsed, k, first, w, s, t, c = stepped_epoch(step)
+                    k, first, w, s, t, c = stepped(iterator, begin, step)
+                if sync is not None:
+                    sync()
+                elapsed = clock() - begin
+                with contextlib.suppress(Exception):
+                    iterator.close()  # type: ignore[attr-defined]
                 if k < num_batches and k > 1:
                     elapsed = first + (elapsed - first) * (num_batches - 1) / (k - 1)
                 epoch_total += elapsed
                 wait += w
-                stepped += s
+                stepped_s += s
                 total += t
                 counted += c
         except Exception as e:
@@ -262,7 +248,7 @@ def round_fn(
         counted = max(counted, 1)
         record.epoch_s.append(epoch_total / epochs)
         record.wait_s.append(wait / counted)
-        record.step_s.append(stepped / counted)
+        record.step_s.append(stepped_s / counted)
         record.total_s.append(total / counted)
 
     return one_round
