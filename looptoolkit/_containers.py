@@ -43,14 +43,13 @@ from typing import Any
 import optree
 
 from looptoolkit._fields import (
-    Node,
-    Ref,
     attribute_children,
     attrs_names,
     fields_node,
     namespace_node,
     set_entry,
 )
+from looptoolkit._node import Node, Ref
 from looptoolkit.adapters import container_node, move_container_node
 
 __all__ = [

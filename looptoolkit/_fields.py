@@ -14,41 +14,19 @@ import collections.abc
 import copy
 import dataclasses
 import types
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
+from looptoolkit._node import Node, Ref
 from looptoolkit.adapters import backend_of, container_node
 
 __all__ = [
-    "Node",
-    "Ref",
     "attribute_children",
     "attrs_names",
     "fields_node",
     "namespace_node",
     "set_entry",
 ]
-
-Node = tuple[Callable[..., Any], Callable[..., Any]]
-
-
-class Ref:
-    """Carries an object as treespec metadata, compared by identity.
-
-    Dataclass equality would compare arrays field by field; identity is what
-    rebuilding needs.
-    """
-
-    __slots__ = ("obj",)
-
-    def __init__(self, obj: Any) -> None:
-        self.obj = obj
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Ref) and other.obj is self.obj
-
-    def __hash__(self) -> int:
-        return id(self.obj)
 
 
 class _Unset:

@@ -15,7 +15,10 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "looptoolkit"
 
 LAYERS: list[tuple[str, set[str]]] = [
-    ("leaf", {"looptoolkit._errors", "looptoolkit._target", "looptoolkit._dtypes"}),
+    (
+        "leaf",
+        {"looptoolkit._errors", "looptoolkit._target", "looptoolkit._dtypes", "looptoolkit._node"},
+    ),
     ("registry", {"looptoolkit.adapters"}),
     (
         "backends",

@@ -15,29 +15,14 @@ from __future__ import annotations
 
 import copy
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import torch
 
+from looptoolkit._node import Node, Ref
+
 __all__ = ["container", "is_batched_node", "move_container"]
-
-Node = tuple[Callable[..., Any], Callable[..., Any]]
-
-
-class _Ref:
-    """Carries an object as treespec metadata, compared by identity."""
-
-    __slots__ = ("obj",)
-
-    def __init__(self, obj: Any) -> None:
-        self.obj = obj
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Ref) and other.obj is self.obj
-
-    def __hash__(self) -> int:
-        return id(self.obj)
 
 
 def _common_device(values: Iterable[Any]) -> Any:
@@ -72,9 +57,9 @@ def _tensordict_node(cls: type) -> Node:
 
 def _tensorclass_node() -> Node:
     def flatten_fn(obj: Any) -> tuple[list[Any], Any, list[str]]:
-        return [obj._tensordict], _Ref(obj), ["_tensordict"]
+        return [obj._tensordict], Ref(obj), ["_tensordict"]
 
-    def unflatten_fn(ref: _Ref, children: Iterable[Any]) -> Any:
+    def unflatten_fn(ref: Ref, children: Iterable[Any]) -> Any:
         (td,) = children
         new = copy.copy(ref.obj)
         object.__setattr__(new, "_tensordict", td)
