@@ -246,3 +246,16 @@ def test_compare_devices_follow_the_device_index(monkeypatch):
     assert [jax_device(d) for d in ("cuda", "cuda:0", "cuda:1", "cuda:2")] == [
         "gpu0", "gpu0", "gpu1", "gpu2"
     ]  # fmt: skip
+
+
+def test_one_host_array_for_checks_images_and_the_sweep():
+    import numpy as np
+
+    from looptoolkit.bench import check, native_images, transfer_sweep, workloads
+
+    assert check.host_array is workloads.host_array
+    assert native_images.host_array is transfer_sweep.host_array is workloads.host_array
+    torch = pytest.importorskip("torch")
+    x = torch.arange(4.0, requires_grad=True)
+    got = workloads.host_array(x * 2)  # needs .detach() before .numpy()
+    assert isinstance(got, np.ndarray) and got.tolist() == [0.0, 2.0, 4.0, 6.0]

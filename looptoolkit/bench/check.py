@@ -20,7 +20,7 @@ import numpy as np
 from looptoolkit import tree as _tree
 from looptoolkit.bench.epochs import split_batches
 from looptoolkit.bench.variants import Variant
-from looptoolkit.bench.workloads import Context
+from looptoolkit.bench.workloads import Context, host_array
 from looptoolkit.order import epoch_indices
 
 __all__ = ["Check", "check_batches", "host_array", "host_leaves", "ready_fn"]
@@ -40,13 +40,6 @@ def ready_fn(backend: str) -> Callable[[Any], None] | None:
 
         return ready
     return None
-
-
-def host_array(x: Any) -> np.ndarray:
-    """A NumPy copy (or view) of an array of any framework, on any device."""
-    if type(x).__module__.startswith("torch"):
-        return np.asarray(x.detach().cpu().numpy())
-    return np.asarray(x)
 
 
 def host_leaves(tree: Any) -> dict[str, np.ndarray]:

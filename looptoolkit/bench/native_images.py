@@ -25,7 +25,13 @@ from typing import Any
 import numpy as np
 
 from looptoolkit.bench.epochs import EpochPipeline
-from looptoolkit.bench.workloads import Context, jax_device, tf_device, torch_device
+from looptoolkit.bench.workloads import (
+    Context,
+    host_array,
+    jax_device,
+    tf_device,
+    torch_device,
+)
 
 __all__ = ["MEAN", "STD", "WAYS", "images_factory", "normalizer", "target", "to_uint8"]
 
@@ -61,18 +67,11 @@ def to_uint8(batch: Any) -> dict[str, Any]:
     Raises:
         TypeError: the image is not float32 (not normalised; the check reports it).
     """
-    image = _host(batch["image"])
+    image = host_array(batch["image"])
     if image.dtype != np.float32:
         raise TypeError(f"the image is {image.dtype}, not normalised float32.")
     image = (image * np.float32(STD) + np.float32(MEAN)).astype(np.uint8)
     return {"image": image, "label": batch["label"]}
-
-
-def _host(x: Any) -> np.ndarray:
-    # check.host_array's conversion; check imports the variants, which import this module.
-    if type(x).__module__.startswith("torch"):
-        return np.asarray(x.detach().cpu().numpy())
-    return np.asarray(x)
 
 
 def _compiled(backend: str, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:

@@ -22,6 +22,7 @@ import numpy as np
 
 from looptoolkit.bench.tables import Table
 from looptoolkit.bench.timing import HostClock, interleave
+from looptoolkit.bench.workloads import host_array
 
 if TYPE_CHECKING:
     from looptoolkit.bench.progress import Progress
@@ -62,12 +63,6 @@ def _ready(x: Any) -> Any:
     return block() if block is not None else x
 
 
-def _host(x: Any) -> np.ndarray:
-    if type(x).__module__.startswith("torch"):
-        return np.asarray(x.cpu().numpy())
-    return np.asarray(x)
-
-
 def sweep(
     rounds: int,
     *,
@@ -94,7 +89,7 @@ def sweep(
             moved = to_device(batch, dev)["image"]
             if sync is not None:
                 sync()
-            got = _host(moved)
+            got = host_array(moved)
             if got.dtype != np.dtype(dtype) or not np.array_equal(got, batch["image"]):
                 raise AssertionError(f"to_device of a {dtype} batch of {size} changed it.")
             if not cuda and np.shares_memory(got, batch["image"]):

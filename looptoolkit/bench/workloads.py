@@ -23,6 +23,7 @@ __all__ = [
     "Context",
     "Workload",
     "backend_data",
+    "host_array",
     "jax_device",
     "make_workload",
     "tf_device",
@@ -120,6 +121,18 @@ def backend_data(host: Any, backend: str, device: str) -> Any:
 
         return _tree.unflatten(spec, [tf.convert_to_tensor(leaf) for leaf in leaves])
     raise ValueError(f"unknown backend {backend!r}.")
+
+
+def host_array(x: Any) -> np.ndarray:
+    """A NumPy copy (or view) of an array of any framework, on any device (host data back).
+
+    Examples:
+        >>> host_array([1, 2]).tolist()
+        [1, 2]
+    """
+    if type(x).__module__.startswith("torch"):
+        return np.asarray(x.detach().cpu().numpy())
+    return np.asarray(x)
 
 
 def jax_device(device: str) -> Any:
