@@ -259,3 +259,27 @@ def test_one_host_array_for_checks_images_and_the_sweep():
     x = torch.arange(4.0, requires_grad=True)
     got = workloads.host_array(x * 2)  # needs .detach() before .numpy()
     assert isinstance(got, np.ndarray) and got.tolist() == [0.0, 2.0, 4.0, 6.0]
+
+
+def test_transfer_timing_host_rows_without_gc_clocked_rows_with_their_clock():
+    import gc
+
+    from looptoolkit.bench.transfer_sections import timed
+
+    seen: list[bool] = []
+    host = timed([("a", lambda: seen.append(gc.isenabled()))], rounds=3, repeat=4,
+                 label="host", progress=None)  # fmt: skip
+    assert seen == [False] * (2 + 3) * 4 and gc.isenabled()
+    assert host[0].extra == {"repeat": 4} and len(host[0].rounds) == 3
+
+    class Fixed:
+        def start(self):
+            pass
+
+        def stop(self):
+            return 0.25
+
+    seen.clear()
+    clocked = timed([("b", lambda: seen.append(gc.isenabled()))], rounds=3, label="clocked",
+                    progress=None, clock=Fixed())  # fmt: skip
+    assert seen == [True] * (2 + 3) and clocked[0].rounds == [0.25] * 3

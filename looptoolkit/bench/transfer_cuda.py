@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from looptoolkit.bench.timing import HostClock, interleave
-from looptoolkit.bench.transfer_sections import images_batch, nested, row, timed_cuda
+from looptoolkit.bench.timing import CudaEventClock, HostClock, interleave
+from looptoolkit.bench.transfer_sections import images_batch, nested, row, timed
 
 if TYPE_CHECKING:
     from looptoolkit.bench.progress import Progress
@@ -63,7 +63,8 @@ def cuda_sections(rounds: int, ref_mib: int, progress: Progress | None = None) -
         raise AssertionError("to_device to cuda with a dtype mapping gave wrong values.")
     if not torch.equal(images[3][1]()["image"].cpu(), pageable["image"]):
         raise AssertionError("to_device to cuda gave wrong values.")
-    image_rows = timed_cuda(images, rounds=rounds, label="images, cuda", progress=progress)
+    image_rows = timed(images, rounds=rounds, label="images, cuda", progress=progress,
+                       clock=CudaEventClock())  # fmt: skip
     sizes = [ref_mib * MIB, image_bytes, image_bytes, batch_bytes, batch_bytes,
              image_bytes, image_bytes, batch_bytes]  # fmt: skip
     ref_bw = sizes[0] / image_rows[0].median
@@ -86,7 +87,8 @@ def cuda_sections(rounds: int, ref_mib: int, progress: Progress | None = None) -
         torch.cuda.synchronize()
         if not all(torch.equal(a.cpu(), b) for a, b in zip(got, want, strict=True)):
             raise AssertionError(f"{name}: values differ.")
-    nested_rows = timed_cuda(tree_rows, rounds=rounds, label="nested, cuda", progress=progress)
+    nested_rows = timed(tree_rows, rounds=rounds, label="nested, cuda", progress=progress,
+                        clock=CudaEventClock())  # fmt: skip
     t = {r.name: r.median for r in image_rows}
     return {
         "device": torch.cuda.get_device_name(cuda),

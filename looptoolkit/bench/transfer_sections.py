@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from looptoolkit.bench.timing import CudaEventClock, Timing, interleave
+from looptoolkit.bench.timing import Clock, CudaEventClock, Timing, interleave
 
 if TYPE_CHECKING:
     from looptoolkit.bench.progress import Progress
@@ -41,7 +41,6 @@ __all__ = [
     "packing_cpu",
     "row",
     "timed",
-    "timed_cuda",
 ]
 
 
@@ -174,31 +173,25 @@ def timed(
     variants: Sequence[tuple[str, Callable[[], Any]]],
     *,
     rounds: int,
-    repeat: int,
     label: str,
     progress: Progress | None,
+    repeat: int = 1,
+    clock: Clock | None = None,
 ) -> list[Timing]:
-    """Host rows: ``repeat`` calls per round, reported per call; GC off meanwhile."""
+    """Time checked ``variants`` interleaved after 2 warm-up rounds.
+
+    Host rows (no ``clock``): ``repeat`` calls per round, reported per call,
+    the garbage collector off meanwhile. CUDA rows (``clock`` a
+    :class:`CudaEventClock`): one call per round read by the clock, the
+    garbage collector left on; each row says ``"clock": "cuda events"``.
+    """
     if progress is not None:
         progress.stage(f"transfer: {label}, {len(variants)} variants x {rounds} rounds")
-    return interleave(variants, rounds=rounds, warmup=2, repeat=repeat, collect=False,
-                      progress=progress, label=label)  # fmt: skip
-
-
-def timed_cuda(
-    variants: Sequence[tuple[str, Callable[[], Any]]],
-    *,
-    rounds: int,
-    label: str,
-    progress: Progress | None,
-) -> list[Timing]:
-    """CUDA rows: one call per round, timed with CUDA events recorded around it."""
-    if progress is not None:
-        progress.stage(f"transfer: {label}, {len(variants)} variants x {rounds} rounds")
-    timings = interleave(variants, rounds=rounds, warmup=2, clock=CudaEventClock(),
-                         progress=progress, label=label)  # fmt: skip
-    for t in timings:
-        t.extra["clock"] = "cuda events"
+    timings = interleave(variants, rounds=rounds, warmup=2, repeat=repeat, clock=clock,
+                         collect=clock is not None, progress=progress, label=label)  # fmt: skip
+    if isinstance(clock, CudaEventClock):
+        for t in timings:
+            t.extra["clock"] = "cuda events"
     return timings
 
 
