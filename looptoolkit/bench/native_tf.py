@@ -21,21 +21,19 @@ def classic_dataset(
     batch_size: int,
     *,
     seed: int = 0,
-    buffer_size: int | None = None,
     drop_last: bool = False,
     prefetch: bool = True,
 ) -> tf.data.Dataset:
     """The classic tf.data pipeline: ``from_tensor_slices(data).shuffle(N).batch(B).prefetch()``.
 
-    Per-sample elements shuffled in a buffer of ``buffer_size`` (default: all of
-    them, a full shuffle), reshuffled every iteration, then batched. Its order
-    is tf's, not the Loader's.
+    Per-sample elements shuffled in a buffer that holds all of them (a full
+    shuffle), reshuffled every iteration, then batched. Its order is tf's, not
+    the Loader's.
 
     Args:
         data: a tensor / NumPy array, or a dict, tuple or namedtuple of them.
         batch_size: rows per batch.
         seed: the shuffle's seed.
-        buffer_size: shuffle buffer (default: the dataset size).
         drop_last: ``drop_remainder`` of ``batch``.
         prefetch: end with ``prefetch(tf.data.AUTOTUNE)``.
 
@@ -44,6 +42,6 @@ def classic_dataset(
     """
     structure, n = as_structure(data)
     ds = tf.data.Dataset.from_tensor_slices(structure)
-    ds = ds.shuffle(buffer_size or n, seed=seed, reshuffle_each_iteration=True)
+    ds = ds.shuffle(n, seed=seed, reshuffle_each_iteration=True)
     ds = ds.batch(batch_size, drop_remainder=drop_last)
     return ds.prefetch(tf.data.AUTOTUNE) if prefetch else ds

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from looptoolkit.bench import transfer_sections as sec
 from looptoolkit.bench.charts import FLOOR_COLOR, Bar, Panel, bar_chart
 from looptoolkit.bench.progress import Progress, quiet_import
 from looptoolkit.bench.results import REFERENCE_HELP, results_dir, write_results
@@ -118,9 +119,9 @@ def markdown(payload: dict[str, Any]) -> str:
         f"Command: `{payload['command']}`  ",
         f"Machine: {m['cpu']}, {m['cores']} cores" + (f", {m['gpu']}" if "gpu" in m else "") +
         f" ({m['date']}{load_text(m)}); {v}.  ",
-        f"Medians over {a['rounds']} interleaved rounds after 2 warm-up rounds; host rows "
-        f"average {a['repeat']} calls per round (packing and images: {max(1, a['repeat'] // 4)}). "
-        "Lower is better.\n",
+        f"Medians over {a['rounds']} interleaved rounds after {sec.WARMUP} warm-up rounds; host "
+        f"rows average {a['repeat']} calls per round (packing and images: "
+        f"{sec.light_repeat(a['repeat'])}). Lower is better.\n",
     ]  # fmt: skip
     for title, rows in sections(payload):
         table = section_table(title, rows)
@@ -216,8 +217,6 @@ def run(argv: Sequence[str] | None = None) -> int:
         print("torch is not installed; install it with `pip install 'looptoolkit[torch]'`.",
               file=sys.stderr)  # fmt: skip
         return 1
-    from looptoolkit.bench import transfer_sections as sec
-
     use_cuda = torch.cuda.is_available() if args.cuda is None else args.cuda
     if use_cuda and not torch.cuda.is_available():
         progress.clear()
@@ -245,13 +244,15 @@ def run(argv: Sequence[str] | None = None) -> int:
         for part, ratios in payload["nested"]["ratios"].items():
             payload["ratios"].update({f"{part}: {k}": v for k, v in ratios.items()})
         show_new()
-        payload["packing_cpu"] = sec.packing_cpu(args.rounds, max(1, args.repeat // 4), progress)
+        payload["packing_cpu"] = sec.packing_cpu(
+            args.rounds, sec.light_repeat(args.repeat), progress
+        )
         payload["ratios"].update(
             {f"cpu-only: {k}": v for k, v in payload["packing_cpu"]["ratios"].items()}
         )
         show_new()
     if args.images:
-        payload["images_cpu"] = sec.images_cpu(args.rounds, max(1, args.repeat // 4), progress)
+        payload["images_cpu"] = sec.images_cpu(args.rounds, sec.light_repeat(args.repeat), progress)
         payload["ratios"].update(
             {f"cpu-only: {k}": v for k, v in payload["images_cpu"]["ratios"].items()}
         )

@@ -30,18 +30,30 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SHORT",
+    "WARMUP",
     "Sample",
     "check_same",
     "images_batch",
     "images_cpu",
+    "light_repeat",
     "move_to",
     "nested",
     "nested_traversal",
-    "nested_tree",
     "packing_cpu",
     "row",
     "timed",
 ]
+
+
+_GROUPS, _ITEMS = 10, 25  # the nested workload: 10 keys of 25 samples
+
+WARMUP = 2
+"""Untimed rounds before the timed ones, every section."""
+
+
+def light_repeat(repeat: int) -> int:
+    """Calls per round of the packing and images rows: a quarter of ``--repeat``, at least 1."""
+    return max(1, repeat // 4)
 
 
 class Sample(NamedTuple):
@@ -53,32 +65,22 @@ class Sample(NamedTuple):
     score: Any  # float16 (4,)
 
 
-def nested_tree(
-    make: Callable[[np.ndarray], Any] = lambda a: a, groups: int = 10, items: int = 25
-) -> dict[str, list[Sample]]:
-    """The ``nested`` workload: ``groups`` keys of ``items`` samples, 4 leaves each.
-
-    ``make`` turns each NumPy leaf into the framework's array (identity: NumPy).
-    """
+def nested() -> Any:
+    """The ``nested`` workload: 10 keys of 25 samples, 4 NumPy leaves each (1000 leaves)."""
+    # Typed as Any: optree's stubs do not take a dict of lists of namedtuples as a PyTree.
     rng = np.random.default_rng(0)
     tree: dict[str, list[Sample]] = {}
-    for g in range(groups):
+    for g in range(_GROUPS):
         tree[f"group{g}"] = [
             Sample(
-                make(rng.standard_normal(16, dtype=np.float32)),
-                make(np.array(g * items + i, dtype=np.int64)),
-                make(rng.random(16) < 0.5),
-                make(rng.standard_normal(4).astype(np.float16)),
+                rng.standard_normal(16, dtype=np.float32),
+                np.array(g * _ITEMS + i, dtype=np.int64),
+                rng.random(16) < 0.5,
+                rng.standard_normal(4).astype(np.float16),
             )
-            for i in range(items)
+            for i in range(_ITEMS)
         ]
     return tree
-
-
-def nested() -> Any:
-    """The ``nested`` workload with NumPy leaves."""
-    # Typed as Any: optree's stubs do not take a dict of lists of namedtuples as a PyTree.
-    return nested_tree()
 
 
 def images_batch(batch: int = 256) -> dict[str, np.ndarray]:
@@ -178,7 +180,7 @@ def timed(
     repeat: int = 1,
     clock: Clock | None = None,
 ) -> list[Timing]:
-    """Time checked ``variants`` interleaved after 2 warm-up rounds.
+    """Time checked ``variants`` interleaved after :data:`WARMUP` warm-up rounds.
 
     Host rows (no ``clock``): ``repeat`` calls per round, reported per call,
     the garbage collector off meanwhile. CUDA rows (``clock`` a
@@ -187,7 +189,7 @@ def timed(
     """
     if progress is not None:
         progress.stage(f"transfer: {label}, {len(variants)} variants x {rounds} rounds")
-    timings = interleave(variants, rounds=rounds, warmup=2, repeat=repeat, clock=clock,
+    timings = interleave(variants, rounds=rounds, warmup=WARMUP, repeat=repeat, clock=clock,
                          collect=clock is not None, progress=progress, label=label)  # fmt: skip
     if isinstance(clock, CudaEventClock):
         for t in timings:

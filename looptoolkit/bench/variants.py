@@ -22,7 +22,7 @@ from looptoolkit import tree as _tree
 from looptoolkit.bench.targets import BASELINE
 from looptoolkit.bench.workloads import Context, jax_device, tf_device, torch_device
 
-__all__ = ["BASELINE", "VARIANTS", "Variant", "variant_named"]
+__all__ = ["BASELINE", "VARIANTS", "Variant"]
 
 Factory = Callable[[Context], Iterable[Any]]
 
@@ -369,10 +369,3 @@ VARIANTS: list[Variant] = [
     *_images_set("tf"),
 ]  # fmt: skip
 """Every variant, in the order the tables list them (grouped by backend)."""
-
-_BY_NAME = {v.name: v for v in VARIANTS}
-
-
-def variant_named(name: str) -> Variant | None:
-    """The variant called ``name``, or None."""
-    return _BY_NAME.get(name)
