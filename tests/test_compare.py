@@ -428,3 +428,16 @@ def test_variant_names_are_short_unique_and_floors_exist():
     assert {v.backend for v in VARIANTS} == set(BACKENDS)
     assert {v.floor for v in VARIANTS if v.floor} <= set(names)
     assert {t.floor for t in targets.TARGETS if t.floor} <= set(names)
+
+
+def test_a_ratio_that_misses_its_bound_never_reads_as_the_bound():
+    from looptoolkit.bench import compare_report, targets
+
+    rows = targets.evaluate(
+        "compare", {"loader-numpy": 1.0241, "numpy-take": 1.0, "loader-runs": 0.6}, gpu=False
+    )
+    numpy_row = next(r for r in rows if r["key"] == "loader-numpy")
+    assert numpy_row["status"] == "not met" and numpy_row["shown"] == "1.024x"
+    assert "loader-numpy 1.024x (<= 1.02x)" in compare_report.targets_line(rows)
+    table = compare_report.targets_table({"targets": rows}).text()
+    assert "1.024x" in table and "0.60x" in table

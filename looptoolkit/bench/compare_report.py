@@ -113,7 +113,7 @@ def targets_line(rows: list[dict[str, Any]]) -> str:
     if not measured:
         return ""
     met = [t["key"] for t in measured if t["status"] == "met"]
-    missed = [f"{t['key']} {t['value']:.2f}x ({t['goal']})" for t in measured
+    missed = [f"{t['key']} {t['shown']} ({t['goal']})" for t in measured
               if t["status"] == "not met"]  # fmt: skip
     text = f"Targets: {len(met)} of {len(measured)} measured met"
     text += f" ({', '.join(met)})" if met else ""
@@ -270,7 +270,7 @@ def targets_table(payload: dict[str, Any], *, short: bool = True) -> Table:
     header = ["target" if short else "what", "goal", "measured", "its floor", "status"]
     rows, notes = [], []
     for t in payload.get("targets", []):
-        value = f"{t['value']:.2f}x" if t.get("value") is not None else "-"
+        value = t["shown"] if t.get("value") is not None else "-"
         floor = f"{t['floor']:.2f}x" if t.get("floor") is not None else ""
         rows.append([t["key"] if short else t["text"], t["goal"], value, floor, t["status"]])
         if short:

@@ -111,6 +111,19 @@ def _ratio(values: Mapping[str, float], numerator: str, denominator: str | None)
     return float(top) / float(bottom)
 
 
+def shown(value: float, bound: float) -> str:
+    """``value`` as a ratio, with a third decimal where two would read as the bound.
+
+    Examples:
+        >>> shown(1.0241, 1.02), shown(0.8612, 1.02)
+        ('1.024x', '0.86x')
+    """
+    text = f"{value:.2f}"
+    if float(text) == bound and value != bound:
+        text = f"{value:.3f}"
+    return text + "x"
+
+
 def evaluate(suite: str, values: Mapping[str, float], *, gpu: bool) -> list[dict[str, Any]]:
     """Set the measured ``values`` of one run of ``suite`` against its targets.
 
@@ -123,9 +136,10 @@ def evaluate(suite: str, values: Mapping[str, float], *, gpu: bool) -> list[dict
 
     Returns:
         One dict per target of ``suite``: ``key``, ``text``, ``goal``, ``value``
-        (the ratio, or None), ``floor`` (the floor's ratio, or None) and
-        ``status``: ``"met"``, ``"not met"``, ``"GPU only"`` (a GPU target on a
-        CPU run) or ``"not measured"`` (a variant did not run).
+        (the ratio, or None; when measured, ``shown``: it as text), ``floor``
+        (the floor's ratio, or None) and ``status``: ``"met"``, ``"not met"``,
+        ``"GPU only"`` (a GPU target on a CPU run) or ``"not measured"`` (a
+        variant did not run).
 
     Examples:
         >>> rows = evaluate("compare", {"loader-numpy": 1.5, "numpy-take": 1.0}, gpu=False)
@@ -153,6 +167,7 @@ def evaluate(suite: str, values: Mapping[str, float], *, gpu: bool) -> list[dict
             row["status"] = "not measured"
         else:
             row["value"] = value
+            row["shown"] = shown(value, t.bound)
             row["status"] = "met" if _OPS[t.op](value, t.bound) else "not met"
         rows.append(row)
     return rows

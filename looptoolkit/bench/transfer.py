@@ -77,7 +77,7 @@ def section_table(title: str, rows: list[dict[str, Any]]) -> Table:
 def targets_table(rows: list[dict[str, Any]], *, short: bool = True) -> Table:
     """The transfer targets: goal, measured, status."""
     cells = [[t["key"] if short else t["text"], t["goal"],
-              f"{t['value']:.2f}x" if t["value"] is not None else "-", t["status"]]
+              t["shown"] if t["value"] is not None else "-", t["status"]]
              for t in rows]  # fmt: skip
     notes = [f"{t['key']}: {t['text']}" for t in rows] if short else []
     header = ["target", "goal", "measured", "status"]
