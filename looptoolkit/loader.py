@@ -25,14 +25,14 @@ Where the work runs:
 
 from __future__ import annotations
 
-import threading
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
-from looptoolkit import _probe
+from looptoolkit import _epochs, _probe
+from looptoolkit._epochs import EPOCH_KEY, OFFSET_KEY, EpochCursor, EpochSampler, parse_state, state_of
 from looptoolkit._errors import check_int
 from looptoolkit._pipeline import (
     Plan,
@@ -53,43 +53,81 @@ __all__ = ["Loader", "LoaderIterator", "LoaderStats"]
 
 
 class LoaderIterator:
-    """One epoch of a :class:`Loader`; ``len()`` is the number of batches left.
+    """One pass over an epoch of a :class:`Loader`; ``len()`` is the number of batches left.
 
-    Leaving the loop early (``break``, an exception, dropping the iterator) stops
-    the background thread, if there is one; :meth:`close` does it explicitly.
+    The pass takes its epoch from the Loader's cursor when its first batch is
+    asked for (an ``iter()`` that is never advanced takes nothing), and moves
+    the cursor to the next epoch when it hands out its last batch. Leaving the
+    loop early (``break``, an exception, dropping the iterator, :meth:`close`)
+    stops the background thread, if there is one, and leaves the cursor where
+    it was: the next pass runs the same epoch again. An exception while
+    producing a batch reaches the loop and ends the pass the same way.
     """
 
-    __slots__ = ("__weakref__", "_progress", "_source")
+    __slots__ = ("__weakref__", "_loader", "_progress", "_source", "_token")
 
-    def __init__(self, source: Iterator[Any], progress: Progress) -> None:
-        self._source = source
-        self._progress = progress
+    def __init__(self, loader: Loader) -> None:
+        self._loader = loader
+        self._source: Iterator[Any] = _UNSTARTED
+        self._progress: Progress | None = None
+        self._token = -1
 
     def __iter__(self) -> LoaderIterator:
         return self
 
     def __next__(self) -> Any:
-        item = next(self._source)
-        self._progress.consumed += 1  # handed to the user: what `state_dict` counts
+        try:
+            item = next(self._source)
+        except StopIteration:
+            if self._source is _UNSTARTED:  # the first batch asked for: bind the epoch
+                self._loader._bind(self)
+                return self.__next__()
+            self._source = _CLOSED
+            raise
+        except BaseException:
+            self.close()  # an error ends the pass; the cursor stays where it was
+            raise
+        progress = self._progress
+        progress.consumed += 1  # type: ignore[union-attr]  # set when bound
+        if progress.consumed == progress.total:  # type: ignore[union-attr]
+            self._loader._cursor.complete(self._token)
         return item
 
     def __len__(self) -> int:
-        return self._progress.total - self._progress.consumed
+        progress = self._progress
+        if progress is None:
+            return self._loader._order.num_batches(self._loader._cursor.offset)
+        return 0 if self._source is _CLOSED else progress.total - progress.consumed
 
     def close(self) -> None:
-        """Stop the epoch: the background thread (if any) ends and nothing more is yielded."""
-        close = getattr(self._source, "close", None)
+        """Stop the pass: the background thread (if any) ends and nothing more is yielded."""
+        source, self._source = self._source, _CLOSED
+        close = getattr(source, "close", None)
         if close is not None:
             close()
-        self._source = _CLOSED
 
     def _running(self) -> bool:
-        """Neither closed nor past its epoch's last batch (then it is exhausted too)."""
+        """Bound, neither closed nor past its epoch's last batch."""
         progress = self._progress
-        return self._source is not _CLOSED and progress.consumed < progress.total
+        return (
+            progress is not None
+            and self._source is not _CLOSED
+            and progress.consumed < progress.total
+        )
 
 
-_CLOSED: Iterator[Any] = iter(())  # the source of a closed iterator
+_UNSTARTED: Iterator[Any] = iter(())  # the source of a pass not bound yet
+_CLOSED: Iterator[Any] = iter(())  # the source of a closed or finished pass
+
+
+def _restore(cls: type[Loader], data: Any, args: dict[str, Any], state: dict[str, Any]) -> Loader:
+    """A Loader rebuilt from its arguments, at the position ``state`` describes (pickling)."""
+    loader = cls(data, **args)
+    epoch, offset = state[EPOCH_KEY], state[OFFSET_KEY]
+    if offset % loader.world_size:  # another world size in this process: resume at the epoch
+        offset = 0
+    loader._cursor.load(epoch, offset)
+    return loader
 
 
 # -- the Loader ----------------------------------------------------------------------
@@ -100,7 +138,10 @@ class Loader:
 
     Each epoch visits every sample once in an order that is a pure function of
     ``(seed, epoch, N, shuffle, group_size, rank, world_size)``, on every backend.
-    Iterating the loader again starts the next epoch; :meth:`set_epoch` fixes it.
+    Which epoch a pass runs is one rule (``docs/loader.md``): a ``for`` loop that
+    runs to the end moves on to the next epoch, a pass that ends early
+    (``break``, an error, a framework's probe or look-ahead) is run again by the
+    next ``iter()``, and :meth:`set_epoch` always wins.
 
     Args:
         data: a pytree (dicts, lists, tuples, namedtuples, dataclasses, TensorDict)
@@ -182,17 +223,17 @@ class Loader:
         (1, 0)
     """
 
-    VERSION_KEY = "version"
-    EPOCH_KEY = "epoch"
-    OFFSET_KEY = "offset"
-    SEED_KEY = "seed"
-    N_KEY = "n"
-    SHUFFLE_KEY = "shuffle"
-    GROUP_SIZE_KEY = "group_size"
-    RUN_SIZE_KEY = "run_size"
-    WORLD_SIZE_KEY = "world_size"
-    BATCH_SIZE_KEY = "batch_size"
-    STATE_VERSION = 1
+    VERSION_KEY = _epochs.VERSION_KEY
+    EPOCH_KEY = _epochs.EPOCH_KEY
+    OFFSET_KEY = _epochs.OFFSET_KEY
+    SEED_KEY = _epochs.SEED_KEY
+    N_KEY = _epochs.N_KEY
+    SHUFFLE_KEY = _epochs.SHUFFLE_KEY
+    GROUP_SIZE_KEY = _epochs.GROUP_SIZE_KEY
+    RUN_SIZE_KEY = _epochs.RUN_SIZE_KEY
+    WORLD_SIZE_KEY = _epochs.WORLD_SIZE_KEY
+    BATCH_SIZE_KEY = _epochs.BATCH_SIZE_KEY
+    STATE_VERSION = _epochs.STATE_VERSION
 
     def __init__(
         self,
@@ -290,47 +331,28 @@ class Loader:
         )
         self._stats: LoaderStats | None = LoaderStats() if stats else None
         self.return_mask = bool(return_mask)
-        self._next_epoch = 0
-        self._resume_offset = 0
-        self._progress: Progress | None = None
-        # One epoch at a time: the iterator still running it, and the lock that
-        # guards it with the epoch counter against other threads.
+        # Which epoch the next pass runs (the one rule of every route: `_epochs`),
+        # and the pass bound last, which `state_dict` describes while it runs.
+        self._cursor = EpochCursor()
+        self._sampler = EpochSampler(self._order, self._cursor)
         self._live: weakref.ref[LoaderIterator] | None = None
-        self._lock = threading.Lock()
 
     # -- public API ----------------------------------------------------------------------
 
-    def _running(self) -> LoaderIterator | None:
-        """The iterator still running an epoch of this Loader, if any (under the lock)."""
-        iterator = None if self._live is None else self._live()
-        return iterator if iterator is not None and iterator._running() else None
-
     def __iter__(self) -> LoaderIterator:
-        """Start the next epoch (or resume the one a loaded state points into).
+        """A new pass: the epoch the cursor points at, bound when its first batch is asked for.
 
-        Raises:
-            RuntimeError: an iterator of this Loader is still running its epoch (a
-                nested loop, two loops zipped, another thread's loop).
+        Iterators are independent, as DataLoader's are: a second ``iter()`` never
+        raises, and each pass yields a whole epoch (or the rest of a resumed one).
         """
-        with self._lock:
-            running = self._running()
-            if running is not None:
-                p = running._progress
-                raise RuntimeError(
-                    f"this Loader is still iterating epoch {p.epoch} ({p.consumed} of {p.total} "
-                    "batches handed out) and runs one epoch at a time; finish that loop, "
-                    "`break` out of it or call its iterator's `close()` first."
-                )
-            iterator = self._start()
-            self._live = weakref.ref(iterator)
-            return iterator
+        return LoaderIterator(self)
 
-    def _start(self) -> LoaderIterator:
-        epoch, offset = self._next_epoch, self._resume_offset
-        self._next_epoch, self._resume_offset = epoch + 1, 0
+    def _bind(self, iterator: LoaderIterator) -> None:
+        """Start ``iterator``'s pass at the cursor's epoch and offset."""
+        epoch, offset, token = self._cursor.bind()
         schedule = self._order.epoch(epoch, offset)
         first = offset // schedule.global_batch
-        progress = self._progress = Progress(epoch, offset, len(schedule), first)
+        progress = Progress(epoch, offset, len(schedule), first)
         # Batches are views of blocks of the order, made as the epoch goes: no
         # N-long index array for a grouped or sequential order.
         batches = iter(schedule)
@@ -345,25 +367,33 @@ class Loader:
             source = with_masks(source, schedule, self.batch_size)
         if self._stats is not None:
             source = timed(source, self._stats)
-        return LoaderIterator(source, progress)
+        iterator._progress, iterator._token = progress, token
+        iterator._source = source if progress.total else _CLOSED
+        if not progress.total:  # resumed at the very end of its epoch
+            self._cursor.complete(token)
+        self._live = weakref.ref(iterator)
 
     def __len__(self) -> int:
         """Batches per epoch for this shard (the last short one counted unless ``drop_last``)."""
         return len(self._order)
 
     def set_epoch(self, epoch: int) -> None:
-        """Make ``epoch`` the one the next iteration runs.
+        """Make ``epoch`` the one the next pass runs (``set_epoch`` always wins).
 
         Setting the epoch a loaded state points into keeps its position, so
         ``load_state_dict`` followed by ``set_epoch(state["epoch"])`` resumes.
+        A pass already running keeps its own epoch.
         """
-        epoch = check_int("epoch", epoch, minimum=0)
-        with self._lock:
-            if epoch != self._next_epoch:
-                self._resume_offset = 0
-            self._next_epoch = epoch
-            if self._running() is None:  # a running epoch is still what state_dict() describes
-                self._progress = None
+        self._cursor.set_epoch(epoch)
+
+    @property
+    def sampler(self) -> EpochSampler:
+        """Where frameworks look for ``set_epoch`` (Lightning calls ``loader.sampler.set_epoch``).
+
+        Its ``set_epoch`` is :meth:`set_epoch`; iterating it yields this shard's
+        indices of the epoch the next pass runs.
+        """
+        return self._sampler
 
     def indices(self, epoch: int) -> np.ndarray:
         """The sample order of ``epoch`` for this shard (padding included), as a 1-D array."""
@@ -395,87 +425,47 @@ class Loader:
     def state_dict(self) -> dict[str, Any]:
         """Where the iteration stands: the epoch and the samples the user has consumed.
 
-        Counts batches handed to the user, not those prefetched. The offset is
-        global (samples consumed by all ranks together), so a loader with another
-        world size can resume it. After a finished epoch the state points at the
-        start of the next one. Every value is a plain Python int or str (or None),
-        for json, pickle and ``torch.load(weights_only=True)``.
+        While a pass runs (bound, not closed, not past its last batch), the
+        position in it: batches handed to the user, not those prefetched.
+        Otherwise what the next pass does: after a finished epoch, the start of
+        the next one; after a pass that ended early (``break``, ``close()``, an
+        error, a dropped iterator), the start of the same epoch again. A Loader
+        that loads this state yields exactly what this one yields next.
+
+        The offset is global (samples consumed by all ranks together), so a
+        loader with another world size can resume it. Every value is a plain
+        Python int or str, for json, pickle and ``torch.load(weights_only=True)``.
         """
-        with self._lock:
-            progress = self._progress
-            if progress is not None and progress.consumed < progress.total:
-                epoch = progress.epoch
-                offset = progress.start + progress.consumed * self.batch_size * self.world_size
-            else:
-                epoch, offset = self._next_epoch, self._resume_offset
-        order = self._order
-        return {
-            self.VERSION_KEY: self.STATE_VERSION,
-            self.EPOCH_KEY: int(epoch),
-            self.OFFSET_KEY: int(offset),
-            self.SEED_KEY: order.seed,
-            self.N_KEY: order.n,
-            self.SHUFFLE_KEY: order.shuffle,
-            self.GROUP_SIZE_KEY: order.group_size,
-            self.RUN_SIZE_KEY: order.run_size,
-            self.WORLD_SIZE_KEY: order.world_size,
-            self.BATCH_SIZE_KEY: order.batch_size,
-        }
+        epoch, offset, moves = self._cursor.bind()
+        live = None if self._live is None else self._live()
+        if live is not None and live._token == moves and live._running():
+            progress = live._progress
+            assert progress is not None
+            epoch = progress.epoch
+            offset = progress.start + progress.consumed * self.batch_size * self.world_size
+        return state_of(self._order, epoch, offset)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from :meth:`state_dict`: the next iteration yields exactly the batches left.
+        """Resume from :meth:`state_dict`: the next pass yields exactly the batches left.
 
         The saved state must describe the same epoch orders (``n``, ``shuffle``,
         ``seed``, ``group_size``, ``run_size``); batch size and world size may differ, as long
-        as the saved offset is a multiple of this loader's world size.
+        as the saved offset is a multiple of this loader's world size. A pass
+        already running keeps its own epoch.
 
         Raises:
             ValueError: a key is missing, the state describes other orders, or its
                 offset does not fit this loader.
-            RuntimeError: an iterator of this Loader is still running its epoch.
         """
-        keys = (self.EPOCH_KEY, self.OFFSET_KEY, self.SEED_KEY, self.N_KEY, self.SHUFFLE_KEY)
-        missing = [k for k in keys if k not in state]
-        if missing:
-            raise ValueError(f"`state` is missing {', '.join(map(repr, missing))}.")
-        order = self._order
-        mine = {
-            self.N_KEY: order.n,
-            self.SHUFFLE_KEY: order.shuffle,
-            self.SEED_KEY: order.seed,
-        }
-        saved = dict(state)
-        if order.shuffle == "grouped":
-            mine[self.GROUP_SIZE_KEY] = order.group_size
-            mine[self.RUN_SIZE_KEY] = order.run_size
-            saved.setdefault(self.RUN_SIZE_KEY, 1)  # states from before runs existed
-        different = [
-            f"`{k}` {saved.get(k)!r} (this loader: {v!r})"
-            for k, v in mine.items()
-            if saved.get(k) != v
-        ]
-        if different:
-            raise ValueError(
-                "`state` was saved for other epoch orders: " + ", ".join(different) + "."
-            )
-        epoch, offset = int(state[self.EPOCH_KEY]), int(state[self.OFFSET_KEY])
-        if epoch < 0 or offset < 0:
-            raise ValueError(f"`state` has a negative epoch or offset: {epoch}, {offset}.")
-        if offset % self.world_size:
-            raise ValueError(
-                f"`state` offset {offset} is not a multiple of `world_size` {self.world_size}."
-            )
-        order.num_batches(offset)  # raises for an offset past the end of the epoch
+        epoch, offset = parse_state(self._order, state)
         if self._shards > 1:
-            _probe.check_shards(order, self._shards, offset)
-        with self._lock:
-            if self._running() is not None:
-                raise RuntimeError(
-                    "cannot load a state while this Loader is iterating an epoch; finish that "
-                    "loop, `break` out of it or call its iterator's `close()` first."
-                )
-            self._next_epoch, self._resume_offset = epoch, offset
-            self._progress = None
+            _probe.check_shards(self._order, self._shards, offset)
+        self._cursor.load(epoch, offset)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled (spawn, ddp_spawn) and deep-copied as its arguments and its
+        # position: the copy has no thread or lock and yields the same batches.
+        return (_restore, (type(self), self._data, self._args, self.state_dict()))
 
     @property
     def transform(self) -> Callable[[Any], Any] | None:

@@ -288,8 +288,8 @@ def test_resume_at_another_world_size_covers_the_rest():
     # Two ranks consume 4 batches each, then the job restarts with three ranks.
     old = [Loader(make_data(n), b, seed=9, rank=r, world_size=2) for r in range(2)]
     consumed = []
-    for loader in old:
-        it = iter(loader)
+    running = [iter(loader) for loader in old]  # the passes still run when the states are taken
+    for it in running:
         consumed += [rows_of(next(it)) for _ in range(4)]
     state = old[0].state_dict()
     assert state == old[1].state_dict()

@@ -123,50 +123,59 @@ def test_batch_size_of_a_numpy_integer_type_becomes_a_python_int(integer):
     assert type(offset) is int and offset == 8
 
 
-# -- one epoch at a time ---------------------------------------------------------------
+# -- independent passes, one epoch rule --------------------------------------------
 
 
-def test_a_loop_nested_in_a_loop_over_the_same_loader_raises():
-    loader = Loader(_data(10), 4)
-    with pytest.raises(RuntimeError, match=r"still iterating epoch 0 \(1 of 3 batches"):
-        for _ in loader:
-            for _ in loader:
-                pass
-    assert [len(b["y"]) for b in loader] == [4, 4, 2]  # the outer one was dropped: free again
+def test_a_loop_nested_in_a_loop_over_the_same_loader_runs_its_own_pass():
+    loader = Loader(_data(10), 4, shuffle=False)
+    outer = []
+    for batch in loader:
+        outer.append(batch["y"].tolist())
+        inner = [b["y"].tolist() for b in loader]  # a whole pass of its own
+        assert inner == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert outer == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    # Each inner pass finished the epoch the cursor pointed at (0, 1, 2); the outer
+    # pass bound epoch 0 before the cursor moved, so its end moved nothing more.
+    assert loader.state_dict()[Loader.EPOCH_KEY] == 3
 
 
-def test_a_second_iterator_raises_until_the_first_finishes_or_closes():
+def test_a_second_iterator_is_independent_and_state_describes_the_last_bound():
     loader = Loader(_data(10), 4, shuffle=False)
     first = iter(loader)
-    with pytest.raises(RuntimeError, match="runs one epoch at a time"):
-        iter(loader)
-    next(first)
-    state = loader.state_dict()  # describes the one running: no other could start
+    second = iter(loader)  # never raises
+    assert next(first)["y"].tolist() == [0, 1, 2, 3]
+    state = loader.state_dict()
     assert (state[Loader.EPOCH_KEY], state[Loader.OFFSET_KEY]) == (0, 4)
-    with pytest.raises(RuntimeError, match="cannot load a state"):
-        loader.load_state_dict(state)
-    first.close()
-    second = iter(loader)
-    assert next(second)["y"].tolist() == [0, 1, 2, 3]  # epoch 1, sequential
-    assert list(map(len, (b["y"] for b in second))) == [4, 2]  # exhausted: not running
+    assert next(second)["y"].tolist() == [0, 1, 2, 3]  # its own pass over epoch 0
+    assert next(second)["y"].tolist() == [4, 5, 6, 7]
+    assert loader.state_dict()[Loader.OFFSET_KEY] == 8  # the pass bound last
+    loader.load_state_dict(state)  # allowed while passes run; they keep their epoch
+    assert next(first)["y"].tolist() == [4, 5, 6, 7]
+    first.close(), second.close()
+    assert [b["y"].tolist() for b in loader] == [[4, 5, 6, 7], [8, 9]]  # the loaded state
     third = iter(loader)
-    assert len(third) == 3
-    del third  # dropped unstarted: not running either
-    fourth = iter(loader)
-    np.testing.assert_array_equal(next(fourth)["y"], loader.indices(3)[:4])
+    assert len(third) == 3  # epoch 1, not bound yet
+    del third  # dropped unstarted: it moved nothing
+    np.testing.assert_array_equal(next(iter(loader))["y"], loader.indices(1)[:4])
 
 
 def test_an_iterator_past_its_last_batch_does_not_block_the_next_epoch():
     loader = Loader(_data(8), 4, shuffle=False)
     it = iter(loader)
     next(it), next(it)  # every batch handed out, StopIteration not reached yet
+    assert loader.state_dict()[Loader.EPOCH_KEY] == 1
+    assert len(it) == 0
+    loader.set_epoch(0)
     assert next(iter(loader))["y"].tolist() == [0, 1, 2, 3]
 
 
-def test_zip_of_a_loader_with_itself_raises():
+def test_zip_of_a_loader_with_itself_yields_the_same_epoch_twice():
     loader = Loader(_data(8), 4)
-    with pytest.raises(RuntimeError, match="one epoch at a time"):
-        list(zip(loader, loader, strict=True))
+    pairs = list(zip(loader, loader, strict=True))
+    assert len(pairs) == 2
+    for a, b in pairs:
+        np.testing.assert_array_equal(a["y"], b["y"])
+    assert loader.state_dict()[Loader.EPOCH_KEY] == 1
 
 
 # -- drop_last -------------------------------------------------------------------------

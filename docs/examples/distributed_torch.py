@@ -59,7 +59,7 @@ def main() -> None:
         loader.load_state_dict(state["loader"])
         model.module.load_state_dict(state["model"])
 
-    seen = 0
+    seen, saved = 0, None
     for step, batch in enumerate(loader):
         loss = nn.functional.mse_loss(model(batch["x"]).squeeze(1), batch["y"])
         opt.zero_grad()
@@ -67,13 +67,16 @@ def main() -> None:
         opt.step()
         seen += len(batch["idx"])
         if args.steps is not None and step + 1 == args.steps:
+            # Inside the loop: the position in the running epoch. After a `break`
+            # the Loader is back at the start of this epoch (its next pass runs it again).
+            saved = loader.state_dict()
             break
     print(f"rank {rank}/{world}: {step + 1} steps, {seen} rows, last loss {loss.item():.4f}")
 
     if args.save:
         if rank == 0:
             torch.save(
-                {"loader": loader.state_dict(), "model": model.module.state_dict()}, args.save
+                {"loader": saved, "model": model.module.state_dict()}, args.save
             )
         dist.barrier()
         dist.destroy_process_group()

@@ -1,0 +1,235 @@
+"""The epoch cursor: which epoch, from which sample, the next pass over the data runs.
+
+Between the orders (:mod:`looptoolkit.order`, a pure function of the epoch) and
+every route that iterates them: the :class:`~looptoolkit.Loader`, the
+DataLoader integration (:mod:`looptoolkit.torch_data`), the tf.data
+integration (:mod:`looptoolkit.tf_data`) and the comparison pipelines. Each of
+them asks one :class:`EpochCursor` which epoch a pass runs and tells it when
+a pass is done, so they all follow one rule (``docs/loader.md``, "Which epoch
+a loop runs"):
+
+1. A pass *binds* the cursor's ``(epoch, offset)`` when its first batch is
+   asked for. An ``iter()`` that is never advanced (a framework's probe, the
+   first of the two ``iter(batch_sampler)`` calls of torch's multi-process
+   iterator) binds nothing.
+2. A pass that hands out its last batch *completes* its epoch: the cursor moves
+   to ``(epoch + 1, 0)``, unless it was moved since the pass bound it.
+3. A pass that ends early (``break``, ``close()``, dropped, an error while
+   producing a batch) leaves the cursor where it was: the next pass runs the
+   same epoch again, from the same offset. A framework's one-batch look-ahead,
+   sanity-check pass or ``limit_train_batches`` therefore shifts nothing.
+4. ``set_epoch(e)`` always wins: the next pass runs epoch ``e`` from its start
+   (from the loaded offset if ``e`` is the epoch a loaded state points into).
+
+The state helpers (:func:`state_of`, :func:`parse_state`) give the Loader and
+the DataLoader integration one resumable state format.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from looptoolkit._errors import check_int
+from looptoolkit.order import Order
+
+__all__ = [
+    "EPOCH_KEY",
+    "OFFSET_KEY",
+    "STATE_VERSION",
+    "EpochCursor",
+    "EpochSampler",
+    "parse_state",
+    "state_of",
+]
+
+
+class EpochCursor:
+    """The ``(epoch, offset)`` the next pass runs, and a count of its moves.
+
+    Thread-safe: a prefetch thread or a tf.data callback may complete a pass
+    while the user's thread sets the epoch. Pickles without its lock.
+
+    Args:
+        epoch: the epoch of the first pass.
+
+    Examples:
+        >>> cursor = EpochCursor()
+        >>> epoch, offset, token = cursor.bind()   # a pass starts epoch 0
+        >>> cursor.bind()[:2]                      # a second pass, before the first is done
+        (0, 0)
+        >>> cursor.complete(token), cursor.position
+        (True, (1, 0))
+        >>> cursor.complete(token)                 # the other pass of epoch 0 moves nothing
+        False
+        >>> cursor.set_epoch(5); cursor.position
+        (5, 0)
+    """
+
+    __slots__ = ("_lock", "epoch", "moves", "offset")
+
+    def __init__(self, epoch: int = 0) -> None:
+        self.epoch = check_int("epoch", epoch, minimum=0)
+        self.offset = 0
+        self.moves = 0  # bumped on every move: a pass holds the value it bound
+        self._lock = threading.Lock()
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """``(epoch, offset)`` of the next pass."""
+        return self.epoch, self.offset
+
+    def bind(self) -> tuple[int, int, int]:
+        """``(epoch, offset, token)`` for a pass that starts now; ``token`` for :meth:`complete`."""
+        with self._lock:
+            return self.epoch, self.offset, self.moves
+
+    def complete(self, token: int) -> bool:
+        """A pass bound with ``token`` handed out its last batch: move to the next epoch.
+
+        Returns:
+            Whether the cursor moved (False when it was moved since that pass bound it).
+        """
+        with self._lock:
+            if token != self.moves:
+                return False
+            self.epoch, self.offset, self.moves = self.epoch + 1, 0, self.moves + 1
+            return True
+
+    def set_epoch(self, epoch: int) -> None:
+        """The next pass runs ``epoch`` (from the loaded offset when it is the cursor's epoch)."""
+        epoch = check_int("epoch", epoch, minimum=0)
+        with self._lock:
+            if epoch != self.epoch:
+                self.epoch, self.offset, self.moves = epoch, 0, self.moves + 1
+
+    def load(self, epoch: int, offset: int) -> None:
+        """The next pass runs ``epoch`` from global position ``offset`` (a loaded state)."""
+        with self._lock:
+            self.epoch, self.offset, self.moves = epoch, offset, self.moves + 1
+
+    def __getstate__(self) -> tuple[int, int, int]:
+        return self.epoch, self.offset, self.moves
+
+    def __setstate__(self, state: tuple[int, int, int]) -> None:
+        self.epoch, self.offset, self.moves = state
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"EpochCursor(epoch={self.epoch}, offset={self.offset})"
+
+
+class EpochSampler:
+    """The sample indices of the epoch a cursor points at; ``set_epoch`` moves the cursor.
+
+    What the frameworks find where ``DistributedSampler`` sits (``loader.sampler``,
+    ``dataloader.batch_sampler.sampler``): Lightning, accelerate and the HF
+    Trainer call its ``set_epoch`` at the start of every epoch. Iterating it
+    yields this shard's indices of the cursor's epoch (from its offset) and
+    moves nothing.
+
+    Args:
+        order: the epoch orders.
+        cursor: the cursor it reads and moves.
+
+    Examples:
+        >>> sampler = EpochSampler(Order(4, 2, shuffle=False), EpochCursor())
+        >>> sampler.set_epoch(3); sampler.epoch, list(sampler), len(sampler)
+        (3, [0, 1, 2, 3], 4)
+    """
+
+    def __init__(self, order: Order, cursor: EpochCursor) -> None:
+        self.order = order
+        self.cursor = cursor
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next pass runs."""
+        return self.cursor.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make ``epoch`` the one the next pass runs, as ``DistributedSampler.set_epoch``."""
+        self.cursor.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[int]:
+        epoch, offset, _ = self.cursor.bind()
+        return iter(self.order.epoch(epoch, offset).indices().tolist())
+
+    def __len__(self) -> int:
+        order = self.order
+        per_rank = int(order.epoch(0).samples_per_rank)
+        return per_rank - per_rank % order.batch_size if order.drop_last else per_rank
+
+
+# -- the resumable state ---------------------------------------------------------------
+
+STATE_VERSION = 1
+VERSION_KEY = "version"
+EPOCH_KEY = "epoch"
+OFFSET_KEY = "offset"
+SEED_KEY = "seed"
+N_KEY = "n"
+SHUFFLE_KEY = "shuffle"
+GROUP_SIZE_KEY = "group_size"
+RUN_SIZE_KEY = "run_size"
+WORLD_SIZE_KEY = "world_size"
+BATCH_SIZE_KEY = "batch_size"
+
+
+def state_of(order: Order, epoch: int, offset: int) -> dict[str, Any]:
+    """The resumable state of a pass at ``(epoch, offset)`` of ``order``: plain ints and strs."""
+    return {
+        VERSION_KEY: STATE_VERSION,
+        EPOCH_KEY: int(epoch),
+        OFFSET_KEY: int(offset),
+        SEED_KEY: order.seed,
+        N_KEY: order.n,
+        SHUFFLE_KEY: order.shuffle,
+        GROUP_SIZE_KEY: order.group_size,
+        RUN_SIZE_KEY: order.run_size,
+        WORLD_SIZE_KEY: order.world_size,
+        BATCH_SIZE_KEY: order.batch_size,
+    }
+
+
+def parse_state(order: Order, state: dict[str, Any]) -> tuple[int, int]:
+    """``(epoch, offset)`` of a saved state, checked against ``order``.
+
+    The state must describe the same epoch orders (``n``, ``shuffle``, ``seed``,
+    and for a grouped order ``group_size`` and ``run_size``); batch size and
+    world size may differ, as long as the offset is a multiple of this world size.
+
+    Raises:
+        ValueError: a key is missing, the state describes other orders, or its
+            offset does not fit ``order``.
+    """
+    if not isinstance(state, dict):
+        raise TypeError(f"`state` must be a dict, got {type(state).__name__}.")
+    keys = (EPOCH_KEY, OFFSET_KEY, SEED_KEY, N_KEY, SHUFFLE_KEY)
+    missing = [k for k in keys if k not in state]
+    if missing:
+        raise ValueError(f"`state` is missing {', '.join(map(repr, missing))}.")
+    mine: dict[str, Any] = {N_KEY: order.n, SHUFFLE_KEY: order.shuffle, SEED_KEY: order.seed}
+    saved = dict(state)
+    if order.shuffle == "grouped":
+        mine[GROUP_SIZE_KEY] = order.group_size
+        mine[RUN_SIZE_KEY] = order.run_size
+        saved.setdefault(RUN_SIZE_KEY, 1)  # states from before runs existed
+    different = [
+        f"`{k}` {saved.get(k)!r} (this loader: {v!r})" for k, v in mine.items() if saved.get(k) != v
+    ]
+    if different:
+        raise ValueError("`state` was saved for other epoch orders: " + ", ".join(different) + ".")
+    epoch, offset = int(state[EPOCH_KEY]), int(state[OFFSET_KEY])
+    if epoch < 0 or offset < 0:
+        raise ValueError(f"`state` has a negative epoch or offset: {epoch}, {offset}.")
+    if offset % order.world_size:
+        raise ValueError(
+            f"`state` offset {offset} is not a multiple of `world_size` {order.world_size}."
+        )
+    order.num_batches(offset)  # raises for an offset past the end of the epoch
+    return epoch, offset
+
