@@ -155,10 +155,17 @@ class Prefetcher:
                 continue
             if isinstance(item, _Failure):
                 self.close()
-                error = _reraise(item.error)
-                if error is item.error:
-                    raise error
-                raise error from item.error
+                original = item.error
+                error = _reraise(original)
+                try:
+                    if error is original:
+                        raise error
+                    raise error from original
+                finally:
+                    # This frame is in the exception's traceback: holding the
+                    # exception in its locals would make a reference cycle that
+                    # keeps the failed pass (and its batches) alive until a gc run.
+                    del item, original, error
             if item is END:
                 self.close()
             return item

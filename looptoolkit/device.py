@@ -313,7 +313,11 @@ def _move_tree(
                         f".to({device!r}): {e}",
                         paths[i],
                     ) from e
-                if _tree.looks_into(type(moved_object)):
+                if moved_object is None:
+                    # A `.to` that moves the object in place and returns None (as
+                    # Lightning accepts): the object itself, now moved.
+                    moved_object = leaf
+                elif _tree.looks_into(type(moved_object)):
                     # A container moved by its own `.to` (a BatchEncoding): what that
                     # left behind, or did not cast, goes where the rest of the batch goes.
                     if paths is None:

@@ -32,7 +32,14 @@ from typing import Any
 import numpy as np
 
 from looptoolkit import _epochs, _probe
-from looptoolkit._epochs import EPOCH_KEY, OFFSET_KEY, EpochCursor, EpochSampler, parse_state, state_of
+from looptoolkit._epochs import (
+    EPOCH_KEY,
+    OFFSET_KEY,
+    EpochCursor,
+    EpochSampler,
+    parse_state,
+    state_of,
+)
 from looptoolkit._errors import check_int
 from looptoolkit._pipeline import (
     Plan,

@@ -11,13 +11,13 @@ This module imports tensorflow.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
+from looptoolkit._epochs import EpochCursor
 from looptoolkit._rows import Rows
 from looptoolkit.loader import Loader
 from looptoolkit.order import Order, batch_count, epoch_indices
@@ -40,19 +40,6 @@ def gpu_present() -> bool:
     return bool(tf.config.list_logical_devices("GPU"))
 
 
-class _EpochCounter:
-    """The epoch the next iteration of a dataset yields; each iteration takes the next."""
-
-    def __init__(self, start: int) -> None:
-        self.next_epoch = start
-        self._lock = threading.Lock()
-
-    def take(self) -> int:
-        with self._lock:
-            epoch, self.next_epoch = self.next_epoch, self.next_epoch + 1
-        return epoch
-
-
 def _loader_parts(loader: Any, order: Any) -> tuple[Any, int, Any]:
     """Data, batch size and order of a Loader, for :func:`loader_dataset`."""
     data = loader.data
@@ -70,22 +57,30 @@ def loader_dataset(
     drop_last: bool = False,
     prefetch: bool = True,
     device: str | None = None,
-    start_epoch: int = 0,
+    start_epoch: int | None = None,
     transform: Callable[[Any], Any] | None = None,
 ) -> tf.data.Dataset:
     """A ``tf.data.Dataset`` that yields the Loader's batches; usable directly in ``model.fit``.
 
     Each iteration of the dataset (``for batch in ds``, or one epoch of
-    ``model.fit``) is the next epoch: its order is read once, on the host,
-    cut into batches of indices inside tf.data, and each batch is one
-    ``tf.gather`` per leaf inside the pipeline, prefetched with
-    ``prefetch(tf.data.AUTOTUNE)`` (``prefetch_to_device`` when ``device`` names
-    a GPU that is present). The cardinality is known, so Keras shows progress.
+    ``model.fit``) is a pass that follows the Loader's epoch rule: it takes its
+    epoch when it starts producing, and when the consumer has received its
+    last batch the epoch is done and the next pass runs the next one; a pass
+    that ends early (Keras's one-batch look-ahead to build a model on the JAX
+    and torch backends, a ``take``) is run again by the next. Given a
+    :class:`~looptoolkit.Loader` (as ``data`` or ``order``) the dataset shares
+    its epoch cursor: ``loader.set_epoch(e)`` chooses the dataset's next epoch
+    and a finished pass of either moves both on. The order is read on the
+    host once per pass, cut into index batches inside tf.data, each batch is
+    one ``tf.gather`` per leaf, prefetched with ``prefetch(tf.data.AUTOTUNE)``
+    (``prefetch_to_device`` when ``device`` names a GPU that is present; then a
+    pass counts as done when its last batch reaches that buffer). The
+    cardinality is known, so Keras shows progress.
 
     Args:
         data: a tensor / NumPy array, or a dict, tuple or namedtuple of them
             (``(x, y)`` for ``model.fit``); or a :class:`looptoolkit.Loader`, whose
-            data, batch size and order are used.
+            data, batch size, order and epoch cursor are used.
         batch_size: rows per batch (default: the Loader's, when ``data`` or
             ``order`` is one).
         order: an ``Order``, a ``Loader`` or a function of the epoch; default:
@@ -97,14 +92,20 @@ def loader_dataset(
         prefetch: prefetch batches (``AUTOTUNE``, or to the GPU named by ``device``).
         device: ``"/GPU:0"`` to prefetch batches onto that GPU; None keeps them
             where tf.data produces them (the host).
-        start_epoch: the epoch the first iteration yields.
+        start_epoch: the epoch the first pass runs (``set_epoch`` on a given
+            Loader); None: 0, or where the given Loader's cursor stands.
         transform: a function applied to every batch inside the pipeline
-            (``Dataset.map``, traced once by tf), before the prefetch: the same
-            role as the Loader's ``transform``. Default: the Loader's own, when
-            ``data`` is a Loader.
+            (traced once by tf), before the prefetch: the same role as the
+            Loader's ``transform``. Default: the Loader's own, when ``data`` is a
+            Loader.
 
     Returns:
         The dataset; its element structure is that of ``data``.
+
+    Raises:
+        ValueError: ``batch_size < 1``; when a pass starts (as a tf error), the
+            given Loader's cursor points into the middle of an epoch (a loaded
+            mid-epoch state: tf.data passes run whole epochs).
 
     Examples:
         >>> import numpy as np
@@ -112,55 +113,80 @@ def loader_dataset(
         >>> [b["x"].numpy().tolist() for b in ds]
         [[0, 1], [2, 3], [4]]
     """
+    cursor: EpochCursor | None = None
     if isinstance(data, Loader):
         if transform is None:
             transform = data.transform
+        cursor = data._cursor
         data, batch_size, order = _loader_parts(data, order)
-    elif isinstance(order, Loader) and batch_size is None:
-        batch_size = order.batch_size
+    elif isinstance(order, Loader):
+        cursor = order._cursor
+        if batch_size is None:
+            batch_size = order.batch_size
     if batch_size is None or batch_size < 1:
         raise ValueError(f"`batch_size` must be >= 1, got {batch_size}.")
+    if cursor is None:
+        cursor = EpochCursor(0 if start_epoch is None else start_epoch)
+    elif start_epoch is not None:
+        cursor.set_epoch(start_epoch)
     structure, n = as_structure(data)
     if order is None:
         order = Order(n, batch_size, shuffle=shuffle, seed=seed, group_size=group_size)
     leaves = tf.nest.flatten(structure)
-    counter = _EpochCounter(start_epoch)
     # Samples per epoch, measured: a shard's order is padded, a cut one shorter, and
     # an order function may return any subset of the rows.
-    m = len(epoch_indices(order, start_epoch))
+    m = len(epoch_indices(order, cursor.epoch))
     full = batch_count(m, batch_size, drop_last=True) * batch_size
     tail = m - full if not drop_last else 0
     length = batch_count(m, batch_size, drop_last)
 
-    def next_order() -> np.ndarray:
-        return epoch_indices(order, counter.take()).astype(np.int64)
+    def bind() -> tuple[np.ndarray, np.int64]:
+        epoch, offset, token = cursor.bind()
+        if offset:
+            raise ValueError(
+                f"loader_dataset runs whole epochs, but its Loader is set to resume epoch "
+                f"{epoch} at sample {offset} (a loaded mid-epoch state); iterate the Loader "
+                "to finish that epoch, or call `set_epoch`."
+            )
+        return epoch_indices(order, epoch).astype(np.int64), np.int64(token)
+
+    def complete(token: np.int64) -> np.bool_:
+        return np.bool_(cursor.complete(int(token)))
 
     def epoch_batches(_: tf.Tensor) -> tf.data.Dataset:
-        indices = tf.numpy_function(next_order, [], tf.int64, stateful=True)
+        indices, token = tf.numpy_function(bind, [], (tf.int64, tf.int64), stateful=True)
         indices = tf.ensure_shape(indices, [m])
         batches = tf.data.Dataset.from_tensor_slices(tf.reshape(indices[:full], [-1, batch_size]))
         if tail:
             last = tf.data.Dataset.from_tensor_slices(indices[full:][tf.newaxis])
             batches = batches.concatenate(last)
-        return batches
+        return batches.enumerate().map(lambda i, idx: (i, token, idx))
 
     def gather(idx: tf.Tensor) -> Any:
         return tf.nest.pack_sequence_as(structure, [tf.gather(leaf, idx) for leaf in leaves])
 
-    ds = tf.data.Dataset.range(1).flat_map(epoch_batches).map(gather)
-    ds = ds.apply(tf.data.experimental.assert_cardinality(length))
-    if transform is not None:
-        fn = transform
-        if type(structure) is tuple:
-            # tf.data passes a tuple's parts as separate arguments; the transform
-            # takes the batch as one, as the Loader's does.
-            def fn(*parts: Any) -> Any:
-                return transform(parts)
+    def produce(i: tf.Tensor, token: tf.Tensor, idx: tf.Tensor) -> Any:
+        batch = gather(idx)
+        # The transform takes the batch as one argument, as the Loader's does.
+        return i, token, batch if transform is None else transform(batch)
 
-        ds = ds.map(fn)
-    if prefetch:
-        if device is not None and "GPU" in device.upper() and gpu_present():
-            ds = ds.apply(tf.data.experimental.prefetch_to_device(device))
-        else:
-            ds = ds.prefetch(tf.data.AUTOTUNE)
-    return ds
+    def delivered(i: tf.Tensor, token: tf.Tensor, batch: Any) -> Any:
+        # Runs when the consumer takes the batch (after the prefetch buffer): the
+        # pass is done when its last batch is taken, not when it is produced.
+        done = tf.cond(
+            tf.equal(i, length - 1),
+            lambda: tf.numpy_function(complete, [token], tf.bool, stateful=True),
+            lambda: tf.constant(False),
+        )
+        with tf.control_dependencies([done]):
+            return tf.nest.map_structure(tf.identity, batch)
+
+    ds = tf.data.Dataset.range(1).flat_map(epoch_batches).map(produce)
+    to_gpu = prefetch and device is not None and "GPU" in device.upper() and gpu_present()
+    if prefetch and not to_gpu:
+        ds = ds.prefetch(tf.data.AUTOTUNE)
+    ds = ds.map(delivered)
+    if to_gpu:
+        assert device is not None
+        ds = ds.apply(tf.data.experimental.prefetch_to_device(device))
+    return ds.apply(tf.data.experimental.assert_cardinality(length))

@@ -13,17 +13,27 @@ This module imports torch; ``looptoolkit`` loads it on first use of
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import weakref
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import torch.utils.data
 
+from looptoolkit import tree as _tree
+from looptoolkit._epochs import EpochCursor, EpochSampler, parse_state, position, state_of
 from looptoolkit._probe import check_not_empty
 from looptoolkit._rows import Rows
 from looptoolkit.order import Order, resolve_rank
 
-__all__ = ["GetItemsDataset", "OrderBatchSampler", "keep_batch", "make_dataloader"]
+__all__ = [
+    "BatchCollate",
+    "EpochDataLoader",
+    "GetItemsDataset",
+    "OrderBatchSampler",
+    "keep_batch",
+    "make_dataloader",
+]
 
 
 class GetItemsDataset(torch.utils.data.Dataset[Any]):
@@ -57,6 +67,7 @@ class GetItemsDataset(torch.utils.data.Dataset[Any]):
 
     def __init__(self, data: Any) -> None:
         self._rows = Rows(data)
+        self._data = data
 
     def __len__(self) -> int:
         return self._rows.n
@@ -80,6 +91,10 @@ class GetItemsDataset(torch.utils.data.Dataset[Any]):
             raise IndexError(f"`indices` out of range for {self._rows.n} rows.")
         return self._rows.take(idx)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Workers started by spawn or forkserver get the data and rebuild the rest.
+        return (type(self), (self._data,))
+
     def __repr__(self) -> str:
         rows = self._rows
         kinds = "/".join(rows.backends)
@@ -89,24 +104,164 @@ class GetItemsDataset(torch.utils.data.Dataset[Any]):
 class OrderBatchSampler(torch.utils.data.Sampler[np.ndarray]):
     """A batch sampler yielding the batches of an :class:`~looptoolkit.order.Order`.
 
-    Each iteration is the next epoch (as with the Loader); :meth:`set_epoch` fixes
-    it. Batches are 1-D NumPy index arrays, the same ones the Loader gathers.
+    Batches are 1-D NumPy index arrays, the ones the Loader gathers. Which epoch
+    a pass runs is the Loader's rule, kept by one epoch cursor: a pass binds the
+    cursor's epoch at its first batch and moves it on when the epoch is done;
+    ``set_epoch(e)`` always wins. ``set_epoch`` is here and on :attr:`sampler`,
+    where Lightning, accelerate and the HF Trainer call it
+    (``dl.batch_sampler.sampler``, ``dl.batch_sampler``, and through
+    accelerate's wrappers ``dl.batch_sampler.batch_sampler``).
+
+    Iterated through :class:`EpochDataLoader`, a pass is done when the loop
+    has received its last batch. Iterated by a plain DataLoader (the one
+    accelerate's ``prepare`` or ``skip_first_batches`` builds around it), it is
+    done when its last batch has been sent to the workers; those wrappers call
+    ``set_epoch`` every epoch.
+
+    Args:
+        order: the epoch orders.
+        cursor: the epoch cursor to share (a new one starting at epoch 0 by default).
     """
 
-    def __init__(self, order: Order) -> None:
+    def __init__(self, order: Order, cursor: EpochCursor | None = None) -> None:
         self.order = order
-        self.epoch = 0
+        self.cursor = EpochCursor() if cursor is None else cursor
+        self.sampler = EpochSampler(order, self.cursor)
+        # The pass an EpochDataLoader iterator bound, while it builds its DataLoader iterator.
+        self._tracked: tuple[int, int] | None = None
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next pass runs."""
+        return self.cursor.epoch
 
     def set_epoch(self, epoch: int) -> None:
-        """Make ``epoch`` the one the next iteration runs."""
-        self.epoch = int(epoch)
+        """Make ``epoch`` the one the next pass runs."""
+        self.cursor.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[np.ndarray]:
-        epoch, self.epoch = self.epoch, self.epoch + 1
-        return iter(self.order.epoch(epoch))
+        tracked = self._tracked  # read now: torch calls iter() before it asks for a batch
+        if tracked is not None:
+            return iter(self.order.epoch(*tracked))
+        return self._untracked()
+
+    def _untracked(self) -> Iterator[np.ndarray]:
+        # A generator: the epoch is bound at the first batch asked for, so the first
+        # of the two iter() calls of torch's multi-process iterator binds nothing.
+        epoch, offset, token = self.cursor.bind()
+        yield from self.order.epoch(epoch, offset)
+        self.cursor.complete(token)
 
     def __len__(self) -> int:
         return len(self.order)
+
+
+class _Pass:
+    """One pass of an :class:`EpochDataLoader`: binds its epoch at the first batch asked for."""
+
+    __slots__ = ("__weakref__", "_delivered", "_epoch", "_it", "_loader", "_offset", "_token",
+                 "_total")  # fmt: skip
+
+    def __init__(self, loader: EpochDataLoader) -> None:
+        self._loader = loader
+        self._it: Iterator[Any] | None = None
+        self._total = -1  # -1: not bound yet
+        self._delivered = 0
+        self._epoch = self._offset = self._token = 0
+
+    def __iter__(self) -> _Pass:
+        return self
+
+    def __len__(self) -> int:
+        sampler = self._loader._sampler
+        if self._total < 0:
+            return sampler.order.num_batches(sampler.cursor.offset)
+        return self._total - self._delivered if self._it is not None else 0
+
+    def _bind(self) -> Iterator[Any]:
+        loader = self._loader
+        sampler = loader._sampler
+        self._epoch, self._offset, self._token = sampler.cursor.bind()
+        self._total = sampler.order.num_batches(self._offset)
+        sampler._tracked = (self._epoch, self._offset)
+        try:
+            it = torch.utils.data.DataLoader.__iter__(loader)
+        finally:
+            sampler._tracked = None
+        loader._live = weakref.ref(self)
+        if not self._total:  # resumed at the very end of its epoch
+            sampler.cursor.complete(self._token)
+        return it
+
+    def __next__(self) -> Any:
+        it = self._it
+        if it is None:
+            if self._total >= 0:  # finished or closed
+                raise StopIteration
+            it = self._it = self._bind()
+        try:
+            batch = next(it)
+        except BaseException:
+            self.close()  # the end, or an error: an early end leaves the cursor where it was
+            raise
+        self._delivered += 1
+        if self._delivered == self._total:
+            self._loader._sampler.cursor.complete(self._token)
+        return batch
+
+    def close(self) -> None:
+        """End the pass (workers of a non-persistent DataLoader shut down with their iterator)."""
+        self._it = None
+        if self._total < 0:
+            self._total = 0
+
+    def running(self) -> tuple[int, int, int] | None:
+        """``(epoch, offset reached, token)`` while bound, neither closed nor finished."""
+        if self._it is None or self._delivered >= self._total:
+            return None
+        order = self._loader._sampler.order
+        offset = self._offset + self._delivered * order.batch_size * order.world_size
+        return self._epoch, offset, self._token
+
+
+class EpochDataLoader(torch.utils.data.DataLoader[Any]):
+    """The ``DataLoader`` :func:`make_dataloader` returns: epochs by the Loader's rule, resumable.
+
+    A ``torch.utils.data.DataLoader`` in every respect (Lightning and Keras
+    take it as one), with an :class:`OrderBatchSampler` as its batch sampler.
+    Each ``iter()`` is a pass that binds its epoch when its first batch is asked
+    for (so a framework's probe or one-batch look-ahead moves nothing, and
+    ``set_epoch`` called after ``iter()`` still counts), and finishes the epoch
+    when the loop has received its last batch, whatever the workers prefetched.
+    ``state_dict`` / ``load_state_dict`` resume in the middle of an epoch, as
+    torchdata's ``StatefulDataLoader`` does; the state is the Loader's format.
+    """
+
+    _live: weakref.ref[_Pass] | None = None
+
+    @property
+    def _sampler(self) -> OrderBatchSampler:
+        sampler: OrderBatchSampler = self.batch_sampler  # type: ignore[assignment]
+        return sampler
+
+    def __iter__(self) -> _Pass:  # type: ignore[override]
+        return _Pass(self)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make ``epoch`` the one the next pass runs (the HF Trainer calls ``dl.set_epoch``)."""
+        self._sampler.set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the iteration stands: the running pass (batches the loop got), or the next pass."""
+        live = None if self._live is None else self._live()
+        running = None if live is None else live.running()
+        sampler = self._sampler
+        return state_of(sampler.order, *position(sampler.cursor, running))
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from :meth:`state_dict`: the next pass yields exactly the batches left."""
+        sampler = self._sampler
+        sampler.cursor.load(*parse_state(sampler.order, state))
 
 
 def keep_batch(batch: Any) -> Any:
@@ -119,6 +274,40 @@ def keep_batch(batch: Any) -> Any:
     return batch
 
 
+def _as_tensor(leaf: Any) -> Any:
+    if isinstance(leaf, np.ndarray) and leaf.dtype.kind in _TENSOR_KINDS:
+        # Shares the gathered batch's memory; a read-only view is copied once.
+        return torch.from_numpy(leaf if leaf.flags.writeable else leaf.copy())
+    return leaf
+
+
+_TENSOR_KINDS = frozenset("biufc")
+
+
+class BatchCollate:
+    """The ``collate_fn`` of :func:`make_dataloader`: runs in the workers, after the batched fetch.
+
+    Args:
+        tensors: turn NumPy leaves into torch tensors (zero-copy), as
+            ``default_collate`` does for NumPy samples.
+        fn: the user's ``collate_fn``, applied to the whole batch afterwards.
+    """
+
+    def __init__(self, tensors: bool, fn: Callable[[Any], Any] | None) -> None:
+        self.tensors = tensors
+        self.fn = fn
+
+    def __call__(self, batch: Any) -> Any:
+        """The batch with NumPy leaves as tensors (if asked), then through ``fn``."""
+        if self.tensors:
+            leaves, spec = _tree.flatten(batch)
+            batch = _tree.unflatten(spec, [_as_tensor(leaf) for leaf in leaves])
+        return batch if self.fn is None else self.fn(batch)
+
+
+_OWN_ARGUMENTS = ("sampler", "batch_sampler", "batch_size")
+
+
 def make_dataloader(
     data: Any,
     batch_size: int,
@@ -128,16 +317,22 @@ def make_dataloader(
     num_workers: int = 0,
     drop_last: bool = False,
     group_size: int | None = None,
+    run_size: int = 1,
     rank: int | None = None,
     world_size: int | None = None,
+    collate_fn: Callable[[Any], Any] | None = None,
+    tensors: bool = True,
     **kwargs: Any,
-) -> torch.utils.data.DataLoader[Any]:
+) -> EpochDataLoader:
     """A ``torch.utils.data.DataLoader`` that fetches each batch with one gather per leaf.
 
     The batch sampler yields the Loader's epoch orders (same ``seed``, ``shuffle``,
-    sharding), ``GetItemsDataset.__getitems__`` gathers each batch, and the
-    identity ``collate_fn`` hands it on unchanged. Each iteration of the result
-    is the next epoch; ``loader.batch_sampler.set_epoch(e)`` fixes it.
+    sharding), ``GetItemsDataset.__getitems__`` gathers each batch in the worker,
+    NumPy leaves become torch tensors and ``collate_fn`` (if any) runs on the
+    whole batch, still in the worker. Epochs follow the Loader's rule: a loop
+    run to the end moves on to the next epoch, a pass that ends early is run
+    again, ``set_epoch(e)`` (on the result, its batch sampler or
+    ``batch_sampler.sampler``) always wins.
 
     Args:
         data: a pytree of arrays sharing the leading dimension.
@@ -148,25 +343,43 @@ def make_dataloader(
             the fastest for in-memory data on few cores).
         drop_last: drop the last short batch (and do not pad the shards).
         group_size: group size of the grouped shuffle.
+        run_size: rows per run of the grouped shuffle, as for the Loader.
         rank: this process's shard (None with ``world_size`` None: from
             ``torch.distributed`` when initialised).
         world_size: number of shards.
-        **kwargs: passed to ``DataLoader`` (``pin_memory``, ``persistent_workers``...).
+        collate_fn: a function of the whole batch (after the gather and the
+            tensor conversion), run in the workers: the per-batch hook.
+        tensors: NumPy leaves come out as torch tensors (sharing memory with the
+            gathered batch); False keeps them NumPy. Other leaves are kept.
+        **kwargs: passed to ``DataLoader`` (``pin_memory``, ``persistent_workers``,
+            ``multiprocessing_context``, ``prefetch_factor``...).
 
     Returns:
-        The DataLoader.
+        An :class:`EpochDataLoader`.
 
     Raises:
         ValueError: with ``drop_last``, this shard has fewer rows than ``batch_size``
             (every epoch would be empty); the errors of :class:`GetItemsDataset`.
-        TypeError: the errors of :class:`GetItemsDataset`.
+        TypeError: ``sampler`` or ``batch_sampler`` in ``kwargs`` (the orders come
+            from ``shuffle``, ``seed`` and the sharding); a ``collate_fn`` that is
+            not callable; the errors of :class:`GetItemsDataset`.
 
     Examples:
         >>> import numpy as np
         >>> loader = make_dataloader({"y": np.arange(5)}, 2, shuffle=False)
         >>> [batch["y"].tolist() for batch in loader]
         [[0, 1], [2, 3], [4]]
+        >>> type(next(iter(loader))["y"]).__name__
+        'Tensor'
     """
+    clash = [name for name in _OWN_ARGUMENTS if name in kwargs]
+    if clash:
+        raise TypeError(
+            f"make_dataloader builds its own batch sampler; `{clash[0]}` cannot be passed "
+            "(choose the order with `shuffle`, `seed`, `rank` and `world_size`)."
+        )
+    if collate_fn is not None and not callable(collate_fn):
+        raise TypeError(f"`collate_fn` must be callable, got {type(collate_fn).__name__}.")
     dataset = GetItemsDataset(data)
     rank, world_size = resolve_rank(rank, world_size)
     order = Order(
@@ -175,16 +388,20 @@ def make_dataloader(
         shuffle=shuffle,
         seed=seed,
         group_size=group_size,
+        run_size=run_size,
         rank=rank,
         world_size=world_size,
         drop_last=drop_last,
     )
     check_not_empty(order)
-    return torch.utils.data.DataLoader(
+    collate: Callable[[Any], Any] = (
+        BatchCollate(bool(tensors), collate_fn) if tensors or collate_fn is not None else keep_batch
+    )
+    return EpochDataLoader(
         dataset,
         # Typed as lists of ints; DataLoader only hands each batch to `__getitems__`.
         batch_sampler=OrderBatchSampler(order),  # type: ignore[arg-type]
-        collate_fn=keep_batch,
+        collate_fn=collate,
         num_workers=num_workers,
         **kwargs,
     )

@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, set[str]]] = [
         },
     ),
     ("pytree", {"looptoolkit._fields", "looptoolkit._containers", "looptoolkit.tree"}),
-    ("order", {"looptoolkit._sources", "looptoolkit.order"}),
+    ("order", {"looptoolkit._sources", "looptoolkit.order", "looptoolkit._epochs"}),
     (
         "steps",
         {

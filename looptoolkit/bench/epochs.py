@@ -1,9 +1,9 @@
 """Epoch-driven pipelines: the shape every comparison pipeline shares.
 
 Each native pipeline under :mod:`looptoolkit.bench` is an :class:`EpochPipeline`
-(or a framework object that behaves like one): each ``iter()`` is the next
-epoch, as with the :class:`~looptoolkit.Loader`, so the harness drives every
-variant the same way.
+(or a framework object that behaves like one): which epoch each ``iter()``
+runs is the :class:`~looptoolkit.Loader`'s rule, kept by the same epoch
+cursor, so the harness drives every variant the same way.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from looptoolkit._epochs import EpochCursor, pass_over
 from looptoolkit.order import batch_count
 
 __all__ = ["EpochPipeline", "order_length", "split_batches"]
@@ -49,7 +50,7 @@ def order_length(order: Any, n: int, batch_size: int, drop_last: bool = False) -
 
 
 class EpochPipeline:
-    """An iterable over epochs: each ``iter()`` yields the batches of the next epoch.
+    """An iterable over epochs, by the Loader's rule: a pass run to the end moves to the next epoch.
 
     Args:
         epoch_fn: yields the batches of the epoch it is given.
@@ -74,18 +75,23 @@ class EpochPipeline:
         self._epoch_fn = epoch_fn
         self._length = length
         self.name = name
-        self.epoch = start_epoch
+        self.cursor = EpochCursor(start_epoch)
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next pass runs."""
+        return self.cursor.epoch
 
     def set_epoch(self, epoch: int) -> None:
         """Make ``epoch`` the one the next ``iter()`` yields."""
-        self.epoch = epoch
+        self.cursor.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[Any]:
-        epoch, self.epoch = self.epoch, self.epoch + 1
-        return self._epoch_fn(epoch)
+        # The Loader's epoch rule (the one cursor): bound at the first batch, done at the end.
+        return pass_over(self.cursor, self._epoch_fn)
 
     def __len__(self) -> int:
         return self._length
 
     def __repr__(self) -> str:
-        return f"EpochPipeline({self.name}, batches={self._length}, next_epoch={self.epoch})"
+        return f"EpochPipeline({self.name}, batches={self._length}, next_epoch={self.cursor.epoch})"

@@ -18,6 +18,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from looptoolkit import tree
+from looptoolkit._epochs import EpochCursor, pass_over
 from looptoolkit._rows import Rows
 from looptoolkit.adapters.torch import from_numpy
 from looptoolkit.bench.epochs import EpochPipeline, order_length
@@ -69,8 +70,9 @@ class PerSampleDataset(Dataset):
 class OrderSampler(Sampler[int]):
     """A sampler that yields the epoch orders of an ``Order`` (or a ``Loader``).
 
-    Each ``iter()`` is the next epoch, as ``DataLoader`` asks for one iterator
-    per epoch; ``set_epoch(e)`` chooses the next one, like ``DistributedSampler``.
+    Which epoch each ``iter()`` runs is the Loader's rule (the one epoch cursor):
+    a pass run to the end moves to the next epoch; ``set_epoch(e)`` chooses the
+    next one, like ``DistributedSampler``.
 
     Args:
         order: an ``Order``, a ``Loader`` or a function of the epoch returning
@@ -82,15 +84,14 @@ class OrderSampler(Sampler[int]):
     def __init__(self, order: Any, n: int, *, start_epoch: int = 0) -> None:
         self.order = order
         self.n = n
-        self.epoch = start_epoch
+        self.cursor = EpochCursor(start_epoch)
 
     def set_epoch(self, epoch: int) -> None:
         """Make ``epoch`` the one the next ``iter()`` yields."""
-        self.epoch = epoch
+        self.cursor.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[int]:
-        epoch, self.epoch = self.epoch, self.epoch + 1
-        return iter(epoch_indices(self.order, epoch).tolist())
+        return pass_over(self.cursor, lambda epoch: epoch_indices(self.order, epoch).tolist())
 
     def __len__(self) -> int:
         return self.n
