@@ -87,7 +87,11 @@ class LoaderIterator:
             item = next(self._source)
         except StopIteration:
             if self._source is _UNSTARTED:  # the first batch asked for: bind the epoch
-                self._loader._bind(self)
+                try:
+                    self._loader._bind(self)
+                except BaseException:
+                    self._source = _CLOSED
+                    raise
                 return self.__next__()
             self._source = _CLOSED
             raise
@@ -102,9 +106,11 @@ class LoaderIterator:
 
     def __len__(self) -> int:
         progress = self._progress
+        if self._source is _CLOSED:
+            return 0
         if progress is None:
             return self._loader._order.num_batches(self._loader._cursor.offset)
-        return 0 if self._source is _CLOSED else progress.total - progress.consumed
+        return progress.total - progress.consumed
 
     def close(self) -> None:
         """Stop the pass: the background thread (if any) ends and nothing more is yielded."""
