@@ -399,6 +399,10 @@ class Loader:
         """
         self._cursor.set_epoch(epoch)
 
+    batch_sampler: None = None
+    """None: the Loader batches by itself (code written for ``DataLoader``, like
+    Lightning's, then reads the order from :attr:`sampler`)."""
+
     @property
     def sampler(self) -> EpochSampler:
         """Where frameworks look for ``set_epoch`` (Lightning calls ``loader.sampler.set_epoch``).

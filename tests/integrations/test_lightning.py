@@ -1,0 +1,142 @@
+"""PyTorch Lightning trains on exactly the Loader's epochs, through every route.
+
+A real ``lightning.Trainer`` fits a tiny model; its ``training_step`` records
+the row ids of each batch, per epoch. Epochs 0-2 must be ``Loader.indices(e)``:
+with a ``Loader`` passed directly, with ``make_dataloader`` (0 and 2 workers),
+with a validation loader and its sanity check, with ``limit_train_batches``,
+and across an end-of-epoch and a mid-epoch checkpoint resume.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+L = pytest.importorskip("lightning")
+
+from looptoolkit import Loader  # noqa: E402
+from looptoolkit.torch_data import make_dataloader  # noqa: E402
+
+pytestmark = [
+    # Lightning's advice for real runs (more workers, a logger, a longer epoch)
+    # does not apply to these 1,000-row runs.
+    pytest.mark.filterwarnings("ignore::UserWarning:lightning.*"),
+    # Lightning 2.6 still builds torch's deprecated LeafSpec (torch 2.13 warns).
+    pytest.mark.filterwarnings("ignore:`isinstance\\(treespec, LeafSpec\\)`:FutureWarning"),
+]
+
+N, B, SEED = 1000, 100, 11
+
+
+def _numpy_data() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((N, 8)).astype(np.float32)
+    return {"x": x, "y": x.sum(1), "id": np.arange(N)}
+
+
+REFERENCE = Loader(_numpy_data(), B, seed=SEED)
+
+
+def _route(name: str) -> Any:
+    data = _numpy_data()
+    if name == "loader":
+        return Loader({k: torch.from_numpy(v) for k, v in data.items()}, B, seed=SEED)
+    workers = int(name[-1])
+    extra = {"multiprocessing_context": "fork"} if workers else {}
+    return make_dataloader(data, B, seed=SEED, num_workers=workers, **extra)
+
+
+class Recorder(L.LightningModule):
+    """A linear model whose training step records the rows it trains on."""
+
+    def __init__(self, save_at: tuple[int, int] | None = None, path: Path | None = None) -> None:
+        super().__init__()
+        self.model = torch.nn.Linear(8, 1)
+        self.seen: dict[int, list[np.ndarray]] = {}
+        self.val_batches = 0
+        self.save_at, self.path = save_at, path
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        self.seen.setdefault(self.current_epoch, []).append(batch["id"].numpy().copy())
+        return torch.nn.functional.mse_loss(self.model(batch["x"]).squeeze(1), batch["y"])
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.save_at == (self.current_epoch, batch_idx):
+            self.trainer.save_checkpoint(self.path)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.val_batches += 1
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    def epochs(self) -> dict[int, np.ndarray]:
+        return {e: np.concatenate(rows) for e, rows in self.seen.items()}
+
+
+def _trainer(**kwargs: Any) -> Any:
+    options: dict[str, Any] = {
+        "accelerator": "cpu",
+        "devices": 1,
+        "max_epochs": 3,
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+    }
+    return L.Trainer(**{**options, **kwargs})
+
+
+ROUTES = ["loader", "dataloader-w0", "dataloader-w2"]
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_fit_with_a_validation_loader_and_its_sanity_check(route):
+    model = Recorder()
+    val = _route(route)  # shuffled too: its sanity check and passes must shift nothing
+    _trainer(num_sanity_val_steps=2).fit(model, _route(route), val_dataloaders=val)
+    seen = model.epochs()
+    assert sorted(seen) == [0, 1, 2]
+    for epoch in range(3):
+        np.testing.assert_array_equal(seen[epoch], REFERENCE.indices(epoch))
+    assert model.val_batches == 2 + 3 * len(REFERENCE)
+
+
+@pytest.mark.parametrize("route", ["loader", "dataloader-w2"])
+def test_limit_train_batches_trains_on_the_start_of_each_epoch(route):
+    model = Recorder()
+    _trainer(limit_train_batches=4, limit_val_batches=0).fit(model, _route(route))
+    for epoch, rows in model.epochs().items():
+        np.testing.assert_array_equal(rows, REFERENCE.indices(epoch)[: 4 * B])
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_resume_from_an_end_of_epoch_and_a_mid_epoch_checkpoint(route, tmp_path):
+    mid = tmp_path / "mid.ckpt"
+    first = Recorder(save_at=(1, 4), path=mid)  # after 5 batches of epoch 1
+    end = L.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path, filename="end-{epoch}",
+                                              save_top_k=-1, save_on_train_epoch_end=True)  # fmt: skip
+    _trainer(enable_checkpointing=True, callbacks=[end], limit_val_batches=0).fit(
+        first, _route(route)
+    )
+    for epoch in range(3):
+        np.testing.assert_array_equal(first.epochs()[epoch], REFERENCE.indices(epoch))
+
+    # From the end of epoch 0: epochs 1 and 2, whole.
+    after_end = Recorder()
+    _trainer(limit_val_batches=0).fit(
+        after_end, _route(route), ckpt_path=tmp_path / "end-epoch=0.ckpt"
+    )
+    assert sorted(after_end.epochs()) == [1, 2]
+    for epoch in (1, 2):
+        np.testing.assert_array_equal(after_end.epochs()[epoch], REFERENCE.indices(epoch))
+
+    # From the middle of epoch 1: the rest of it, then epoch 2.
+    after_mid = Recorder()
+    _trainer(limit_val_batches=0).fit(after_mid, _route(route), ckpt_path=mid)
+    np.testing.assert_array_equal(after_mid.epochs()[1], REFERENCE.indices(1)[5 * B :])
+    np.testing.assert_array_equal(after_mid.epochs()[2], REFERENCE.indices(2))
