@@ -16,7 +16,15 @@ import pytest
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 EXAMPLE = re.compile(r"<!-- example: (\w+) -->\n```python\n(.*?)```", re.DOTALL)
-NEEDS = {"torch": ["torch"], "jax": ["jax"], "tf": ["tensorflow", "keras"], "numpy": []}
+NEEDS = {
+    "torch": ["torch"],
+    "jax": ["jax"],
+    "tf": ["tensorflow", "keras"],
+    "numpy": [],
+    "lightning": ["torch", "lightning"],
+    "accelerate": ["torch", "accelerate"],
+    "transformers": ["torch", "accelerate", "transformers"],
+}
 PAGES = sorted(DOCS.glob("*.md"))
 BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
 
