@@ -119,8 +119,9 @@ def test_limit_train_batches_trains_on_the_start_of_each_epoch(route):
 def test_resume_from_an_end_of_epoch_and_a_mid_epoch_checkpoint(route, tmp_path):
     mid = tmp_path / "mid.ckpt"
     first = Recorder(save_at=(1, 4), path=mid)  # after 5 batches of epoch 1
-    end = L.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path, filename="end-{epoch}",
-                                              save_top_k=-1, save_on_train_epoch_end=True)  # fmt: skip
+    end = L.pytorch.callbacks.ModelCheckpoint(
+        dirpath=tmp_path, filename="end-{epoch}", save_top_k=-1, save_on_train_epoch_end=True
+    )
     _trainer(enable_checkpointing=True, callbacks=[end], limit_val_batches=0).fit(
         first, _route(route)
     )
