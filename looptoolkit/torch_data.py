@@ -241,8 +241,23 @@ class EpochDataLoader(torch.utils.data.DataLoader[Any]):
 
     @property
     def _sampler(self) -> OrderBatchSampler:
-        sampler: OrderBatchSampler = self.batch_sampler  # type: ignore[assignment]
-        return sampler
+        # Lightning and accelerate re-create the DataLoader around a wrapper of the
+        # batch sampler (Lightning's for prediction keeps it as `_batch_sampler`,
+        # accelerate's as `batch_sampler`): the pass binds the sampler inside.
+        sampler: Any = self.batch_sampler
+        for _ in range(8):
+            if isinstance(sampler, OrderBatchSampler):
+                return sampler
+            inner = getattr(sampler, "_batch_sampler", None) or getattr(
+                sampler, "batch_sampler", None
+            )
+            if inner is None:
+                break
+            sampler = inner
+        raise TypeError(
+            f"EpochDataLoader needs an OrderBatchSampler as its batch sampler, "
+            f"got {type(self.batch_sampler).__name__}."
+        )
 
     def __iter__(self) -> _Pass:  # type: ignore[override]
         return _Pass(self)

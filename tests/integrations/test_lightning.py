@@ -142,3 +142,25 @@ def test_resume_from_an_end_of_epoch_and_a_mid_epoch_checkpoint(route, tmp_path)
     _trainer(limit_val_batches=0).fit(after_mid, _route(route), ckpt_path=mid)
     np.testing.assert_array_equal(after_mid.epochs()[1], REFERENCE.indices(1)[5 * B :])
     np.testing.assert_array_equal(after_mid.epochs()[2], REFERENCE.indices(2))
+
+
+class Predictor(Recorder):
+    def predict_step(self, batch: Any, batch_idx: int) -> Any:
+        self.seen.setdefault(len(self.seen) if batch_idx == 0 else len(self.seen) - 1, []).append(
+            batch["id"].numpy().copy()
+        )
+        return self.model(batch["x"])
+
+
+@pytest.mark.filterwarnings("ignore:You are using a custom batch sampler `OrderBatchSampler`")
+def test_predict_rebuilds_the_dataloader_and_keeps_its_orders_and_cursor():
+    # Lightning re-creates a DataLoader for prediction (to track indices) and sets
+    # its sampler's epoch to the fit loop's (0 here) before each predict: the copy
+    # keeps the batch sampler, its orders and its epoch cursor.
+    model, dl = Predictor(), _route("dataloader-w0")
+    trainer = _trainer()
+    trainer.predict(model, dl)
+    assert dl.state_dict()[Loader.EPOCH_KEY] == 1  # the copy's pass finished epoch 0
+    trainer.predict(model, dl)
+    for epoch in (0, 1):
+        np.testing.assert_array_equal(model.epochs()[epoch], REFERENCE.indices(0))
