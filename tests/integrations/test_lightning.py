@@ -164,3 +164,28 @@ def test_predict_rebuilds_the_dataloader_and_keeps_its_orders_and_cursor():
     trainer.predict(model, dl)
     for epoch in (0, 1):
         np.testing.assert_array_equal(model.epochs()[epoch], REFERENCE.indices(0))
+
+
+@pytest.mark.slow
+def test_ddp_on_two_processes_gives_each_rank_its_shard(tmp_path):
+    # One route: the two share Lightning's DDP path, and each run costs ~20 s.
+    route = "loader"
+    import json
+    import subprocess
+    import sys
+
+    script = Path(__file__).with_name("_lightning_ddp.py")
+    out = tmp_path / "rows"
+    done = subprocess.run(
+        [sys.executable, str(script), route, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = {"id": np.arange(1000)}
+    for rank in range(2):
+        rows = json.loads((tmp_path / f"rows.{rank}").read_text())
+        shard = Loader(data, 50, seed=4, rank=rank, world_size=2)
+        for epoch in (0, 1):
+            np.testing.assert_array_equal(rows[str(epoch)], shard.indices(epoch))
