@@ -53,7 +53,16 @@ def test_each_framework_has_its_examples():
 def test_example_runs(page, name, code):
     for module in NEEDS[name]:
         pytest.importorskip(module)
-    exec(compile(code, f"{page}:{name}", "exec"), {"__name__": f"example_{name}"})
+    try:
+        exec(compile(code, f"{page}:{name}", "exec"), {"__name__": f"example_{name}"})
+    finally:
+        if "accelerate" in NEEDS[name] or "transformers" in NEEDS[name]:
+            # accelerate keeps its state in process-wide singletons: the next
+            # example or test starts from none, as accelerate's own tests do.
+            from accelerate.state import AcceleratorState, GradientState
+
+            AcceleratorState._reset_state(True)
+            GradientState._reset_state()
 
 
 @pytest.mark.parametrize(

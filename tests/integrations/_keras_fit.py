@@ -1,10 +1,10 @@
 """Keras ``model.fit`` on the routes into looptoolkit, under the backend ``KERAS_BACKEND`` names.
 
-Run by ``test_keras.py`` in a subprocess per backend (Keras fixes its backend at
-import): ``python _keras_fit.py routes`` fits a small MLP through every route
-and prints, as JSON, the row ids each fit epoch trained on; ``python
-_keras_fit.py exec < code.py`` runs the code it reads. Both report the
-warnings raised meanwhile.
+Run by ``test_keras.py`` in one subprocess per backend (Keras fixes its backend
+at import): ``KERAS_BACKEND=jax python _keras_fit.py < example.py`` fits a small
+MLP through every route, then runs the code it reads on stdin (the docs'
+Keras example), and prints as JSON the row ids each fit epoch trained on, the
+example's traceback if it failed, and the warnings raised meanwhile.
 
 The first layer of the model records the last input column (the row id) of
 every training batch (the model runs eagerly, so its inputs are concrete) and
@@ -69,11 +69,8 @@ def _recording_model(keras: Any, seen: dict[int, list[np.ndarray]], epoch: list[
 
 def fit(source: Any, initial_epoch: int = 0) -> dict[str, list[int]]:
     """Row ids of each epoch of ``model.fit(source, epochs=3, initial_epoch=...)``."""
-    import time
-
     import keras
 
-    t0 = time.perf_counter()
     seen: dict[int, list[np.ndarray]] = {}
     epoch = [-1]  # batches trained outside an epoch would be recorded under -1
 
@@ -85,12 +82,11 @@ def fit(source: Any, initial_epoch: int = 0) -> dict[str, list[int]]:
     # shuffle=False: the routes shuffle; Keras warns about shuffle=True with them.
     model.fit(source, epochs=EPOCHS, initial_epoch=initial_epoch, shuffle=False, verbose=0,
               callbacks=[Epoch()])  # fmt: skip
-    print("fit", time.perf_counter() - t0, file=sys.stderr)
     return {str(e): np.concatenate(rows).tolist() for e, rows in sorted(seen.items())}
 
 
 def routes(backend: str) -> dict[str, Any]:
-    """Each route's fit epochs (``{"epochs": {epoch: ids}, "next": the source's next epoch}``)."""
+    """For each route: the rows of each fit epoch, and the epoch its source runs next."""
     from looptoolkit import Loader
     from looptoolkit.tf_data import loader_dataset
     from looptoolkit.torch_data import make_dataloader
@@ -98,64 +94,70 @@ def routes(backend: str) -> dict[str, Any]:
     x, y = data()
     results: dict[str, Any] = {}
 
-    def loader() -> Any:
-        return Loader((x, y), B, seed=SEED)
+    # loader_dataset shares the Loader's cursor; a resume sets it either way.
+    for name, start in [("", 0), ("-set_epoch", 1), ("-start_epoch", 1)]:
+        loader = Loader((x, y), B, seed=SEED)
+        if name == "-set_epoch":
+            loader.set_epoch(1)
+        ds = (
+            loader_dataset(loader, start_epoch=1)
+            if name == "-start_epoch"
+            else loader_dataset(loader)
+        )
+        epochs = fit(ds, initial_epoch=start)
+        results["loader_dataset" + name] = {"epochs": epochs, "next": loader.state_dict()["epoch"]}
 
-    one = loader()
-    results["dataset"] = {"epochs": fit(loader_dataset(one)), "next": one.state_dict()["epoch"]}
-
-    one = loader()
-    one.set_epoch(1)
-    results["dataset-set_epoch-1"] = {
-        "epochs": fit(loader_dataset(one), initial_epoch=1),
-        "next": one.state_dict()["epoch"],
-    }
-
-    one = loader()
-    results["dataset-start_epoch-1"] = {
-        "epochs": fit(loader_dataset(one, start_epoch=1), initial_epoch=1),
-        "next": one.state_dict()["epoch"],
-    }
-
-    # JAX warns when a process that uses it forks: its workers start by forkserver.
-    context = {"multiprocessing_context": "forkserver"} if backend == "jax" else {}
+    options: dict[str, Any] = {}
     if backend == "jax":
         import multiprocessing
 
-        # The forkserver imports torch once; each worker forked from it starts at once.
+        # JAX warns when a process that uses it forks: workers start by forkserver,
+        # which imports torch once (each worker forked from it starts at once).
         multiprocessing.set_forkserver_preload(["looptoolkit.torch_data"])
+        options["multiprocessing_context"] = "forkserver"
     for workers in (0, 2):
-        extra = context if workers else {}
-        dl = make_dataloader((x, y), B, seed=SEED, num_workers=workers, **extra)
-        results[f"dataloader-w{workers}"] = {"epochs": fit(dl), "next": dl.batch_sampler.epoch}
-        dl = make_dataloader((x, y), B, seed=SEED, num_workers=workers, **extra)
-        dl.set_epoch(1)
-        results[f"dataloader-w{workers}-set_epoch-1"] = {
-            "epochs": fit(dl, initial_epoch=1),
-            "next": dl.batch_sampler.epoch,
-        }
+        for name, start in [("", 0), ("-set_epoch", 1)]:
+            extra = options if workers else {}
+            dl = make_dataloader((x, y), B, seed=SEED, num_workers=workers, **extra)
+            if start:
+                dl.set_epoch(start)
+            epochs = fit(dl, initial_epoch=start)
+            route = f"make_dataloader-w{workers}{name}"
+            results[route] = {"epochs": epochs, "next": dl.batch_sampler.epoch}
     return results
 
 
-def main() -> None:
-    """``routes``: fit through each route; ``exec``: run the code on stdin. Prints JSON."""
-    import os
+# What the pytest configuration ignores (pyproject.toml): deprecations raised in
+# the frameworks' own code, about their dependencies (Keras's torch backend
+# converts tensors to NumPy the deprecated way).
+IGNORED = ("google", "tensorflow", "keras", "flatbuffers")
 
-    mode = sys.argv[1]
-    code = sys.stdin.read() if mode == "exec" else ""
+
+def main() -> None:
+    """Fit through each route, then run the code on stdin; print the results as JSON."""
+    import os
+    import traceback
+
+    backend = os.environ["KERAS_BACKEND"]
+    example = sys.stdin.read()
+    result: dict[str, Any] = {"backend": backend}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        if mode == "routes":
-            result: dict[str, Any] = {"routes": routes(os.environ["KERAS_BACKEND"])}
+        for module in IGNORED:
+            warnings.filterwarnings("ignore", category=DeprecationWarning, module=module + ".*")
+        result["routes"] = routes(backend)
+        try:
+            exec(compile(example, "example", "exec"), {"__name__": "example"})
+        except Exception:
+            result["example"] = traceback.format_exc()
         else:
-            exec(compile(code, "example", "exec"), {"__name__": "example"})
-            result = {}
+            result["example"] = None
     import keras
 
-    result["backend"] = keras.backend.backend()
-    result["warnings"] = [
-        f"{w.category.__name__}: {w.message} ({w.filename}:{w.lineno})" for w in caught
-    ]
+    result["keras_backend"] = keras.backend.backend()
+    result["warnings"] = sorted(
+        {f"{w.category.__name__}: {w.message} ({w.filename}:{w.lineno})" for w in caught}
+    )
     print(json.dumps(result))
 
 
