@@ -521,3 +521,11 @@ def tagged(x: Any, y: Any, tag: str) -> Tagged:
     out = Tagged(x, y)
     out.tag = tag  # type: ignore[attr-defined]
     return out
+
+
+def reset_accelerate() -> None:
+    """Forget accelerate's process-wide state, as accelerate's own ``AccelerateTestCase`` does."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()

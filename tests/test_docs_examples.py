@@ -56,13 +56,12 @@ def test_example_runs(page, name, code):
     try:
         exec(compile(code, f"{page}:{name}", "exec"), {"__name__": f"example_{name}"})
     finally:
-        if "accelerate" in NEEDS[name] or "transformers" in NEEDS[name]:
+        if "accelerate" in NEEDS[name]:
             # accelerate keeps its state in process-wide singletons: the next
-            # example or test starts from none, as accelerate's own tests do.
-            from accelerate.state import AcceleratorState, GradientState
+            # example or test starts from none.
+            from helpers import reset_accelerate
 
-            AcceleratorState._reset_state(True)
-            GradientState._reset_state()
+            reset_accelerate()
 
 
 @pytest.mark.parametrize(

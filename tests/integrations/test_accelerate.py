@@ -27,7 +27,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("accelerate")
 
 from accelerate import Accelerator  # noqa: E402
-from accelerate.state import AcceleratorState, GradientState  # noqa: E402
+from helpers import reset_accelerate  # noqa: E402
 
 from looptoolkit import Loader  # noqa: E402
 from looptoolkit.torch_data import make_dataloader  # noqa: E402
@@ -48,25 +48,12 @@ def _numpy_data() -> dict[str, np.ndarray]:
 REFERENCE = Loader(_numpy_data(), B, seed=SEED)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread() -> Iterator[None]:
-    # A 9-parameter model gains nothing from intra-op threads; on 2 cores their
-    # spinning competes with the DataLoader workers and slows every step.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(autouse=True)
 def _fresh_accelerator_state() -> Iterator[None]:
-    # AcceleratorState is a process-wide singleton: each test starts from none,
-    # as accelerate's own AccelerateTestCase does.
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+    # AcceleratorState is a process-wide singleton: each test starts from none.
+    reset_accelerate()
     yield
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+    reset_accelerate()
 
 
 class Run:
@@ -125,8 +112,7 @@ def test_resume_with_save_state_and_skip_first_batches(workers, tmp_path):
     _assert_epoch(epoch0, 0)
 
     # A new process, in effect: new Accelerator, model, optimizer and loader.
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
+    reset_accelerate()
     resumed = Run(workers)
     resumed.accelerator.load_state(str(checkpoint))
     torch.testing.assert_close(resumed.model.weight, saved_weights)

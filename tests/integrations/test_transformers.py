@@ -23,7 +23,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from accelerate.state import AcceleratorState, GradientState  # noqa: E402
+from helpers import reset_accelerate  # noqa: E402
 from transformers import (  # noqa: E402
     BertConfig,
     BertForSequenceClassification,
@@ -63,27 +63,10 @@ CONFIG = BertConfig(
 )
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread() -> Iterator[None]:
-    # A tiny BERT gains nothing from intra-op threads; on 2 cores their spinning
-    # competes with the DataLoader workers and makes every step ~10x slower.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def _reset_accelerator_state() -> None:
-    # The Trainer's Accelerator lives in process-wide singletons: each Trainer
-    # here starts from none, as accelerate's own AccelerateTestCase does.
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
-
-
 @pytest.fixture(autouse=True)
 def _fresh_accelerator_state() -> Iterator[None]:
     yield
-    _reset_accelerator_state()
+    reset_accelerate()
 
 
 class RecordingTrainer(Trainer):
@@ -118,7 +101,7 @@ class RecordingTrainer(Trainer):
 
 
 def _trainer(output_dir: Path, workers: int) -> RecordingTrainer:
-    _reset_accelerator_state()
+    reset_accelerate()
     torch.manual_seed(0)
     args = TrainingArguments(
         output_dir=str(output_dir),
@@ -145,7 +128,7 @@ def first_run(request: Any, tmp_path_factory: Any) -> tuple[int, Path, list[np.n
     output_dir = tmp_path_factory.mktemp(f"trainer-w{workers}")
     trainer = _trainer(output_dir, workers)
     trainer.train()
-    _reset_accelerator_state()
+    reset_accelerate()
     return workers, output_dir, trainer.rows
 
 
