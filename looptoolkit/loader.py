@@ -108,16 +108,15 @@ class LoaderIterator:
         progress = self._progress
         if self._source is _CLOSED:
             return 0
-        if progress is None:
+        if progress is None:  # not bound yet: what the cursor's pass would yield
             return self._loader._order.num_batches(self._loader._cursor.offset)
         return progress.total - progress.consumed
 
     def close(self) -> None:
         """Stop the pass: the background thread (if any) ends and nothing more is yielded."""
         source, self._source = self._source, _CLOSED
-        close = getattr(source, "close", None)
-        if close is not None:
-            close()
+        if hasattr(source, "close"):
+            source.close()
 
     def _running(self) -> bool:
         """Bound, neither closed nor past its epoch's last batch."""
@@ -399,9 +398,8 @@ class Loader:
         """
         self._cursor.set_epoch(epoch)
 
+    # None: the Loader batches by itself (Lightning then reads `sampler`, as for a DataLoader).
     batch_sampler: None = None
-    """None: the Loader batches by itself (code written for ``DataLoader``, like
-    Lightning's, then reads the order from :attr:`sampler`)."""
 
     @property
     def sampler(self) -> EpochSampler:

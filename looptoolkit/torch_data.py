@@ -159,8 +159,16 @@ class OrderBatchSampler(torch.utils.data.Sampler[np.ndarray]):
 class _Pass:
     """One pass of an :class:`EpochDataLoader`: binds its epoch at the first batch asked for."""
 
-    __slots__ = ("__weakref__", "_delivered", "_epoch", "_it", "_loader", "_offset", "_token",
-                 "_total")  # fmt: skip
+    __slots__ = (
+        "__weakref__",
+        "_delivered",
+        "_epoch",
+        "_it",
+        "_loader",
+        "_offset",
+        "_token",
+        "_total",
+    )
 
     def __init__(self, loader: EpochDataLoader) -> None:
         self._loader = loader

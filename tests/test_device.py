@@ -641,3 +641,18 @@ def test_what_a_mappings_own_to_leaves_behind_is_moved_and_cast_too():
     assert type(out) is BatchEncodingLike and out.moved_to is device and out._encodings == "e"
     assert isinstance(out["ids"], torch.Tensor) and out["ids"].tolist() == [0, 1, 2, 3]
     assert out["pixels"].dtype == torch.float16
+
+
+def test_an_object_whose_to_moves_it_in_place_and_returns_none_is_kept():
+    class InPlace:
+        """A batch object whose ``.to`` moves it in place and returns None."""
+
+        def __init__(self) -> None:
+            self.device = "somewhere"
+
+        def to(self, device: Any) -> None:
+            self.device = device
+
+    obj = InPlace()
+    out = to_device({"meta": obj, "x": np.ones(2)}, "cpu")
+    assert out["meta"] is obj and obj.device == "cpu"
