@@ -214,6 +214,10 @@ GROUP_SIZE_KEY = "group_size"
 RUN_SIZE_KEY = "run_size"
 WORLD_SIZE_KEY = "world_size"
 BATCH_SIZE_KEY = "batch_size"
+SAMPLING_KEY = "sampling"
+LENGTH_KEY = "length"
+FINGERPRINT_KEY = "fingerprint"
+PAD_SHARDS_KEY = "pad_shards"
 
 
 def state_of(order: Order, epoch: int, offset: int) -> dict[str, Any]:
@@ -229,6 +233,10 @@ def state_of(order: Order, epoch: int, offset: int) -> dict[str, Any]:
         RUN_SIZE_KEY: order.run_size,
         WORLD_SIZE_KEY: order.world_size,
         BATCH_SIZE_KEY: order.batch_size,
+        SAMPLING_KEY: order.sampling.kind,
+        LENGTH_KEY: order.length,
+        FINGERPRINT_KEY: order.sampling.fingerprint,
+        PAD_SHARDS_KEY: order.pad_shards,
     }
 
 
@@ -236,8 +244,10 @@ def parse_state(order: Order, state: dict[str, Any]) -> tuple[int, int]:
     """``(epoch, offset)`` of a saved state, checked against ``order``.
 
     The state must describe the same epoch orders (``n``, ``shuffle``, ``seed``,
-    and for a grouped order ``group_size`` and ``run_size``); batch size and
-    world size may differ, as long as the offset is a multiple of this world size.
+    the sampling (its kind, epoch length and a checksum of its weights or
+    subset), ``pad_shards``, and for a grouped order ``group_size`` and
+    ``run_size``); batch size and world size may differ, as long as the offset
+    is a multiple of this world size.
 
     Raises:
         ValueError: a key is missing, the state describes other orders, or its
@@ -249,8 +259,21 @@ def parse_state(order: Order, state: dict[str, Any]) -> tuple[int, int]:
     missing = [k for k in keys if k not in state]
     if missing:
         raise ValueError(f"`state` is missing {', '.join(map(repr, missing))}.")
-    mine: dict[str, Any] = {N_KEY: order.n, SHUFFLE_KEY: order.shuffle, SEED_KEY: order.seed}
+    mine: dict[str, Any] = {
+        N_KEY: order.n,
+        SHUFFLE_KEY: order.shuffle,
+        SEED_KEY: order.seed,
+        SAMPLING_KEY: order.sampling.kind,
+        LENGTH_KEY: order.length,
+        FINGERPRINT_KEY: order.sampling.fingerprint,
+        PAD_SHARDS_KEY: order.pad_shards,
+    }
     saved = dict(state)
+    # States from before these orders existed describe a padded permutation of n.
+    saved.setdefault(SAMPLING_KEY, "permutation")
+    saved.setdefault(LENGTH_KEY, order.n)
+    saved.setdefault(FINGERPRINT_KEY, None)
+    saved.setdefault(PAD_SHARDS_KEY, True)
     if order.shuffle == "grouped":
         mine[GROUP_SIZE_KEY] = order.group_size
         mine[RUN_SIZE_KEY] = order.run_size

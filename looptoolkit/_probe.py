@@ -29,7 +29,12 @@ def check_not_empty(order: Order) -> None:
         ValueError: with ``drop_last``, this shard has fewer rows than ``batch_size``.
     """
     if len(order) == 0:
-        rows = order.padded_length // order.world_size
+        rows = order.per_rank()
+        if rows == 0:
+            raise ValueError(
+                f"rank {order.rank} of {order.world_size} gets no rows: the epoch has "
+                f"{order.length} and `pad_shards=False` does not pad it."
+            )
         shard = f"the {rows} rows of this shard" if order.world_size > 1 else f"the {rows} rows"
         raise ValueError(
             f"`batch_size` {order.batch_size} is larger than {shard}, so `drop_last=True` "

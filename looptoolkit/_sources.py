@@ -226,3 +226,50 @@ def generator(seed: int, epoch: int, *stream: int) -> np.random.Generator:
         words.append(len(parts))
         words.extend(parts)
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(words)))
+
+
+# -- the orders DataLoader users bring: subsets, weights, replacement, custom orders ---
+
+_STREAM_DRAW = 3
+
+
+class Mapped:
+    """A source over positions of a subset: ``subset[inner]``, for ``indices=``."""
+
+    def __init__(self, inner: Source, subset: np.ndarray) -> None:
+        self.inner = inner
+        self.subset = subset
+
+    def segment(self, start: int, stop: int) -> np.ndarray:
+        return self.subset[self.inner.segment(start, stop)]
+
+    def materialize(self) -> np.ndarray:
+        return self.subset[self.inner.materialize()].astype(np.int64, copy=False)
+
+
+def draw(
+    seed: int, epoch: int, weights: np.ndarray | None, k: int, n: int, replacement: bool
+) -> np.ndarray:
+    """``k`` rows of ``[0, n)`` drawn for ``(seed, epoch)``, in the order they were drawn.
+
+    With ``weights`` a row is drawn with probability proportional to its weight:
+    with replacement by inverting the cumulative weights (``searchsorted``),
+    without it by the exponential race (Efraimidis and Spirakis: each row draws
+    ``E / w``, ``E`` exponential; the ``k`` smallest, in increasing order, are a
+    weighted draw without replacement). Without weights, with replacement, rows
+    are uniform. O(n) memory either way.
+    """
+    rng = generator(seed, epoch, _STREAM_DRAW)
+    if weights is None:
+        return rng.integers(0, n, size=k, dtype=np.intp)
+    if replacement:
+        cdf = np.cumsum(weights, dtype=np.float64)
+        u = rng.random(k) * cdf[-1]
+        # side="right": a zero-weight row (an empty interval) is never chosen.
+        return np.minimum(np.searchsorted(cdf, u, side="right"), n - 1).astype(np.intp)
+    with np.errstate(divide="ignore"):
+        race = rng.standard_exponential(n) / weights  # zero weight: never before the rest
+    if k < n:
+        first = np.argpartition(race, k - 1)[:k]
+        return first[np.argsort(race[first], kind="stable")].astype(np.intp, copy=False)
+    return np.argsort(race, kind="stable").astype(np.intp, copy=False)

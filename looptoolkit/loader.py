@@ -205,6 +205,20 @@ class Loader:
         jit_transform: compile ``transform`` once with the framework of the batch's
             arrays (``jax.jit`` for JAX, ``tf.function`` for tf; torch and NumPy
             run it eagerly). False for a function that cannot be compiled.
+        weights: one non-negative weight per row: each epoch draws ``num_samples``
+            rows with probability proportional to the weight (as
+            ``WeightedRandomSampler``), without or with ``replacement``.
+        replacement: draw rows with replacement (with ``weights``, or uniformly
+            without them, as ``RandomSampler(replacement=True)``).
+        num_samples: rows drawn per epoch with ``weights`` or ``replacement``
+            (default N).
+        indices: the rows an epoch visits (a subset of the data, any order, no
+            copy): shuffled by ``shuffle`` like the rows of a smaller dataset.
+        order_fn: ``order_fn(seed, epoch)`` returns the epoch's rows, a 1-D
+            integer array of the same length every epoch, used instead of the
+            built-in shuffles; it gets the Loader's sharding, resume and prefetch.
+        pad_shards: False: with ``world_size``, each rank gets its own rows of the
+            epoch and no padding (ranks' batch counts may differ by one).
 
     Raises:
         ValueError: a wrong value: leaves of different leading dimensions (both
@@ -268,6 +282,12 @@ class Loader:
         return_mask: bool = False,
         transform: Callable[[Any], Any] | None = None,
         jit_transform: bool = True,
+        weights: Any = None,
+        replacement: bool = False,
+        num_samples: int | None = None,
+        indices: Any = None,
+        order_fn: Callable[[int, int], Any] | None = None,
+        pad_shards: bool = True,
     ) -> None:
         self._args = {
             "batch_size": batch_size,
@@ -287,6 +307,12 @@ class Loader:
             "return_mask": return_mask,
             "transform": transform,
             "jit_transform": jit_transform,
+            "weights": weights,
+            "replacement": replacement,
+            "num_samples": num_samples,
+            "indices": indices,
+            "order_fn": order_fn,
+            "pad_shards": pad_shards,
         }
         normalize_shuffle(shuffle)
         rank, world_size = resolve_rank(rank, world_size)
@@ -315,6 +341,12 @@ class Loader:
             rank=rank,
             world_size=world_size,
             drop_last=drop_last,
+            weights=weights,
+            replacement=replacement,
+            num_samples=num_samples,
+            indices=indices,
+            order_fn=order_fn,
+            pad_shards=pad_shards,
         )
         _probe.check_not_empty(self._order)
         # Plain ints, whatever integer type was passed: state_dict() holds them.

@@ -40,12 +40,13 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
 from looptoolkit._errors import check_int
+from looptoolkit._sampling import Sampling
 from looptoolkit._sources import STREAM_FULL, Grouped, Materialized, Sequential, Source, generator
 from looptoolkit.adapters import process_group
 
@@ -235,6 +236,12 @@ class Order:
         rank: int = 0,
         world_size: int = 1,
         drop_last: bool = False,
+        weights: Any = None,
+        replacement: bool = False,
+        num_samples: int | None = None,
+        indices: Any = None,
+        order_fn: Callable[[int, int], Any] | None = None,
+        pad_shards: bool = True,
     ) -> None:
         self.n = check_int("n", n, minimum=1)
         self.batch_size = check_int("batch_size", batch_size, minimum=1)
@@ -247,24 +254,50 @@ class Order:
         )
         self.run_size = check_int("run_size", run_size, minimum=1)
         self.rank, self.world_size = _check_rank(rank, world_size)
-        if not isinstance(drop_last, bool | np.bool_):
-            raise TypeError(f"`drop_last` must be a bool, got {type(drop_last).__name__}.")
+        for name, flag in (("drop_last", drop_last), ("pad_shards", pad_shards)):
+            if not isinstance(flag, bool | np.bool_):
+                raise TypeError(f"`{name}` must be a bool, got {type(flag).__name__}.")
         self.drop_last = bool(drop_last)
+        self.pad_shards = bool(pad_shards)
+        self.sampling = Sampling(
+            self.n,
+            self.shuffle,
+            weights=weights,
+            replacement=replacement,
+            num_samples=num_samples,
+            indices=indices,
+            order_fn=order_fn,
+            seed=self.seed,
+        )
+        # Samples per epoch before sharding: n, or the subset's, the draw's, the custom order's.
+        self.length: int = self.sampling.length
 
     def __repr__(self) -> str:
         return (
             f"Order(n={self.n}, batch_size={self.batch_size}, shuffle={self.shuffle!r}, "
             f"seed={self.seed}, group_size={self.group_size}, run_size={self.run_size}, "
-            f"rank={self.rank}, world_size={self.world_size}, drop_last={self.drop_last})"
+            f"rank={self.rank}, world_size={self.world_size}, drop_last={self.drop_last}"
+            + ("" if self.sampling.kind == "permutation" else f", sampling={self.sampling.kind!r}")
+            + ("" if self.pad_shards else ", pad_shards=False")
+            + ")"
         )
 
     @property
     def padded_length(self) -> int:
         """``L``: positions of the epoch's global order after padding or cutting."""
-        w = self.world_size
+        w, m = self.world_size, self.length
+        if not self.pad_shards:
+            return m
         if self.drop_last:
-            return (self.n // w) * w
-        return -(-self.n // w) * w
+            return (m // w) * w
+        return -(-m // w) * w
+
+    def per_rank(self, offset: int = 0) -> int:
+        """Samples this rank gets in an epoch resumed at ``offset`` (before ``drop_last``)."""
+        remaining = self.padded_length - self._check_offset(offset)
+        if self.pad_shards:
+            return remaining // self.world_size
+        return max(0, -(-(remaining - self.rank) // self.world_size))
 
     def num_batches(self, offset: int = 0) -> int:
         """Batches this rank gets in an epoch resumed at global position ``offset``.
@@ -281,8 +314,7 @@ class Order:
             ValueError: ``offset`` is negative, not a multiple of ``world_size``,
                 or past the padded length.
         """
-        per_rank = (self.padded_length - self._check_offset(offset)) // self.world_size
-        return batch_count(per_rank, self.batch_size, self.drop_last)
+        return batch_count(self.per_rank(offset), self.batch_size, self.drop_last)
 
     def __len__(self) -> int:
         return self.num_batches(0)
@@ -291,8 +323,7 @@ class Order:
         """Rows of each rank's short last batch of an epoch resumed at ``offset`` (0: none)."""
         if self.drop_last:
             return 0
-        per_rank = (self.padded_length - self._check_offset(offset)) // self.world_size
-        return per_rank % self.batch_size
+        return self.per_rank(offset) % self.batch_size
 
     def global_order(self, epoch: int) -> np.ndarray:
         """The epoch's permutation of ``[0, n)``, before padding and sharding.
@@ -327,12 +358,17 @@ class Order:
         return EpochOrder(self, epoch, offset)
 
     def _source(self, epoch: int) -> Source:
+        sampled = self.sampling.source(self.seed, epoch, lambda m: self._permutation(m, epoch))
+        return self._permutation(self.n, epoch) if sampled is None else sampled
+
+    def _permutation(self, n: int, epoch: int) -> Source:
+        """The epoch's shuffle of ``n`` positions."""
         if self.shuffle == "none":
-            return Sequential(self.n)
+            return Sequential(n)
         if self.shuffle == "full":
             rng = generator(self.seed, epoch, STREAM_FULL)
-            return Materialized(rng.permutation(self.n).astype(np.intp, copy=False))
-        return Grouped(self.n, self.group_size, self.seed, epoch, self.run_size)
+            return Materialized(rng.permutation(n).astype(np.intp, copy=False))
+        return Grouped(n, self.group_size, self.seed, epoch, self.run_size)
 
     def _check_offset(self, offset: int) -> int:
         offset = check_int("offset", offset, minimum=0)
@@ -369,9 +405,9 @@ class EpochOrder:
         self.order = order
         self.epoch = epoch
         self.offset = offset
-        self._n = order.n
+        self._n = order.length
         self.global_batch = order.batch_size * order.world_size
-        self.samples_per_rank = (order.padded_length - offset) // order.world_size
+        self.samples_per_rank = order.per_rank(offset)
         self._full = self.samples_per_rank // order.batch_size
         self._last = order.last_batch_size(offset)  # size of the last partial batch
         self._len = self._full + (1 if self._last else 0)

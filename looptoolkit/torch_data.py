@@ -345,6 +345,12 @@ def make_dataloader(
     world_size: int | None = None,
     collate_fn: Callable[[Any], Any] | None = None,
     tensors: bool = True,
+    weights: Any = None,
+    replacement: bool = False,
+    num_samples: int | None = None,
+    indices: Any = None,
+    order_fn: Callable[[int, int], Any] | None = None,
+    pad_shards: bool = True,
     **kwargs: Any,
 ) -> EpochDataLoader:
     """A ``torch.utils.data.DataLoader`` that fetches each batch with one gather per leaf.
@@ -374,6 +380,12 @@ def make_dataloader(
             tensor conversion), run in the workers: the per-batch hook.
         tensors: NumPy leaves come out as torch tensors (sharing memory with the
             gathered batch); False keeps them NumPy. Other leaves are kept.
+        weights: weighted sampling, as for the Loader (``WeightedRandomSampler``).
+        replacement: draw with replacement, as for the Loader.
+        num_samples: rows drawn per epoch with ``weights`` or ``replacement``.
+        indices: the rows an epoch visits (``SubsetRandomSampler``), as for the Loader.
+        order_fn: ``(seed, epoch) -> rows``, a custom order, as for the Loader.
+        pad_shards: False: each rank gets its own rows, no padding, as for the Loader.
         **kwargs: passed to ``DataLoader`` (``pin_memory``, ``persistent_workers``,
             ``multiprocessing_context``, ``prefetch_factor``...).
 
@@ -415,6 +427,12 @@ def make_dataloader(
         rank=rank,
         world_size=world_size,
         drop_last=drop_last,
+        weights=weights,
+        replacement=replacement,
+        num_samples=num_samples,
+        indices=indices,
+        order_fn=order_fn,
+        pad_shards=pad_shards,
     )
     check_not_empty(order)
     collate: Callable[[Any], Any] = (
