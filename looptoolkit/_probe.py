@@ -30,7 +30,7 @@ def check_not_empty(order: Order) -> None:
     """
     if len(order) == 0:
         rows = order.per_rank()
-        if rows == 0:
+        if rows == 0 and not order.pad_shards:
             raise ValueError(
                 f"rank {order.rank} of {order.world_size} gets no rows: the epoch has "
                 f"{order.length} and `pad_shards=False` does not pad it."

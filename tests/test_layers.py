@@ -33,7 +33,15 @@ LAYERS: list[tuple[str, set[str]]] = [
         },
     ),
     ("pytree", {"looptoolkit._fields", "looptoolkit._containers", "looptoolkit.tree"}),
-    ("order", {"looptoolkit._sources", "looptoolkit.order", "looptoolkit._epochs"}),
+    (
+        "order",
+        {
+            "looptoolkit._sources",
+            "looptoolkit._sampling",
+            "looptoolkit.order",
+            "looptoolkit._epochs",
+        },
+    ),
     (
         "steps",
         {
