@@ -253,7 +253,8 @@ def draw(
     """``k`` rows of ``[0, n)`` drawn for ``(seed, epoch)``, in the order they were drawn.
 
     With ``weights`` a row is drawn with probability proportional to its weight:
-    with replacement by inverting the cumulative weights (``searchsorted``),
+    with replacement by inverting the cumulative weights at sorted uniforms
+    (``searchsorted``), then shuffling,
     without it by the exponential race (Efraimidis and Spirakis: each row draws
     ``E / w``, ``E`` exponential; the ``k`` smallest, in increasing order, are a
     weighted draw without replacement). Without weights, with replacement, rows
@@ -264,9 +265,15 @@ def draw(
         return rng.integers(0, n, size=k, dtype=np.intp)
     if replacement:
         cdf = np.cumsum(weights, dtype=np.float64)
-        u = rng.random(k) * cdf[-1]
+        # k sorted uniforms (normalised sums of exponentials), so that searchsorted
+        # walks the cumulative weights in order instead of jumping at random: the
+        # sorted draws, shuffled, are k independent draws.
+        spacings = np.cumsum(rng.standard_exponential(k + 1))
+        u = spacings[:k] * (cdf[-1] / spacings[k])
         # side="right": a zero-weight row (an empty interval) is never chosen.
-        return np.minimum(np.searchsorted(cdf, u, side="right"), n - 1).astype(np.intp)
+        rows = np.minimum(np.searchsorted(cdf, u, side="right"), n - 1).astype(np.intp)
+        rng.shuffle(rows)
+        return rows
     with np.errstate(divide="ignore"):
         race = rng.standard_exponential(n) / weights  # zero weight: never before the rest
     if k < n:
