@@ -23,7 +23,7 @@ from looptoolkit._prefetch import END, Prefetcher
 from looptoolkit._rows import Rows
 from looptoolkit._target import Target
 from looptoolkit.adapters import Stager, backend_of, get_backend
-from looptoolkit.device import mover
+from looptoolkit.device import mover, skipping
 from looptoolkit.order import EpochOrder
 
 __all__ = ["Plan", "Progress", "Transform", "inline", "prefetched", "stager_for", "with_masks"]
@@ -55,9 +55,10 @@ class Transform:
             NumPy run it as it is).
     """
 
-    def __init__(self, fn: Callable[[Any], Any], compile: bool) -> None:
+    def __init__(self, fn: Callable[[Any], Any], compile: bool, skip_keys: Any = None) -> None:
         self.fn = fn
         self.compile = compile
+        self._skipped = skipping(skip_keys)
         self._compiled: Callable[[Any], Any] | None = None
         self._lock = threading.Lock()
 
@@ -75,15 +76,38 @@ class Transform:
 
     def __call__(self, batch: Any, epoch: int, number: int) -> Any:
         """``fn(batch)``; an exception gets a note naming the epoch and the batch."""
+        held: list[tuple[int, Any]] = []
+        if self._skipped is not None:
+            # Leaves under `skip_keys` are held out (None in their place) and put back.
+            leaves, spec = _tree.flatten(batch)
+            held = [(i, x) for i, (x, k) in enumerate(zip(leaves, self._skipped(spec))) if k]
+            if held:
+                for i, _ in held:
+                    leaves[i] = None
+                batch = _tree.unflatten(spec, leaves)
         fn = self._compiled or self._compiled_for(batch)
         try:
-            return fn(batch)
+            out = fn(batch)
+            return _put_back(out, spec, held) if held else out
         except Exception as e:
             e.add_note(
                 f"raised by the `transform` of looptoolkit.Loader on batch {number} "
                 f"of epoch {epoch}"
             )
             raise
+
+
+def _put_back(out: Any, spec: Any, held: list[tuple[int, Any]]) -> Any:
+    """The transform's output with the held-out leaves back in their places."""
+    leaves, out_spec = _tree.flatten(out)
+    if out_spec != spec:
+        raise ValueError(
+            "with `skip_keys`, `transform` must return the batch's structure (its skipped "
+            f"leaves go back in place); it returned {out_spec} for a batch of {spec}."
+        )
+    for i, leaf in held:
+        leaves[i] = leaf
+    return _tree.unflatten(spec, leaves)
 
 
 class Plan:
@@ -95,6 +119,7 @@ class Plan:
         non_blocking: as :func:`~looptoolkit.to_device`'s.
         transform: the user's transform, or None.
         move: False: batches stay where the gather made them (no device, or resident).
+        skip_keys: leaves the move leaves where they are (:func:`~looptoolkit.to_device`).
     """
 
     def __init__(
@@ -104,12 +129,13 @@ class Plan:
         non_blocking: bool | None,
         transform: Transform | None,
         move: bool,
+        skip_keys: Any = None,
     ) -> None:
         self.non_blocking = non_blocking
         self.transform = transform
         self.move = move
         # The device and the dtype policy are parsed here once, not for every batch.
-        self._move = mover(target, dtype) if move else None
+        self._move = mover(target, dtype, skip_keys) if move else None
 
     def finish(
         self, batch: Any, progress: Progress, k: int, non_blocking: bool | None = None

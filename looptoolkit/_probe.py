@@ -77,7 +77,14 @@ def _as_data_error(error: TransferError, rows: Rows, moved: list[Any]) -> Transf
     return TransferError(message, path)
 
 
-def probe(rows: Rows, target: Target, order: Order, dtype: Any, non_blocking: bool | None) -> int:
+def probe(
+    rows: Rows,
+    target: Target,
+    order: Order,
+    dtype: Any,
+    non_blocking: bool | None,
+    skip_keys: Any = None,
+) -> int:
     """Move a few rows of every leaf to ``target``, as a batch would be moved.
 
     Returns:
@@ -93,7 +100,8 @@ def probe(rows: Rows, target: Target, order: Order, dtype: Any, non_blocking: bo
         check_shards(order, shards)
     leaves = [leaf[:shards] for leaf in rows.leaves]
     try:
-        to_device(rows.build(leaves), target, dtype=dtype, non_blocking=non_blocking)
+        batch = rows.build(leaves)
+        to_device(batch, target, dtype=dtype, non_blocking=non_blocking, skip_keys=skip_keys)
     except TransferError as e:
         if e.path is None or not e.path.startswith("batch"):
             raise

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import collections.abc
 import io
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from looptoolkit import tree as _tree
@@ -183,6 +183,7 @@ def to_device(
     non_blocking: bool | None = None,
     pack: bool | None = None,
     strict: bool = False,
+    skip_keys: Any = None,
 ) -> Any:
     """Move every array leaf of ``tree`` to ``device``; everything else is returned as is.
 
@@ -208,6 +209,11 @@ def to_device(
             packed into one pinned buffer, copied once and split on the device.
             True packs whatever the device (used to test the packed path on CPU);
             False never packs.
+        skip_keys: key names (a str or a collection of them) or key paths (tuples
+            of keys, e.g. ``("meta", "ids")``) whose leaves stay exactly as they
+            are, wherever they sit in the tree: a name matches any key, index or
+            field of a leaf's path, a tuple a path's start (as TensorDict's and
+            accelerate's ``skip_keys``).
         strict: raise instead of warning when a container that cannot be rebuilt
             as its own type (a dict subclass with its own ``__init__``) would have to
             be, because a leaf inside it changed. One whose leaves all stay as they
@@ -235,10 +241,42 @@ def to_device(
     """
     target = parse_device(device)
     policy = DtypePolicy(dtype) if dtype is not None else None
-    return _move_tree(tree, device, target, policy, non_blocking, pack, strict, "batch")
+    skip = skipping(skip_keys)
+    return _move_tree(tree, device, target, policy, non_blocking, pack, strict, "batch", skip=skip)
 
 
-def mover(device: Any, dtype: Any = None) -> Callable[[Any, bool | None], Any]:
+def skipping(skip_keys: Any) -> Callable[[Any], list[bool]] | None:
+    """For ``skip_keys``: a function of a pytree spec to which leaves stay (None: none do).
+
+    Raises:
+        TypeError: ``skip_keys`` is not a str, a tuple path or a collection of them.
+    """
+    if skip_keys is None:
+        return None
+    items = [skip_keys] if isinstance(skip_keys, str | tuple) else skip_keys
+    try:
+        items = list(items)
+    except TypeError:
+        raise TypeError(
+            "`skip_keys` must be a key name, a tuple key path or a collection of them, "
+            f"got {type(skip_keys).__name__}."
+        ) from None
+    names = {item for item in items if not isinstance(item, tuple)}
+    prefixes = [item for item in items if isinstance(item, tuple)]
+
+    def skipped(spec: Any) -> list[bool]:
+        return [
+            any(key in names for key in path if isinstance(key, Hashable))
+            or any(path[: len(p)] == p for p in prefixes)
+            for path in spec.paths()
+        ]
+
+    return skipped
+
+
+def mover(
+    device: Any, dtype: Any = None, skip_keys: Any = None
+) -> Callable[[Any, bool | None], Any]:
     """:func:`to_device` to ``device`` with ``dtype``, parsed once, for many trees.
 
     Returns:
@@ -247,9 +285,12 @@ def mover(device: Any, dtype: Any = None) -> Callable[[Any, bool | None], Any]:
     """
     target = parse_device(device)
     policy = DtypePolicy(dtype) if dtype is not None else None
+    skip = skipping(skip_keys)
 
     def move(tree: Any, non_blocking: bool | None) -> Any:
-        return _move_tree(tree, device, target, policy, non_blocking, None, False, "batch")
+        return _move_tree(
+            tree, device, target, policy, non_blocking, None, False, "batch", skip=skip
+        )
 
     return move
 
@@ -265,6 +306,7 @@ def _move_tree(
     root: str,
     *,
     move: bool = True,
+    skip: Callable[[Any], list[bool]] | None = None,
 ) -> Any:
     """:func:`to_device` of ``tree``, whose key paths start at ``root``.
 
@@ -273,7 +315,13 @@ def _move_tree(
     """
     leaves, spec, types = _tree.flatten_typed(tree, move=move)
     home = target.home
-    if len(types) == 1:
+    kept = None if skip is None else skip(spec)
+    if kept is not None and any(kept):
+        # Leaves under `skip_keys` take no route: they stay exactly as they are.
+        routes_of = {cls: _route(leaf, home) for cls, leaf in {type(x): x for x in leaves}.items()}
+        keys = [None if k else routes_of[type(x)] for x, k in zip(leaves, kept, strict=True)]
+        routes = set(keys)
+    elif len(types) == 1:
         # One leaf type (the common case): one decision for all of them.
         routes = {_route(leaves[0], home)}
         keys = None
@@ -287,7 +335,11 @@ def _move_tree(
     paths: list[str] | None = None
     if _UNREADABLE in routes:
         paths = _tree.leaf_paths(spec, root)
-        i = next(i for i, leaf in enumerate(leaves) if _route(leaf, home) is _UNREADABLE)
+        i = next(
+            i
+            for i, leaf in enumerate(leaves)
+            if (_route(leaf, home) if keys is None else keys[i]) is _UNREADABLE
+        )
         raise TypeError(
             f"{paths[i]} is a {type(leaves[i]).__name__}, which to_device cannot look into "
             "without consuming it; pass its items as a list or a tuple."

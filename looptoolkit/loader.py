@@ -219,6 +219,11 @@ class Loader:
             built-in shuffles; it gets the Loader's sharding, resume and prefetch.
         pad_shards: False: with ``world_size``, each rank gets its own rows of the
             epoch and no padding (ranks' batch counts may differ by one).
+        skip_keys: key names or key paths (as :func:`~looptoolkit.to_device`'s)
+            whose leaves are gathered like every leaf but not moved, cast or
+            transformed: they are held out of ``transform`` and put back in
+            place (the transform must then return the batch's structure).
+            Needs a ``device``.
 
     Raises:
         ValueError: a wrong value: leaves of different leading dimensions (both
@@ -288,6 +293,7 @@ class Loader:
         indices: Any = None,
         order_fn: Callable[[int, int], Any] | None = None,
         pad_shards: bool = True,
+        skip_keys: Any = None,
     ) -> None:
         self._args = {
             "batch_size": batch_size,
@@ -313,12 +319,18 @@ class Loader:
             "indices": indices,
             "order_fn": order_fn,
             "pad_shards": pad_shards,
+            "skip_keys": skip_keys,
         }
         normalize_shuffle(shuffle)
         rank, world_size = resolve_rank(rank, world_size)
         prefetch = check_int("prefetch", prefetch, minimum=0)
         if transform is not None and not callable(transform):
             raise TypeError(f"`transform` must be callable, got {type(transform).__name__}.")
+        if skip_keys is not None and (device is None or resident):
+            raise ValueError(
+                "`skip_keys` needs a `device` and `resident=False`: they are the leaves "
+                "a batch's move leaves where they are."
+            )
         if device is None:
             for name, value in (("resident", resident), ("dtype", dtype)):
                 if value is not None and value is not False:
@@ -364,14 +376,17 @@ class Loader:
             if resident:
                 rows = _probe.resident(rows, data, self._target, dtype, non_blocking)
             else:
-                self._shards = _probe.probe(rows, self._target, self._order, dtype, non_blocking)
+                self._shards = _probe.probe(
+                    rows, self._target, self._order, dtype, non_blocking, skip_keys
+                )
         self._rows = rows
         self._plan = Plan(
             self._target,
             dtype,
             non_blocking,
-            None if transform is None else Transform(transform, bool(jit_transform)),
+            None if transform is None else Transform(transform, bool(jit_transform), skip_keys),
             move=self._target is not None and not self.resident,
+            skip_keys=skip_keys,
         )
         self._stats: LoaderStats | None = LoaderStats() if stats else None
         self.return_mask = bool(return_mask)

@@ -1,0 +1,92 @@
+"""``skip_keys``: leaves left exactly where they are, in ``to_device`` and the Loader's move."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pytest
+
+from looptoolkit import Loader, to_device
+
+
+@dataclasses.dataclass
+class Batch:
+    image: Any
+    ids: Any
+
+
+def test_to_device_leaves_skipped_keys_as_they_are_wherever_they_sit():
+    ids = np.array(["a", "b"])
+    meta = {"w": np.ones(2), "n": np.zeros(2)}
+    tree = {"x": np.ones(2), "meta": meta, "nested": [Batch(np.ones(2), ids)], "gen": iter(())}
+    out = to_device(tree, "cpu", dtype=np.float16, skip_keys=["ids", ("meta", "w"), "gen"])
+    assert out["x"].dtype == np.float16 and out["meta"]["n"].dtype == np.float16
+    assert out["nested"][0].image.dtype == np.float16
+    assert out["nested"][0].ids is ids  # a field name matches anywhere
+    assert out["meta"]["w"] is meta["w"]  # a key path matches its own leaf only
+    assert out["gen"] is tree["gen"]  # even what to_device could not look into
+    plain = to_device(tree | {"gen": 0}, "cpu", dtype=np.float16)
+    assert plain["meta"]["w"].dtype == np.float16
+
+
+def test_skip_keys_of_a_wrong_kind_are_refused():
+    with pytest.raises(TypeError, match="`skip_keys` must be a key name"):
+        to_device({"x": np.ones(2)}, "cpu", skip_keys=3)
+
+
+def test_the_loader_gathers_skipped_leaves_but_does_not_move_cast_or_transform_them():
+    data = {"x": np.arange(20.0).reshape(10, 2), "name": np.array([f"r{i}" for i in range(10)])}
+    seen = []
+
+    def transform(batch: dict[str, Any]) -> dict[str, Any]:
+        seen.append(batch["name"])  # held out: None here
+        return {"x": batch["x"] * 2, "name": batch["name"]}
+
+    loader = Loader(
+        data,
+        4,
+        shuffle=False,
+        device="cpu",
+        dtype=np.float32,
+        skip_keys="name",
+        transform=transform,
+    )
+    batches = list(loader)
+    assert seen == [None, None, None]
+    for batch, rows in zip(batches, ([0, 1, 2, 3], [4, 5, 6, 7], [8, 9]), strict=True):
+        assert batch["x"].dtype == np.float32
+        np.testing.assert_array_equal(batch["x"][:, 0], np.array(rows) * 4)
+        np.testing.assert_array_equal(batch["name"], data["name"][rows])
+
+
+def test_a_transform_that_changes_the_structure_under_skip_keys_is_a_clear_error():
+    data = {"x": np.ones((4, 2)), "name": np.array(list("abcd"))}
+    loader = Loader(data, 2, device="cpu", skip_keys="name", transform=lambda b: b["x"])
+    with pytest.raises(ValueError, match="must return the batch's structure"):
+        next(iter(loader))
+
+
+def test_skip_keys_need_a_move():
+    data = {"x": np.ones((4, 2)), "name": np.array(list("abcd"))}
+    with pytest.raises(ValueError, match="`skip_keys` needs a `device`"):
+        Loader(data, 2, skip_keys="name")
+    with pytest.raises(ValueError, match="`resident=False`"):
+        Loader(data, 2, device="cpu", resident=True, skip_keys="name")
+
+
+def test_jax_jit_transform_with_string_leaves_held_out():
+    jax = pytest.importorskip("jax")
+    data = {"x": np.arange(8.0).reshape(4, 2), "name": np.array(list("abcd"))}
+    loader = Loader(
+        data,
+        2,
+        shuffle=False,
+        device=jax.devices()[0],
+        skip_keys="name",
+        transform=lambda b: {"x": b["x"] + 1, "name": b["name"]},
+    )
+    batch = next(iter(loader))
+    assert isinstance(batch["x"], jax.Array) and batch["name"].tolist() == ["a", "b"]
+    np.testing.assert_array_equal(np.asarray(batch["x"])[:, 0], [1, 3])
