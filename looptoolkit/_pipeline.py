@@ -80,7 +80,8 @@ class Transform:
         if self._skipped is not None:
             # Leaves under `skip_keys` are held out (None in their place) and put back.
             leaves, spec = _tree.flatten(batch)
-            held = [(i, x) for i, (x, k) in enumerate(zip(leaves, self._skipped(spec))) if k]
+            skipped = self._skipped(spec)
+            held = [(i, x) for i, (x, k) in enumerate(zip(leaves, skipped, strict=True)) if k]
             if held:
                 for i, _ in held:
                     leaves[i] = None
