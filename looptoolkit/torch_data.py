@@ -413,6 +413,11 @@ def make_dataloader(
             f"make_dataloader builds its own batch sampler; `{clash[0]}` cannot be passed "
             "(choose the order with `shuffle`, `seed`, `rank` and `world_size`)."
         )
+    if "skip_keys" in kwargs:
+        raise TypeError(
+            "make_dataloader moves nothing (its batches stay on the host), so it takes no "
+            "`skip_keys`; pass them to the move: `to_device(batch, device, skip_keys=...)`."
+        )
     if collate_fn is not None and not callable(collate_fn):
         raise TypeError(f"`collate_fn` must be callable, got {type(collate_fn).__name__}.")
     dataset = GetItemsDataset(data)

@@ -90,3 +90,11 @@ def test_jax_jit_transform_with_string_leaves_held_out():
     batch = next(iter(loader))
     assert isinstance(batch["x"], jax.Array) and batch["name"].tolist() == ["a", "b"]
     np.testing.assert_array_equal(np.asarray(batch["x"])[:, 0], [1, 3])
+
+
+def test_make_dataloader_refuses_skip_keys_it_could_not_honour():
+    pytest.importorskip("torch")
+    from looptoolkit.torch_data import make_dataloader
+
+    with pytest.raises(TypeError, match="takes no `skip_keys`"):
+        make_dataloader({"x": np.ones((4, 2))}, 2, skip_keys="x")
