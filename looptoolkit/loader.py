@@ -496,7 +496,7 @@ class Loader:
 
         The offset is global (samples consumed by all ranks together), so a
         loader with another world size can resume it. Every value is a plain
-        Python int or str, for json, pickle and ``torch.load(weights_only=True)``.
+        Python int, str, bool or None, for json, pickle and ``torch.load(weights_only=True)``.
         """
         epoch, offset, moves = self._cursor.bind()
         live = None if self._live is None else self._live()

@@ -334,7 +334,7 @@ def test_loader_batches_any_real_world_tree_of_columns(data, batch_size, seed, w
         assert_moved(batch, data, "batch", check)
     _unchanged(data, before)
     state = loader.state_dict()
-    assert {type(v) for v in state.values()} <= {int, str, type(None)}
+    assert {type(v) for v in state.values()} <= {int, str, bool, type(None)}
 
 
 def test_loader_keeps_a_tensordicts_names_in_every_batch():

@@ -103,7 +103,7 @@ def test_state_dict_holds_plain_ints_whatever_integer_types_were_passed():
     it = iter(loader)
     next(it)
     state = loader.state_dict()
-    assert {type(v) for v in state.values()} <= {int, str, type(None)}
+    assert {type(v) for v in state.values()} <= {int, str, bool, type(None)}
     assert state[Loader.OFFSET_KEY] == 4 and loader.batch_size == 4
     assert json.loads(json.dumps(state)) == state
     buffer = io.BytesIO()

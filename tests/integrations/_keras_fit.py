@@ -108,11 +108,13 @@ def routes(backend: str) -> dict[str, Any]:
         results["loader_dataset" + name] = {"epochs": epochs, "next": loader.state_dict()["epoch"]}
 
     options: dict[str, Any] = {}
-    if backend == "jax":
+    if backend in ("jax", "tensorflow"):
         import multiprocessing
 
-        # JAX warns when a process that uses it forks: workers start by forkserver,
-        # which imports torch once (each worker forked from it starts at once).
+        # JAX warns when a process that uses it forks, and on the tensorflow backend
+        # Keras iterates the DataLoader from a tf.data thread, where a fork
+        # intermittently leaves a worker dead: workers start by forkserver, which
+        # imports torch once (each worker forked from it starts at once).
         multiprocessing.set_forkserver_preload(["looptoolkit.torch_data"])
         options["multiprocessing_context"] = "forkserver"
     for workers in (0, 2):
