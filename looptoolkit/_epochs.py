@@ -161,7 +161,7 @@ class EpochSampler:
 
     def __len__(self) -> int:
         order = self.order
-        per_rank = int(order.epoch(0).samples_per_rank)
+        per_rank = order.per_rank(self.cursor.offset)
         return per_rank - per_rank % order.batch_size if order.drop_last else per_rank
 
 
@@ -186,18 +186,19 @@ def _one_pass(cursor: EpochCursor, epoch_fn: Callable[[int], Iterable[Any]]) -> 
     cursor.complete(token)
 
 
-def position(cursor: EpochCursor, running: tuple[int, int, int] | None) -> tuple[int, int]:
+def position(cursor: EpochCursor, running: tuple[int, int, int, bool] | None) -> tuple[int, int]:
     """``(epoch, offset)`` a state describes: the running pass's, or the cursor's.
 
     Args:
         cursor: the epoch cursor.
-        running: ``(epoch, offset reached, token)`` of the pass bound last, while
-            it runs (bound, not closed, not past its last batch); None otherwise.
-            A pass bound before the cursor last moved no longer counts.
+        running: ``(epoch, offset reached, token, finished)`` of the pass bound
+            last, unless it was closed; None otherwise. A pass bound before the
+            cursor last moved no longer counts; a finished one whose end has not
+            reached the cursor yet (in another thread) describes the next epoch.
     """
     epoch, offset, moves = cursor.bind()
     if running is not None and running[2] == moves:
-        return running[0], running[1]
+        return (running[0] + 1, 0) if running[3] else (running[0], running[1])
     return epoch, offset
 
 

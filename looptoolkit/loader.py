@@ -38,6 +38,7 @@ from looptoolkit._epochs import (
     EpochCursor,
     EpochSampler,
     parse_state,
+    position,
     state_of,
 )
 from looptoolkit._errors import check_int
@@ -83,16 +84,15 @@ class LoaderIterator:
         return self
 
     def __next__(self) -> Any:
+        if self._source is _UNSTARTED:  # the first batch asked for: bind the epoch
+            try:
+                self._loader._bind(self)
+            except BaseException:
+                self._source = _CLOSED
+                raise
         try:
             item = next(self._source)
         except StopIteration:
-            if self._source is _UNSTARTED:  # the first batch asked for: bind the epoch
-                try:
-                    self._loader._bind(self)
-                except BaseException:
-                    self._source = _CLOSED
-                    raise
-                return self.__next__()
             self._source = _CLOSED
             raise
         except BaseException:
@@ -498,14 +498,13 @@ class Loader:
         loader with another world size can resume it. Every value is a plain
         Python int, str, bool or None, for json, pickle and ``torch.load(weights_only=True)``.
         """
-        epoch, offset, moves = self._cursor.bind()
         live = None if self._live is None else self._live()
-        if live is not None and live._token == moves and live._running():
-            progress = live._progress
-            assert progress is not None
-            epoch = progress.epoch
-            offset = progress.start + progress.consumed * self.batch_size * self.world_size
-        return state_of(self._order, epoch, offset)
+        running = None
+        if live is not None and live._progress is not None and live._source is not _CLOSED:
+            p = live._progress
+            offset = p.start + p.consumed * self.batch_size * self.world_size
+            running = (p.epoch, offset, live._token, p.consumed >= p.total)
+        return state_of(self._order, *position(self._cursor, running))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from :meth:`state_dict`: the next pass yields exactly the batches left.

@@ -189,4 +189,11 @@ def loader_dataset(
     if to_gpu:
         assert device is not None
         ds = ds.apply(tf.data.experimental.prefetch_to_device(device))
-    return ds.apply(tf.data.experimental.assert_cardinality(length))
+    ds = ds.apply(tf.data.experimental.assert_cardinality(length))
+    # No prefetch may follow the `delivered` map: tf.data's default `inject_prefetch`
+    # would add one after it, and a pass would then count as done when its last
+    # batch was produced, not taken. (A `.prefetch()` of the user's after this
+    # dataset moves that point the same way.)
+    options = tf.data.Options()
+    options.experimental_optimization.inject_prefetch = False
+    return ds.with_options(options)

@@ -223,13 +223,13 @@ class _Pass:
         if self._total < 0:
             self._total = 0
 
-    def running(self) -> tuple[int, int, int] | None:
-        """``(epoch, offset reached, token)`` while bound, neither closed nor finished."""
-        if self._it is None or self._delivered >= self._total:
+    def running(self) -> tuple[int, int, int, bool] | None:
+        """``(epoch, offset reached, token, finished)`` while bound and not closed."""
+        if self._it is None:
             return None
         order = self._loader._sampler.order
         offset = self._offset + self._delivered * order.batch_size * order.world_size
-        return self._epoch, offset, self._token
+        return self._epoch, offset, self._token, self._delivered >= self._total
 
 
 class EpochDataLoader(torch.utils.data.DataLoader[Any]):
@@ -269,6 +269,12 @@ class EpochDataLoader(torch.utils.data.DataLoader[Any]):
 
     def __iter__(self) -> _Pass:  # type: ignore[override]
         return _Pass(self)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickled and deep-copied without the reference to the pass running here.
+        state = self.__dict__.copy()
+        state.pop("_live", None)
+        return state
 
     def set_epoch(self, epoch: int) -> None:
         """Make ``epoch`` the one the next pass runs (the HF Trainer calls ``dl.set_epoch``)."""

@@ -168,7 +168,7 @@ def test_set_epoch_after_iter_still_counts(route):
     # Lightning creates the iterator, then calls set_epoch, then asks for batches.
     route, set_epoch = route
     if not hasattr(route, "batch_size") and not isinstance(route, Loader):
-        pytest.skip("a tf.data iterator starts producing (and binds) at iter()")
+        pytest.skip("a tf.data iterator may start producing (and bind) at iter()")
     it = iter(route)
     set_epoch(2)
     np.testing.assert_array_equal(np.concatenate([_ids(b) for b in it]), REFERENCE.indices(2))
@@ -338,3 +338,76 @@ def test_make_dataloader_state_resumes_mid_epoch_with_workers():
     np.testing.assert_array_equal(_epoch(resumed), REFERENCE.indices(1))
     del it
     assert dl.state_dict()[Loader.OFFSET_KEY] == 0  # dropped: the next pass starts epoch 0
+
+
+# -- edges found in review ------------------------------------------------------------
+
+
+def test_a_tf_pass_left_before_its_last_batch_finishes_nothing():
+    pytest.importorskip("tensorflow")
+    from looptoolkit.tf_data import loader_dataset
+
+    loader = Loader({"id": np.arange(1000)}, 10, seed=SEED)
+    it = iter(loader_dataset(loader))
+    for _ in range(90):  # tf.data may have produced all 100 batches by now
+        next(it)
+    del it
+    assert loader.state_dict()[Loader.EPOCH_KEY] == 0
+
+
+@pytest.mark.parametrize("route", ["loader", "dataloader"])
+def test_state_taken_while_the_last_batch_is_being_counted_points_at_the_next_epoch(
+    route, monkeypatch
+):
+    if route == "loader":
+        source = Loader(_data(), B, seed=SEED)
+        cursor = source._cursor
+    else:
+        pytest.importorskip("torch")
+        from looptoolkit.torch_data import make_dataloader
+
+        source = make_dataloader(_data(), B, seed=SEED)
+        cursor = source.batch_sampler.cursor
+    seen = []
+    complete = type(cursor).complete
+
+    def slow_complete(self: EpochCursor, token: int) -> bool:
+        # Another thread's state_dict, between the last batch and the cursor's move.
+        seen.append(source.state_dict()[Loader.EPOCH_KEY])
+        return complete(self, token)
+
+    monkeypatch.setattr(type(cursor), "complete", slow_complete)
+    _epoch(source)
+    assert seen == [1] and source.state_dict()[Loader.EPOCH_KEY] == 1
+
+
+def test_an_error_on_the_first_batch_carries_no_stopiteration_context():
+    def failing(batch: Any) -> Any:
+        raise ValueError("bad")
+
+    loader = Loader(_data(), B, transform=failing)
+    with pytest.raises(ValueError) as caught:
+        next(iter(loader))
+    assert caught.value.__context__ is None
+
+
+def test_an_epoch_dataloader_pickles_and_copies_after_a_pass():
+    pytest.importorskip("torch")
+    from looptoolkit.torch_data import make_dataloader
+
+    dl = make_dataloader(_data(), B, seed=SEED)
+    it = iter(dl)
+    next(it), next(it), next(it)
+    copied = copy.deepcopy(dl)
+    assert copied.state_dict()[Loader.OFFSET_KEY] == 0  # its own next pass: epoch 0
+    np.testing.assert_array_equal(_epoch(copied), REFERENCE.indices(0))
+    restored = pickle.loads(pickle.dumps(dl))
+    np.testing.assert_array_equal(_epoch(restored), REFERENCE.indices(0))
+
+
+def test_the_sampler_length_follows_a_loaded_offset():
+    loader = Loader(_data(), B, seed=SEED)
+    it = iter(loader)
+    next(it), next(it)
+    loader.load_state_dict(loader.state_dict())
+    assert len(loader.sampler) == len(list(loader.sampler)) == N - 2 * B

@@ -72,6 +72,8 @@ def main() -> None:
             saved = loader.state_dict()
             break
     print(f"rank {rank}/{world}: {step + 1} steps, {seen} rows, last loss {loss.item():.4f}")
+    if saved is None:  # the whole epoch ran: the state points at the next one
+        saved = loader.state_dict()
 
     if args.save:
         if rank == 0:

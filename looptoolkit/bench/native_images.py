@@ -91,7 +91,7 @@ def _mapped(loader: Any, fn: Callable[[Any], Any], name: str) -> Iterable[Any]:
     """``fn`` on every batch of ``loader``, in the consumer's thread; each ``iter()`` an epoch."""
 
     def epoch(_: int) -> Iterator[Any]:
-        iterator = iter(loader)  # the Loader's next epoch
+        iterator = iter(loader)  # the epoch the Loader's cursor points at
         try:
             for batch in iterator:
                 yield fn(batch)

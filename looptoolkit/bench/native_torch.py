@@ -159,7 +159,7 @@ def per_sample_dataloader(
             ``multiprocessing_context``, ...).
 
     Returns:
-        The ``DataLoader``; each ``iter()`` is the next epoch.
+        The ``DataLoader``; a pass run to the end moves it to the next epoch.
     """
     return _dataloader(
         PerSampleDataset(data), batch_size, order, shuffle, seed, drop_last, num_workers, kwargs
@@ -194,7 +194,7 @@ def getitems_dataloader(
         **kwargs: passed to ``DataLoader``.
 
     Returns:
-        The ``DataLoader``; each ``iter()`` is the next epoch.
+        The ``DataLoader``; a pass run to the end moves it to the next epoch.
     """
     kwargs.setdefault("collate_fn", keep_batch)
     return _dataloader(

@@ -35,7 +35,7 @@ class Variant:
         name: short name (``--variants`` filters on it; at most 18 characters).
         backend: whose arrays it runs on (``"numpy"``, ``"torch"``, ``"jax"``, ``"tf"``).
         label: what it is, in one line.
-        factory: builds the loop (an iterable whose every ``iter()`` is the next epoch).
+        factory: builds the loop (an iterable over epochs: a pass run to the end moves on).
         shuffle: the Loader order it reproduces exactly (``"full"``, ``"grouped"``), or
             None for a loop with its own order (checked for coverage and alignment).
         workloads: the workloads it applies to (None: all).
