@@ -287,3 +287,19 @@ def test_make_dataloader_and_loader_dataset_yield_the_loaders_batches(name):
     ds = loader_dataset(Loader(_rows(30), 4, seed=9, **kwargs))
     for epoch in range(2):
         np.testing.assert_array_equal(np.concatenate([b["id"].numpy() for b in ds]), want[epoch])
+
+
+@pytest.mark.parametrize("name", sorted(ORDERS))
+def test_make_dataloader_resumes_these_orders_mid_epoch(name):
+    torch = pytest.importorskip("torch")
+    from looptoolkit.torch_data import make_dataloader
+
+    kwargs = ORDERS[name]
+    dl = make_dataloader(_rows(30), 2, seed=9, **kwargs)
+    it = iter(dl)
+    head = [next(it)["id"] for _ in range(2)]
+    resumed = make_dataloader(_rows(30), 2, seed=9, **kwargs)
+    resumed.load_state_dict(dl.state_dict())
+    rest = torch.cat([b["id"] for b in resumed]).numpy()
+    want = Loader(_rows(30), 2, seed=9, **kwargs).indices(0)
+    np.testing.assert_array_equal(np.concatenate([*head, rest]), want)
