@@ -231,7 +231,13 @@ class Loader:
             an unknown ``shuffle``, ``group_size < 1``, ``rank`` outside
             ``[0, world_size)``, an unknown device string, ``prefetch < 0``,
             ``resident``, ``dtype`` or ``non_blocking`` without a ``device``;
-            ``drop_last=True`` with a shard of fewer rows than ``batch_size``.
+            ``drop_last=True`` with a shard of fewer rows than ``batch_size``;
+            negative, NaN or all-zero ``weights``, ``num_samples`` above the rows
+            of non-zero weight without ``replacement``, ``indices`` or an
+            ``order_fn`` result outside ``[0, N)``, an ``order_fn`` of another
+            length than epoch 0's, an order combination that is not offered,
+            ``skip_keys`` without a ``device``; with ``pad_shards=False``, a rank
+            that gets no row.
         TypeError: a leaf that is not an array (named by its key path); a list of
             per-sample records (the message says how to stack it, see
             :func:`looptoolkit.stack_records`); an argument of a wrong type.
