@@ -57,3 +57,14 @@ def test_unknown_command_exits_with_usage_error(capsys):
     with pytest.raises(SystemExit) as info:
         cli.main(["nope"])
     assert info.value.code == 2
+
+
+def test_the_version_lives_in_one_place_and_the_changelog_names_it():
+    import re
+    from importlib.metadata import version
+    from pathlib import Path
+
+    changelog = (Path(__file__).resolve().parents[1] / "CHANGELOG.md").read_text()
+    assert "## [Unreleased]" in changelog
+    released = re.findall(r"^## \[(\d+\.\d+\.\d+)\]", changelog, re.MULTILINE)
+    assert released and released[0] == looptoolkit.__version__ == version("looptoolkit")
