@@ -72,7 +72,22 @@ _BOTH = (DATA, MOVE)
 
 
 class ContainerRebuildWarning(UserWarning):
-    """A container could not be rebuilt as its own type and became its closest base."""
+    """A container could not be rebuilt as its own type and became its closest base.
+
+    Examples:
+        >>> import warnings
+        >>> import numpy as np
+        >>> from looptoolkit import to_device
+        >>> class Tagged(dict):  # a dict subclass with its own constructor
+        ...     def __init__(self, tag, **items):
+        ...         super().__init__(**items)
+        ...         self.tag = tag
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     out = to_device(Tagged("t", x=np.ones(2)), "cpu", dtype=np.float32)
+        >>> type(out).__name__, caught[0].category.__name__
+        ('dict', 'ContainerRebuildWarning')
+    """
 
 
 class Unbuildable(Exception):

@@ -15,6 +15,16 @@ class TransferError(RuntimeError):
 
     Attributes:
         path: the leaf's key path (``batch['im']['image']``), or None when unknown.
+
+    Examples:
+        >>> import numpy as np
+        >>> from looptoolkit import to_device
+        >>> image = np.array(["a"])  # text that cannot become int8
+        >>> try:
+        ...     to_device({"im": {"image": image}}, "cpu", dtype={image.dtype: np.int8})
+        ... except TransferError as e:
+        ...     print(e.path)
+        batch['im']['image']
     """
 
     def __init__(self, message: str, path: str | None = None) -> None:

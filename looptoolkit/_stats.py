@@ -25,6 +25,15 @@ class LoaderStats:
         wait_s: seconds the loop spent waiting for the next batch (inside ``next``).
         step_s: seconds between handing out a batch and being asked for the next
             one: the user's step.
+
+    Examples:
+        >>> import numpy as np
+        >>> from looptoolkit import Loader
+        >>> loader = Loader({"x": np.zeros((8, 2))}, 4, stats=True)
+        >>> for batch in loader:
+        ...     pass
+        >>> loader.stats.batches, 0.0 <= loader.stats.data_wait_fraction <= 1.0
+        (2, True)
     """
 
     __slots__ = ("batches", "step_s", "wait_s")

@@ -164,6 +164,13 @@ def process_rows(
 
     Raises:
         ValueError: the process holds no rows, or rows that are not one contiguous block.
+
+    Examples:
+        >>> import jax
+        >>> from jax.sharding import NamedSharding, PartitionSpec
+        >>> mesh = jax.make_mesh((jax.device_count(),), ("data",))
+        >>> process_rows(NamedSharding(mesh, PartitionSpec("data")), 8)
+        slice(0, 8, None)
     """
     process_index, _ = _jax_process(process_index, 1)
     shape = (global_shape,) if isinstance(global_shape, int) else tuple(global_shape)
@@ -207,6 +214,15 @@ def global_batch(local_batch: Any, sharding: Any) -> Any:
     Raises:
         TypeError: an array leaf of another framework (torch, tf); its key path is named.
         TransferError: a leaf could not be placed (its key path is named).
+
+    Examples:
+        >>> import jax
+        >>> from jax.sharding import NamedSharding, PartitionSpec
+        >>> mesh = jax.make_mesh((jax.device_count(),), ("data",))
+        >>> sharding = NamedSharding(mesh, PartitionSpec("data"))
+        >>> batch = global_batch({"x": np.ones((8, 2)), "n": 3}, sharding)
+        >>> type(batch["x"]).__name__, batch["x"].shape, batch["n"]
+        ('ArrayImpl', (8, 2), 3)
     """
     import jax
 

@@ -121,6 +121,13 @@ class OrderBatchSampler(torch.utils.data.Sampler[np.ndarray]):
     Args:
         order: the epoch orders.
         cursor: the epoch cursor to share (a new one starting at epoch 0 by default).
+
+    Examples:
+        >>> sampler = OrderBatchSampler(Order(5, 2, shuffle=False))
+        >>> [b.tolist() for b in sampler], sampler.epoch
+        ([[0, 1], [2, 3], [4]], 1)
+        >>> sampler.sampler.set_epoch(4); sampler.epoch
+        4
     """
 
     def __init__(self, order: Order, cursor: EpochCursor | None = None) -> None:
@@ -243,6 +250,17 @@ class EpochDataLoader(torch.utils.data.DataLoader[Any]):
     when the loop has received its last batch, whatever the workers prefetched.
     ``state_dict`` / ``load_state_dict`` resume in the middle of an epoch, as
     torchdata's ``StatefulDataLoader`` does; the state is the Loader's format.
+
+    Examples:
+        >>> dl = make_dataloader({"y": np.arange(6)}, 2, shuffle=False)
+        >>> it = iter(dl)
+        >>> next(it)["y"].tolist()
+        [0, 1]
+        >>> state = dl.state_dict()
+        >>> again = make_dataloader({"y": np.arange(6)}, 2, shuffle=False)
+        >>> again.load_state_dict(state)
+        >>> [b["y"].tolist() for b in again]
+        [[2, 3], [4, 5]]
     """
 
     _live: weakref.ref[_Pass] | None = None
@@ -299,6 +317,11 @@ def keep_batch(batch: Any) -> Any:
     ``__getitems__`` already returns the whole batch; DataLoader's default
     collate would try to take it apart as a list of samples. A module-level
     function, so that worker processes can pickle it.
+
+    Examples:
+        >>> batch = {"y": np.arange(3)}
+        >>> keep_batch(batch) is batch
+        True
     """
     return batch
 
@@ -320,6 +343,12 @@ class BatchCollate:
         tensors: turn NumPy leaves into torch tensors (zero-copy), as
             ``default_collate`` does for NumPy samples.
         fn: the user's ``collate_fn``, applied to the whole batch afterwards.
+
+    Examples:
+        >>> collate = BatchCollate(True, lambda b: {**b, "n": len(b["y"])})
+        >>> out = collate({"y": np.arange(3), "name": np.array(["a", "b", "c"])})
+        >>> type(out["y"]).__name__, type(out["name"]).__name__, out["n"]
+        ('Tensor', 'ndarray', 3)
     """
 
     def __init__(self, tensors: bool, fn: Callable[[Any], Any] | None) -> None:

@@ -12,6 +12,7 @@ import looptoolkit
 NEEDS = {
     "looptoolkit.torch_data": "torch",
     "looptoolkit.tf_data": "tensorflow",
+    "looptoolkit.distributed": "jax",
     "looptoolkit.adapters.torch": "torch",
     "looptoolkit.adapters._torch_cuda": "torch",
     "looptoolkit.adapters.jax": "jax",

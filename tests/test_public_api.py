@@ -47,3 +47,28 @@ def test_unknown_attribute_raises():
 
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         looptoolkit.Nope  # noqa: B018
+
+
+@pytest.mark.parametrize(
+    ("module", "needs"),
+    [
+        ("looptoolkit", None),
+        ("looptoolkit.torch_data", "torch"),
+        ("looptoolkit.tf_data", "tensorflow"),
+        ("looptoolkit.distributed", None),
+    ],
+)
+def test_every_public_name_has_a_docstring_with_examples(module, needs):
+    import importlib
+    import inspect
+
+    if needs is not None:
+        pytest.importorskip(needs)
+    mod = importlib.import_module(module)
+    lacking = [
+        name
+        for name in mod.__all__
+        if not name.startswith("__")
+        and "Examples:" not in (inspect.getdoc(getattr(mod, name)) or "")
+    ]
+    assert lacking == []
