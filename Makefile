@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 EXTRAS ?= torch,jax,tf-cpu,dev
 
-.PHONY: install test compare lint transfer reference clean
+.PHONY: install test compare lint transfer reference dist clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@echo "looptoolkit: setting up $(VENV) with the pinned versions of constraints.txt (a few minutes the first time)"
@@ -44,5 +44,18 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check looptoolkit tests benchmarks
 	$(BIN)/mypy
 
+# The release check: build the sdist and the wheel, `twine check` both, install
+# the wheel in a fresh venv with only the core dependencies (NumPy, optree) and
+# run `import looptoolkit` and the README's tour there.
+DISTVENV := .venv-dist
+dist: $(STAMP)
+	rm -rf dist $(DISTVENV)
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/twine check --strict dist/*
+	$(PY) -m venv $(DISTVENV)
+	$(DISTVENV)/bin/python -m pip install -q -c constraints.txt dist/*.whl
+	cd /tmp && $(CURDIR)/$(DISTVENV)/bin/python -c "import looptoolkit; print(looptoolkit.__version__)"
+	cd /tmp && $(CURDIR)/$(DISTVENV)/bin/python $(CURDIR)/tests/readme_tour.py $(CURDIR)/README.md
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(DISTVENV) dist build .pytest_cache .mypy_cache .ruff_cache

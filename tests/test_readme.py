@@ -3,6 +3,8 @@
 import pathlib
 import re
 
+from readme_tour import tour
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -14,10 +16,8 @@ def test_readme_starts_with_the_two_commands():
 
 
 def test_readme_tour_runs():
-    text = (ROOT / "README.md").read_text()
-    tour = re.findall(r"```python\n(.*?)```", text, re.S)[0]
     namespace: dict = {}
-    exec(compile(tour, "README.md", "exec"), namespace)
+    exec(compile(tour(ROOT / "README.md"), "README.md", "exec"), namespace)
     batch = namespace["batch"]
     assert batch["im"]["image"].dtype.name == "float16"
     assert batch["id"] == "a"
