@@ -184,12 +184,14 @@ class Rows:
             parts.append((staged[0], staged[1](copies[-1])))
         return merge(len(self.leaves), parts)
 
-    def take(self, idx: np.ndarray) -> Any:
-        """The batch of rows ``idx``."""
+    def take(self, idx: np.ndarray, leaf_fn: Callable[[Any], Any] | None = None) -> Any:
+        """The batch of rows ``idx``; ``leaf_fn`` applied to each gathered leaf first."""
         out: list[Any] = [None] * len(self.leaves)
         for backend, positions, leaves in self.groups:
             for i, value in zip(positions, backend.take(leaves, idx), strict=True):
                 out[i] = value
+        if leaf_fn is not None:
+            out = list(map(leaf_fn, out))
         return self.build(out)
 
     def row(self, i: int) -> Any:

@@ -13,6 +13,7 @@ This module imports torch; ``looptoolkit`` loads it on first use of
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -20,14 +21,12 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
-from looptoolkit import tree as _tree
 from looptoolkit._epochs import EpochCursor, EpochSampler, parse_state, position, state_of
 from looptoolkit._probe import check_not_empty
 from looptoolkit._rows import Rows
 from looptoolkit.order import Order, resolve_rank
 
 __all__ = [
-    "BatchCollate",
     "EpochDataLoader",
     "GetItemsDataset",
     "OrderBatchSampler",
@@ -42,6 +41,9 @@ class GetItemsDataset(torch.utils.data.Dataset[Any]):
     Args:
         data: a pytree of NumPy (``np.memmap`` too), torch, JAX or tf arrays
             sharing the leading dimension, as for :class:`~looptoolkit.Loader`.
+        tensors: NumPy leaves of a batch come out as torch tensors (sharing the
+            gathered batch's memory, as ``default_collate`` gives tensors);
+            other leaves are kept.
 
     Raises:
         ValueError: an empty pytree, a 0-d leaf, or leaves of different lengths.
@@ -65,9 +67,11 @@ class GetItemsDataset(torch.utils.data.Dataset[Any]):
         [[0, 1], [2]]
     """
 
-    def __init__(self, data: Any) -> None:
+    def __init__(self, data: Any, *, tensors: bool = False) -> None:
         self._rows = Rows(data)
         self._data = data
+        self.tensors = bool(tensors)
+        self._leaf_fn = _as_tensor if self.tensors else None
 
     def __len__(self) -> int:
         return self._rows.n
@@ -89,11 +93,11 @@ class GetItemsDataset(torch.utils.data.Dataset[Any]):
             raise ValueError(f"`indices` must be 1-D, got shape {list(idx.shape)}.")
         if len(idx) and (idx.min() < -self._rows.n or idx.max() >= self._rows.n):
             raise IndexError(f"`indices` out of range for {self._rows.n} rows.")
-        return self._rows.take(idx)
+        return self._rows.take(idx, self._leaf_fn)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Workers started by spawn or forkserver get the data and rebuild the rest.
-        return (type(self), (self._data,))
+        return (functools.partial(type(self), tensors=self.tensors), (self._data,))
 
     def __repr__(self) -> str:
         rows = self._rows
@@ -336,33 +340,6 @@ def _as_tensor(leaf: Any) -> Any:
 _TENSOR_KINDS = frozenset("biufc")
 
 
-class BatchCollate:
-    """The ``collate_fn`` of :func:`make_dataloader`: runs in the workers, after the batched fetch.
-
-    Args:
-        tensors: turn NumPy leaves into torch tensors (zero-copy), as
-            ``default_collate`` does for NumPy samples.
-        fn: the user's ``collate_fn``, applied to the whole batch afterwards.
-
-    Examples:
-        >>> collate = BatchCollate(True, lambda b: {**b, "n": len(b["y"])})
-        >>> out = collate({"y": np.arange(3), "name": np.array(["a", "b", "c"])})
-        >>> type(out["y"]).__name__, type(out["name"]).__name__, out["n"]
-        ('Tensor', 'ndarray', 3)
-    """
-
-    def __init__(self, tensors: bool, fn: Callable[[Any], Any] | None) -> None:
-        self.tensors = tensors
-        self.fn = fn
-
-    def __call__(self, batch: Any) -> Any:
-        """The batch with NumPy leaves as tensors (if asked), then through ``fn``."""
-        if self.tensors:
-            leaves, spec = _tree.flatten(batch)
-            batch = _tree.unflatten(spec, [_as_tensor(leaf) for leaf in leaves])
-        return batch if self.fn is None else self.fn(batch)
-
-
 _OWN_ARGUMENTS = ("sampler", "batch_sampler", "batch_size")
 
 
@@ -455,7 +432,7 @@ def make_dataloader(
         )
     if collate_fn is not None and not callable(collate_fn):
         raise TypeError(f"`collate_fn` must be callable, got {type(collate_fn).__name__}.")
-    dataset = GetItemsDataset(data)
+    dataset = GetItemsDataset(data, tensors=tensors)
     rank, world_size = resolve_rank(rank, world_size)
     order = Order(
         len(dataset),
@@ -475,14 +452,13 @@ def make_dataloader(
         pad_shards=pad_shards,
     )
     check_not_empty(order)
-    collate: Callable[[Any], Any] = (
-        BatchCollate(bool(tensors), collate_fn) if tensors or collate_fn is not None else keep_batch
-    )
     return EpochDataLoader(
         dataset,
         # Typed as lists of ints; DataLoader only hands each batch to `__getitems__`.
         batch_sampler=OrderBatchSampler(order),  # type: ignore[arg-type]
-        collate_fn=collate,
+        # The batch is whole when `__getitems__` returns it: the user's function
+        # of the batch, or the identity.
+        collate_fn=keep_batch if collate_fn is None else collate_fn,
         num_workers=num_workers,
         **kwargs,
     )

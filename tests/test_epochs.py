@@ -245,7 +245,7 @@ def test_an_error_in_a_worker_ends_the_pass_and_the_next_runs_the_whole_epoch():
     dl = make_dataloader(_data(), B, seed=SEED, num_workers=2, collate_fn=_FailOnce(3))
     with pytest.raises(ValueError, match="bad batch"):
         _epoch(dl)
-    dl.collate_fn.fn.armed = False  # the main process's copy: workers restart from it
+    dl.collate_fn.armed = False  # the main process's copy: workers restart from it
     np.testing.assert_array_equal(_epoch(dl), REFERENCE.indices(0))
     np.testing.assert_array_equal(_epoch(dl), REFERENCE.indices(1))
 
