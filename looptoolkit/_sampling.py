@@ -18,9 +18,7 @@ import numpy as np
 from looptoolkit._errors import check_int
 from looptoolkit._sources import Mapped, Materialized, Source, draw
 
-__all__ = ["SAMPLING_KINDS", "Sampling"]
-
-SAMPLING_KINDS = ("permutation", "indices", "weights", "replacement", "custom")
+__all__ = ["Sampling"]
 
 
 def _fingerprint(values: np.ndarray) -> int:
@@ -64,6 +62,10 @@ def _check_rows(values: Any, n: int, name: str) -> np.ndarray:
 
 class Sampling:
     """The rows an epoch visits, before sharding, checked once.
+
+    ``kind`` names it (what a saved state records): ``"permutation"`` (every
+    row, shuffled by ``shuffle``), ``"indices"``, ``"weights"``,
+    ``"replacement"`` or ``"custom"``.
 
     Args:
         n: rows of the data.
