@@ -19,6 +19,8 @@ concurrent passes do not share it.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
@@ -26,9 +28,15 @@ from typing import Any
 
 import numpy as np
 
+from looptoolkit.adapters import gather_rows
 from looptoolkit.stores import StoreArray
 
 __all__ = ["ChunkCache", "StoreReads"]
+
+# Batches are gathered from the cache in blocks of about this many bytes (at most
+# BLOCK_BATCHES batches): one gather per leaf per block, the batches views of it.
+GATHER_BYTES = 1 << 21
+BLOCK_BATCHES = 32
 
 
 class ChunkCache:
@@ -139,6 +147,7 @@ class StoreReads:
         self.n = n
         self.unit = unit
         self.cache_bytes: int | None = None
+        self.block = 1  # batches gathered at once from the cache (set by `plan_reads`)
         self.last: ChunkCache | None = None  # the cache of the pass that started last
         self._shared: ChunkCache | None = None
         self._lock = threading.Lock()
@@ -171,12 +180,22 @@ class StoreReads:
 
     def take(self, leaves: Sequence[StoreArray], idx: np.ndarray) -> list[np.ndarray]:
         if self.cache_bytes is None:
-            return [sorted_take(leaf, idx) for leaf in leaves]
+            return [self._sorted(leaf, idx) for leaf in leaves]
         with self._lock:
             if self._shared is None:
                 self._shared = self._cache()
             cache = self._shared
-            return [cache.take(cache.leaves.index(leaf), idx) for leaf in leaves]
+            return [self._cached(cache, leaf, idx) for leaf in leaves]
+
+    @staticmethod
+    def _sorted(leaf: StoreArray, idx: np.ndarray) -> np.ndarray:
+        view = leaf.view()
+        return sorted_take(leaf, idx) if view is None else gather_rows(view, idx)
+
+    @staticmethod
+    def _cached(cache: ChunkCache, leaf: StoreArray, idx: np.ndarray) -> np.ndarray:
+        view = leaf.view()
+        return cache.take(cache.leaves.index(leaf), idx) if view is None else gather_rows(view, idx)
 
     def take_batches(
         self, leaves: Sequence[StoreArray], batches: Iterable[np.ndarray]
@@ -184,12 +203,32 @@ class StoreReads:
         self.check()
         if self.cache_bytes is None:
             for idx in batches:
-                yield [sorted_take(leaf, idx) for leaf in leaves]
+                yield [self._sorted(leaf, idx) for leaf in leaves]
             return
         cache = self.last = self._cache()
-        positions = [cache.leaves.index(leaf) for leaf in leaves]
-        for idx in batches:
-            yield [cache.take(j, idx) for j in positions]
+        # A leaf that is a zero-copy view is gathered from it; the others through the cache.
+        views = [leaf.view() for leaf in leaves]
+        fetch = [
+            functools.partial(cache.take, cache.leaves.index(leaf))
+            if view is None
+            else functools.partial(gather_rows, view)
+            for leaf, view in zip(leaves, views, strict=True)
+        ]
+        batches = iter(batches)
+        while True:
+            block = list(itertools.islice(batches, self.block))
+            if len(block) <= 1:
+                if block:
+                    yield [f(block[0]) for f in fetch]
+                    continue
+                return
+            # One gather per leaf for the block; each batch a view of it.
+            idx = np.concatenate(block)
+            gathered = [f(idx) for f in fetch]
+            stop = 0
+            for idx in block:
+                start, stop = stop, stop + len(idx)
+                yield [x[start:stop] for x in gathered]
 
 
 # -- how a Loader reads its stores -------------------------------------------------
@@ -205,6 +244,11 @@ def default_group_size(store: StoreReads) -> int:
     chunk = store.unit * sum(leaf.row_bytes for leaf in store.leaves)
     k = max(1, min(STORE_GROUP_CHUNKS, STORE_GROUP_BYTES // max(1, chunk)))
     return k * store.unit
+
+
+def block_batches(row_bytes: int, batch_size: int) -> int:
+    """Batches per block of gathers and of background hand-offs, for rows of ``row_bytes``."""
+    return max(1, min(BLOCK_BATCHES, GATHER_BYTES // max(1, row_bytes * batch_size)))
 
 
 def plan_reads(store: StoreReads, order: Any, cache_bytes: int | None) -> None:
@@ -228,6 +272,7 @@ def plan_reads(store: StoreReads, order: Any, cache_bytes: int | None) -> None:
                 'whole (`shuffle=False` or `"grouped"`); this order reads sorted rows per batch.'
             )
         store.cache_bytes = None
+        store.block = block_batches(sum(leaf.row_bytes for leaf in store.leaves), order.batch_size)
         return
     group = order.group_size if order.chunk_rows is not None else store.unit
     need = sum(
@@ -243,3 +288,6 @@ def plan_reads(store: StoreReads, order: Any, cache_bytes: int | None) -> None:
             f"({need} bytes for groups of {group} rows); pass more, or a smaller `group_size`."
         )
     store.cache_bytes = cache_bytes
+    # A block within a group's rows touches at most two groups' chunks: what the cache holds.
+    block = block_batches(sum(leaf.row_bytes for leaf in store.leaves), order.batch_size)
+    store.block = max(1, min(block, group // order.batch_size))

@@ -448,7 +448,10 @@ class Loader:
             if self._plan.move:
                 assert self._target is not None
                 stager = stager_for(self._rows, self.batch_size, self._target, self.prefetch)
-            source = prefetched(self._rows, batches, progress, self._plan, self.prefetch, stager)
+            block = 1 if self._plan.move else self._rows.store.block  # type: ignore[union-attr]
+            source = prefetched(
+                self._rows, batches, progress, self._plan, self.prefetch, stager, block
+            )
         else:
             source = inline(self._rows, batches, progress, self._plan)
         if self.return_mask:

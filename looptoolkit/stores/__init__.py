@@ -108,6 +108,14 @@ class StoreArray:
             return self.read(i, i + 1)[0]
         raise IndexError(f"{self.path} takes a row number or a slice with step 1, got {key!r}.")
 
+    def view(self) -> np.ndarray | None:
+        """The whole array as a zero-copy NumPy array (a memmap, an Arrow buffer), if it is one.
+
+        A leaf with a view is gathered from it directly, as a ``.npy`` memmap is:
+        reading it costs nothing, so there is nothing to cache.
+        """
+        return None
+
     def length_now(self) -> int:
         """The array's rows as the store says now (a store can change under the Loader)."""
         return self.shape[0]

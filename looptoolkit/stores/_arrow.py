@@ -141,6 +141,9 @@ class ArrowColumn(StoreArray):
         self.__dict__.update(state)
         self._load()
 
+    def view(self) -> np.ndarray | None:
+        return self.views[0] if len(self.views) == 1 else None
+
     def read(self, start: int, stop: int) -> np.ndarray:
         starts = self.starts
         c = int(np.searchsorted(starts, start, side="right")) - 1

@@ -37,10 +37,14 @@ def refusal(obj: Any) -> str:
 class HDF5Array(StoreArray):
     """An HDF5 dataset: its chunks (chunked layout) or fixed blocks (contiguous) are read at once.
 
-    Rows are read with ``read_direct`` into arrays the Loader owns. An h5py
-    handle can be neither pickled nor used across a fork, so this array pickles
-    as its file name and dataset name, and a process other than the one that
-    made it (a worker, forked or spawned) opens the file itself, read-only.
+    A chunked dataset is read with ``read_direct`` into arrays the Loader owns. A
+    contiguous one stored in the file as plain bytes (no filter, allocated, not
+    external) is read through a read-only ``np.memmap`` of those bytes, as a
+    ``.npy`` memmap is: a read is a view, a gather reads the rows' pages.
+
+    An h5py handle can be neither pickled nor used across a fork, so this array
+    pickles as its file name and dataset name, and a process other than the one
+    that made it (a worker, forked or spawned) opens the file itself, read-only.
     """
 
     kind = "HDF5"
@@ -63,6 +67,25 @@ class HDF5Array(StoreArray):
         self._dataset: h5py.Dataset | None = dataset
         self._file: h5py.File | None = None
         self._pid = os.getpid()
+        # Where the bytes of a plain contiguous dataset start in the file (else None).
+        self.offset: int | None = None
+        if self.chunk_rows is None and dataset.external is None and self.shape:
+            try:
+                self.offset = dataset.id.get_offset()
+            except (TypeError, ValueError, RuntimeError):  # virtual or unallocated
+                self.offset = None
+        self._map: np.ndarray | None = None
+
+    @property
+    def mapped(self) -> np.ndarray:
+        """The plain contiguous dataset's bytes as a read-only array (a view of a memmap)."""
+        if self._map is None:
+            assert self.offset is not None
+            mapped = np.memmap(
+                self.filename, dtype=self.dtype, mode="r", offset=self.offset, shape=self.shape
+            )
+            self._map = mapped.view(np.ndarray)  # gathers give ndarrays, not memmaps
+        return self._map
 
     @property
     def dataset(self) -> h5py.Dataset:
@@ -86,21 +109,32 @@ class HDF5Array(StoreArray):
             )
         return dataset
 
+    def view(self) -> np.ndarray | None:
+        if self.offset is None:
+            return None
+        self.dataset  # noqa: B018  # raises if the file was closed
+        return self.mapped
+
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(_dataset=None, _file=None, _pid=None)
+        state.update(_dataset=None, _file=None, _pid=None, _map=None)
         return state
 
     def length_now(self) -> int:
         return int(self.dataset.shape[0])
 
     def read(self, start: int, stop: int) -> np.ndarray:
+        if self.offset is not None:
+            self.dataset  # noqa: B018  # raises if the file was closed
+            return self.mapped[start:stop]
         out = np.empty((stop - start, *self.shape[1:]), dtype=self.dtype)
         if stop > start:
             self.dataset.read_direct(out, np.s_[start:stop])
         return out
 
     def read_ranges(self, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+        if self.offset is not None:
+            return super().read_ranges(starts, stops)
         total = int(np.sum(stops - starts))
         out = np.empty((total, *self.shape[1:]), dtype=self.dtype)
         dataset, at = self.dataset, 0
@@ -110,5 +144,8 @@ class HDF5Array(StoreArray):
         return out
 
     def read_rows(self, rows: np.ndarray) -> np.ndarray:
+        if self.offset is not None:
+            self.dataset  # noqa: B018  # raises if the file was closed
+            return self.mapped.take(rows, axis=0)
         # h5py takes increasing indices only: the reader passes them sorted and distinct.
         return np.asarray(self.dataset[rows])
