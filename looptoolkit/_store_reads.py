@@ -76,7 +76,11 @@ class ChunkCache:
         segments = self.segments
         if (seg == first).all():
             segments.move_to_end(first)
-            return segments[first][2].take(pos, axis=0)
+            rows = segments[first][2]
+            start = int(pos[0])
+            if pos[-1] - start + 1 == len(pos) and (np.diff(pos) == 1).all():
+                return rows[start : start + len(pos)]  # consecutive rows: a view, no copy
+            return rows.take(pos, axis=0)
         leaf = self.leaves[j]
         out = np.empty((len(idx), *leaf.shape[1:]), dtype=leaf.dtype)
         for s in np.unique(seg).tolist():

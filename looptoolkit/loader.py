@@ -159,12 +159,18 @@ class Loader:
         data: a pytree (dicts, lists, tuples, namedtuples, dataclasses, TensorDict)
             of NumPy (``np.memmap`` too), torch, JAX or tf arrays sharing the
             leading dimension N. Batches have the same structure and leaf
-            frameworks (a memmap leaf yields in-memory ndarrays).
+            frameworks (a memmap leaf yields in-memory ndarrays). Chunked stores
+            may stand for arrays or containers: zarr arrays and groups, HDF5
+            datasets and files, Arrow tables and HF ``datasets.Dataset``s (their
+            batches are NumPy; a group, file, table or dataset is a dict; see
+            ``docs/stores.md``).
         batch_size: samples per batch (per rank).
         shuffle: ``False`` (sequential), ``True`` or ``"full"`` (a permutation per
             epoch), or ``"grouped"`` (groups of ``group_size`` consecutive indices,
             shuffled between and within groups: a cheaper shuffle, and faster
-            gathers, since rows of one group lie close together).
+            gathers, since rows of one group lie close together). On store data,
+            a group is whole chunks drawn at random (``group_size`` rounded up to
+            whole chunks; default 16 chunks), each chunk read once per epoch.
         seed: seed of the epoch orders.
         drop_last: drop this shard's last batch when it is short (and do not pad
             the shards).
@@ -181,7 +187,9 @@ class Loader:
             None: batches stay where the data is.
         prefetch: with a ``device``, batches prepared ahead by one background
             thread (0: none, everything in the consumer's thread). Without a
-            device it is not used: the host gather is faster than a hand-off.
+            device it is used only for store data (reads and decoding run ahead,
+            handed over in blocks of up to 32 batches); for in-memory data the
+            host gather is faster than a hand-off.
         rank: this process's shard; with ``world_size``, None for the values of
             an initialised ``torch.distributed`` (else 0 of 1).
         world_size: number of shards. Each rank gets the same number of batches;
@@ -225,6 +233,9 @@ class Loader:
             transformed: they are held out of ``transform`` and put back in
             place (the transform must then return the batch's structure).
             Needs a ``device``.
+        cache_bytes: the chunk cache of store data read whole chunks at a time
+            (``shuffle=False`` or ``"grouped"``): None for two groups of chunks
+            of every store leaf; at least one group.
 
     Raises:
         ValueError: a wrong value: leaves of different leading dimensions (both

@@ -474,3 +474,21 @@ def test_row_access_and_probe(stores, arrays):
     loader = Loader(stores["zarr3"], 64, device="cpu", dtype="float16")
     batch = next(iter(loader))
     assert batch["x"].dtype == np.float16
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax", "tf"])
+def test_same_order_on_every_backend(stores, arrays, framework):
+    if framework == "torch":
+        torch = pytest.importorskip("torch")
+        device, to_numpy = torch.device("cpu"), lambda t: t.numpy()
+    elif framework == "jax":
+        jax = pytest.importorskip("jax")
+        device, to_numpy = jax.devices("cpu")[0], np.asarray
+    else:
+        pytest.importorskip("tensorflow")
+        device, to_numpy = "/CPU:0", lambda t: t.numpy()
+    loader = Loader(stores["zarr3"], 64, shuffle="grouped", seed=11, device=device)
+    host = Loader(stores["zarr3"], 64, shuffle="grouped", seed=11)
+    for a, b in zip(loader, host, strict=True):
+        for key in b:
+            np.testing.assert_array_equal(to_numpy(a[key]), b[key])

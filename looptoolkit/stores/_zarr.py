@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import numpy as np
 import zarr
+
+try:  # runs a coroutine on zarr's own event loop, as zarr's synchronous API does
+    from zarr.core.sync import sync as _sync
+except ImportError:  # pragma: no cover - another zarr layout
+    _sync = None
 
 from looptoolkit.stores import StoreArray
 
@@ -25,6 +31,10 @@ def refusal(obj: Any) -> str:
         f"a {type(obj).__qualname__} from zarr is not an array or a group; "
         "pass a `zarr.Array` or a `zarr.Group`"
     )
+
+
+async def _gather(reads: list[Any]) -> list[Any]:
+    return list(await asyncio.gather(*reads))
 
 
 class ZarrArray(StoreArray):
@@ -61,8 +71,18 @@ class ZarrArray(StoreArray):
     def read_ranges(self, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
         if len(starts) == 1:
             return self.read(int(starts[0]), int(stops[0]))
-        rows = np.concatenate([np.arange(a, b) for a, b in zip(starts, stops, strict=True)])
-        return self.read_rows(rows)
+        if _sync is None:  # zarr without its sync helper: one orthogonal selection
+            rows = np.concatenate([np.arange(a, b) for a, b in zip(starts, stops, strict=True)])
+            return self.read_rows(rows)
+        # The ranges as slices, read concurrently on zarr's event loop (its chunks
+        # fetched and decoded in parallel): faster than an orthogonal selection,
+        # which maps every row to its chunk and scatters it.
+        array = self.array.async_array
+        reads = [
+            array.getitem((slice(int(a), int(b)),)) for a, b in zip(starts, stops, strict=True)
+        ]
+        parts = _sync(_gather(reads))
+        return np.concatenate([np.asarray(p) for p in parts])
 
     def read_rows(self, rows: np.ndarray) -> np.ndarray:
         return np.asarray(self.array.get_orthogonal_selection((rows,)))
