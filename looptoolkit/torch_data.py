@@ -40,7 +40,9 @@ class GetItemsDataset(torch.utils.data.Dataset[Any]):
 
     Args:
         data: a pytree of NumPy (``np.memmap`` too), torch, JAX or tf arrays
-            sharing the leading dimension, as for [`Loader`][looptoolkit.Loader].
+            sharing the leading dimension, as for [`Loader`][looptoolkit.Loader];
+            chunked stores too (zarr, HDF5, Arrow / HF datasets), which pickle
+            as what reopens them, so each worker reads through its own handle.
         tensors: NumPy leaves of a batch come out as torch tensors (sharing the
             gathered batch's memory, as ``default_collate`` gives tensors);
             other leaves are kept.
@@ -390,7 +392,8 @@ def make_dataloader(
     ``batch_sampler.sampler``) always wins.
 
     Args:
-        data: a pytree of arrays sharing the leading dimension.
+        data: a pytree of arrays sharing the leading dimension, or of
+            chunked stores (zarr, HDF5, Arrow / HF datasets), as for the Loader.
         batch_size: samples per batch (per rank).
         shuffle: ``False``, ``True``/``"full"`` or ``"grouped"``, as for the Loader.
         seed: seed of the epoch orders.

@@ -1,12 +1,14 @@
 """Backends: one module per framework behind one small protocol, found lazily.
 
 The core of looptoolkit never imports a framework and has no framework-specific
-branch. It asks this registry which backend owns a leaf (:func:`backend_of`),
-for a backend by name (:func:`get_backend`), or asks every loaded backend a
-question only a framework can answer: what a ``torch.device`` means
-(:func:`native_target`), whether a type is a framework container such as a
-TensorDict (:func:`container_node`), which process group this process is in
-(:func:`process_group`). A leaf's owner is found by looking at ``sys.modules``
+branch. It asks this registry which backend owns a leaf
+([`backend_of`][looptoolkit.adapters.backend_of]), for a backend by name
+([`get_backend`][looptoolkit.adapters.get_backend]), or asks every loaded backend a question only a
+framework can answer: what a ``torch.device`` means
+([`native_target`][looptoolkit.adapters.native_target]), whether a type is a framework container
+such as a TensorDict ([`container_node`][looptoolkit.adapters.container_node]), which process group
+this process is in ([`process_group`][looptoolkit.adapters.process_group]). A leaf's owner is found
+by looking at ``sys.modules``
 first: a ``torch.Tensor`` can only exist once torch has been imported, so
 recognising leaves never imports a framework that was not already loaded.
 
@@ -79,8 +81,8 @@ DEVICE_HOMES: dict[str, str] = {
 class Stager(Protocol):
     """A staged upload: host rows gathered into reusable (pinned) buffers, copied ahead.
 
-    A backend offers one (:meth:`Backend.stager`) where it can beat a plain
-    ``move`` of each batch, e.g. torch on CUDA: gather into pinned buffers, copy
+    A backend offers one ([`Backend.stager`][looptoolkit.adapters.Backend.stager]) where it can beat
+    a plain ``move`` of each batch, e.g. torch on CUDA: gather into pinned buffers, copy
     on a side stream, hand over with an event.
     """
 
@@ -88,7 +90,7 @@ class Stager(Protocol):
     """Positions, in the data's leaves, of the leaves this stager gathers itself."""
 
     def staged(self, batches: Iterable[np.ndarray]) -> Iterator[list[Any]]:
-        """The staged leaves of each batch (in the order of :attr:`positions`), on the host."""
+        """The staged leaves of each batch (in the order of ``positions``), on the host."""
         ...
 
     def context(self) -> AbstractContextManager[Any]:
@@ -96,7 +98,7 @@ class Stager(Protocol):
         ...
 
     def record(self, k: int) -> Any:
-        """Mark batch ``k``'s copies as queued; returns what :meth:`hand_over` waits on."""
+        """Mark batch ``k``'s copies as queued; returns what ``hand_over`` waits on."""
         ...
 
     def hand_over(self, leaves: Iterable[Any], token: Any) -> None:
@@ -110,8 +112,8 @@ class Backend(Protocol):
 
     Leaves are handled in lists, one call per backend per batch, so that a
     framework with a high per-call cost (a JAX dispatch, an eager tf op) pays it
-    once per batch, not once per leaf. :class:`BackendBase` gives every optional
-    hook its do-nothing answer.
+    once per batch, not once per leaf. [`BackendBase`][looptoolkit.adapters.BackendBase] gives every
+    optional hook its do-nothing answer.
     """
 
     name: str
@@ -173,7 +175,7 @@ class Backend(Protocol):
         ...
 
     def native_target(self, device: Any) -> Target | None:
-        """The :class:`Target` of a device object of this framework, or None if it is not one."""
+        """The ``Target`` of a device object of this framework, or None if it is not one."""
         ...
 
     def resolve_device(self, target: Target) -> Any:
@@ -220,9 +222,9 @@ class Backend(Protocol):
 
 
 class BackendBase:
-    """The optional hooks of :class:`Backend`, answered for a framework that has none.
+    """The optional hooks of ``Backend``, answered for a framework that has none.
 
-    Also :meth:`length`, the same for every framework.
+    Also [`length`][looptoolkit.adapters.BackendBase.length], the same for every framework.
     """
 
     def length(self, x: Any) -> int:
@@ -356,7 +358,7 @@ def _first_answer(ask: Callable[[Backend], _T | None]) -> _T | None:
 
 
 def native_target(device: Any) -> Target | None:
-    """The :class:`Target` of a framework device object, or None when no backend knows it."""
+    """The ``Target`` of a framework device object, or None when no backend knows it."""
     return _first_answer(lambda backend: backend.native_target(device))
 
 
@@ -438,10 +440,11 @@ def host_chunks(
 ) -> Iterator[tuple[list[int], list[np.ndarray]]]:
     """Gather consecutive batches together: ``(batch sizes, one gathered array per view)``.
 
-    Each chunk is one batch-sized-cost gather per view (:func:`row_gather`) of the
-    concatenated indices of up to :data:`CHUNK_MAX_BATCHES` batches and about
-    :data:`CHUNK_BYTES` bytes. A backend wraps each chunk once and splits it into
-    its batches in one call, instead of paying its per-call cost per batch.
+    Each chunk is one batch-sized-cost gather per view
+    ([`row_gather`][looptoolkit.adapters.row_gather]) of the concatenated indices of up to
+    [`CHUNK_MAX_BATCHES`][looptoolkit.adapters.CHUNK_MAX_BATCHES] batches and about
+    [`CHUNK_BYTES`][looptoolkit.adapters.CHUNK_BYTES] bytes. A backend wraps each chunk once and
+    splits it into its batches in one call, instead of paying its per-call cost per batch.
     """
     gathers = [row_gather(v) for v in views]
     row_bytes = sum(v.itemsize * int(np.prod(v.shape[1:])) for v in views) or 1
@@ -461,7 +464,7 @@ def split_chunks(
     wrap: Callable[[list[np.ndarray]], _T],
     split: Callable[[_T, list[int]], Iterable[Any]],
 ) -> Iterator[Any]:
-    """The batches of :func:`host_chunks`: each chunk wrapped once, then split into batches.
+    """The batches of ``host_chunks``: each chunk wrapped once, then split into batches.
 
     ``wrap`` turns a chunk's gathered rows (one array per view) into the
     framework's arrays in one go; ``split(arrays, sizes)`` cuts them into one

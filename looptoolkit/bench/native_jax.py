@@ -71,7 +71,7 @@ def host_gather_device_put(
         drop_last: drop the last partial batch.
 
     Returns:
-        An :class:`~looptoolkit.bench.epochs.EpochPipeline` of batches of JAX arrays.
+        An [`EpochPipeline`][looptoolkit.bench.epochs.EpochPipeline] of batches of JAX arrays.
     """
     leaves, spec = _host_leaves(data)
     n = int(leaves[0].shape[0])
@@ -116,7 +116,7 @@ def resident_gather(
         drop_last: drop the last partial batch.
 
     Returns:
-        An :class:`~looptoolkit.bench.epochs.EpochPipeline` of batches of JAX arrays.
+        An [`EpochPipeline`][looptoolkit.bench.epochs.EpochPipeline] of batches of JAX arrays.
     """
     leaves, spec = tree.flatten(data)
     where = placement(device)
@@ -150,7 +150,7 @@ def naive_loop(
         drop_last: drop the last partial batch.
 
     Returns:
-        An :class:`~looptoolkit.bench.epochs.EpochPipeline` of batches of JAX arrays.
+        An [`EpochPipeline`][looptoolkit.bench.epochs.EpochPipeline] of batches of JAX arrays.
     """
     leaves, spec = tree.flatten(data)
     arrays = [jnp.asarray(leaf) for leaf in leaves]

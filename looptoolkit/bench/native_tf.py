@@ -2,7 +2,7 @@
 
 ``from_tensor_slices(data).shuffle(N).batch(B).prefetch()``: per-sample
 elements shuffled in a buffer, then batched. The Loader's own tf.data pipeline
-is :func:`looptoolkit.tf_data.loader_dataset`.
+is [`looptoolkit.tf_data.loader_dataset`][looptoolkit.loader_dataset].
 """
 
 from __future__ import annotations

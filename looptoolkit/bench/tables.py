@@ -1,11 +1,11 @@
 """The one table writer of every report: Markdown, and plain text that fits a terminal.
 
-A :class:`Table` holds text cells. :meth:`Table.markdown` renders a pipe table;
-:meth:`Table.text` renders fixed-width columns within ``width`` characters
-(80 by default), or, when the cells cannot fit, one block per row (the first
-cell, then ``header: value`` pairs, wrapped) so that no cell is ever cut or
-wrapped mid-value. Notes under a table (a legend, footnotes) are wrapped to the
-same width.
+A [`Table`][looptoolkit.bench.tables.Table] holds text cells.
+[`Table.markdown`][looptoolkit.bench.tables.Table.markdown] renders a pipe table;
+[`Table.text`][looptoolkit.bench.tables.Table.text] renders fixed-width columns within ``width``
+characters (80 by default), or, when the cells cannot fit, one block per row (the first cell, then
+``header: value`` pairs, wrapped) so that no cell is ever cut or wrapped mid-value. Notes under a
+table (a legend, footnotes) are wrapped to the same width.
 """
 
 from __future__ import annotations
