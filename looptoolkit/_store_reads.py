@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from looptoolkit.adapters import gather_rows
+from looptoolkit.order import DEFAULT_GROUP_SIZE
 from looptoolkit.stores import StoreArray
 
 __all__ = ["ChunkCache", "StoreReads"]
@@ -94,13 +95,15 @@ class ChunkCache:
         n = len(leaf)
         starts = chunks * unit
         stops = np.minimum(starts + unit, n)
-        size = int(np.sum(stops - starts)) * leaf.row_bytes
-        self._evict(size, set(keep.tolist()))
+        total = int(np.sum(stops - starts))
+        # Room for the chunks and for what the read holds while it decodes.
+        self._evict(total * leaf.row_bytes + leaf.transient_bytes(), set(keep.tolist()))
         # Consecutive chunks make one range.
         breaks = np.flatnonzero(np.diff(chunks) != 1) + 1
         first = np.concatenate(([0], breaks))
         last = np.concatenate((breaks - 1, [len(chunks) - 1]))
-        rows = leaf.read_ranges(starts[first], stops[last])
+        rows = np.empty((total, *leaf.shape[1:]), dtype=leaf.dtype)
+        leaf.read_ranges(starts[first], stops[last], rows)
         sid = self._next
         self._next += 1
         offsets = np.concatenate(([0], np.cumsum(stops - starts)[:-1]))
@@ -244,7 +247,15 @@ STORE_GROUP_BYTES = 1 << 28
 
 
 def default_group_size(store: StoreReads) -> int:
-    """Rows per group of the grouped order over ``store`` when ``group_size`` is not given."""
+    """Rows per group of the grouped order over ``store`` when ``group_size`` is not given.
+
+    Leaves read through zero-copy views only (a plain contiguous HDF5 dataset, a
+    one-chunk Arrow column) decode nothing: their groups are the in-memory
+    default, [`DEFAULT_GROUP_SIZE`][looptoolkit.order.DEFAULT_GROUP_SIZE] rows
+    rounded up to whole blocks.
+    """
+    if all(leaf.view() is not None for leaf in store.leaves):
+        return -(-DEFAULT_GROUP_SIZE // store.unit) * store.unit
     chunk = store.unit * sum(leaf.row_bytes for leaf in store.leaves)
     k = max(1, min(STORE_GROUP_CHUNKS, STORE_GROUP_BYTES // max(1, chunk)))
     return k * store.unit
@@ -260,7 +271,8 @@ def plan_reads(store: StoreReads, order: Any, cache_bytes: int | None) -> None:
 
     Whole chunks: the chunk-grouped order, and the sequential one. The cache
     holds, by default, two groups of chunks of every store leaf (plus a chunk
-    on each side of a group for leaves whose chunks are not aligned with it).
+    on each side of a group for leaves whose chunks are not aligned with it, and
+    the buffers a read decodes into), so that the reads' memory stays within it.
 
     Raises:
         ValueError: ``cache_bytes`` with an order that reads rows, or too small
@@ -280,7 +292,8 @@ def plan_reads(store: StoreReads, order: Any, cache_bytes: int | None) -> None:
         return
     group = order.group_size if order.chunk_rows is not None else store.unit
     need = sum(
-        (group + 2 * (leaf.chunk_rows or store.unit)) * leaf.row_bytes for leaf in store.leaves
+        (group + 2 * (leaf.chunk_rows or store.unit)) * leaf.row_bytes + leaf.transient_bytes()
+        for leaf in store.leaves
     )
     if cache_bytes is None:
         cache_bytes = 2 * need

@@ -127,7 +127,7 @@ class OrderBatchSampler(torch.utils.data.Sampler[np.ndarray]):
     a pass runs is the Loader's rule, kept by one epoch cursor: a pass binds the
     cursor's epoch at its first batch and moves it on when the epoch is done;
     ``set_epoch(e)`` always wins. ``set_epoch`` is here and on
-    [`sampler`][looptoolkit.torch_data.OrderBatchSampler.sampler], where Lightning, accelerate and
+    ``sampler``, where Lightning, accelerate and
     the HF Trainer call it (``dl.batch_sampler.sampler``, ``dl.batch_sampler``, and through
     accelerate's wrappers ``dl.batch_sampler.batch_sampler``).
 

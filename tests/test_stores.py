@@ -317,9 +317,9 @@ def test_background_reads_without_device(stores, monkeypatch):
     threads = set()
     read = _zarr.ZarrArray.read_ranges
 
-    def recording(self, starts, stops):
+    def recording(self, starts, stops, out):
         threads.add(threading.get_ident())
-        return read(self, starts, stops)
+        return read(self, starts, stops, out)
 
     monkeypatch.setattr(_zarr.ZarrArray, "read_ranges", recording)
     for _ in Loader(stores["zarr3"], 64, shuffle="grouped", prefetch=2):

@@ -124,13 +124,16 @@ class StoreArray:
         """Rows ``[start, stop)``."""
         raise NotImplementedError
 
-    def read_ranges(self, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
-        """Rows of the ranges ``[starts[i], stops[i])`` (increasing, disjoint), concatenated."""
-        if len(starts) == 1:
-            return self.read(int(starts[0]), int(stops[0]))
-        return np.concatenate(
-            [self.read(int(a), int(b)) for a, b in zip(starts, stops, strict=True)]
-        )
+    def read_ranges(self, starts: np.ndarray, stops: np.ndarray, out: np.ndarray) -> None:
+        """Rows of the ranges ``[starts[i], stops[i])`` (increasing, disjoint) into ``out``."""
+        at = 0
+        for a, b in zip(starts.tolist(), stops.tolist(), strict=True):
+            out[at : at + b - a] = self.read(a, b)
+            at += b - a
+
+    def transient_bytes(self) -> int:
+        """Memory a read of ranges may hold besides ``out`` (buffers being decoded)."""
+        return 0
 
     def read_rows(self, rows: np.ndarray) -> np.ndarray:
         """Rows ``rows`` (sorted, distinct), in that order."""

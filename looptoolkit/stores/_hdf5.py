@@ -132,16 +132,14 @@ class HDF5Array(StoreArray):
             self.dataset.read_direct(out, np.s_[start:stop])
         return out
 
-    def read_ranges(self, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+    def read_ranges(self, starts: np.ndarray, stops: np.ndarray, out: np.ndarray) -> None:
         if self.offset is not None:
-            return super().read_ranges(starts, stops)
-        total = int(np.sum(stops - starts))
-        out = np.empty((total, *self.shape[1:]), dtype=self.dtype)
+            super().read_ranges(starts, stops, out)
+            return
         dataset, at = self.dataset, 0
         for a, b in zip(starts.tolist(), stops.tolist(), strict=True):
             dataset.read_direct(out, np.s_[a:b], np.s_[at : at + b - a])
             at += b - a
-        return out
 
     def read_rows(self, rows: np.ndarray) -> np.ndarray:
         if self.offset is not None:

@@ -33,6 +33,10 @@ def refusal(obj: Any) -> str:
     )
 
 
+# Ranges read concurrently in one wave (zarr decodes their chunks in parallel).
+_WAVE = 8
+
+
 async def _gather(reads: list[Any]) -> list[Any]:
     return list(await asyncio.gather(*reads))
 
@@ -68,21 +72,26 @@ class ZarrArray(StoreArray):
     def read(self, start: int, stop: int) -> np.ndarray:
         return np.asarray(self.array[start:stop])
 
-    def read_ranges(self, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
-        if len(starts) == 1:
-            return self.read(int(starts[0]), int(stops[0]))
-        if _sync is None:  # zarr without its sync helper: one orthogonal selection
-            rows = np.concatenate([np.arange(a, b) for a, b in zip(starts, stops, strict=True)])
-            return self.read_rows(rows)
-        # The ranges as slices, read concurrently on zarr's event loop (its chunks
-        # fetched and decoded in parallel): faster than an orthogonal selection,
-        # which maps every row to its chunk and scatters it.
+    def read_ranges(self, starts: np.ndarray, stops: np.ndarray, out: np.ndarray) -> None:
+        if len(starts) == 1 or _sync is None:
+            super().read_ranges(starts, stops, out)
+            return
+        # Up to _WAVE ranges at a time, as slices read concurrently on zarr's event
+        # loop (their chunks fetched and decoded in parallel), each copied into
+        # `out` as the wave ends: at most _WAVE decoded chunks besides `out`.
         array = self.array.async_array
-        reads = [
-            array.getitem((slice(int(a), int(b)),)) for a, b in zip(starts, stops, strict=True)
-        ]
-        parts = _sync(_gather(reads))
-        return np.concatenate([np.asarray(p) for p in parts])
+        bounds = list(zip(starts.tolist(), stops.tolist(), strict=True))
+        at = 0
+        for w in range(0, len(bounds), _WAVE):
+            wave = bounds[w : w + _WAVE]
+            parts = _sync(_gather([array.getitem((slice(a, b),)) for a, b in wave]))
+            for (a, b), part in zip(wave, parts, strict=True):
+                out[at : at + b - a] = np.asarray(part)
+                at += b - a
+
+    def transient_bytes(self) -> int:
+        # A wave's chunks, decoded and as stored.
+        return 2 * _WAVE * (self.chunk_rows or 1) * self.row_bytes
 
     def read_rows(self, rows: np.ndarray) -> np.ndarray:
         return np.asarray(self.array.get_orthogonal_selection((rows,)))
