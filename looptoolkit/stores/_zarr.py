@@ -8,12 +8,13 @@ from typing import Any
 import numpy as np
 import zarr
 
+from looptoolkit.stores import StoreArray
+
+_sync: Any
 try:  # runs a coroutine on zarr's own event loop, as zarr's synchronous API does
     from zarr.core.sync import sync as _sync
 except ImportError:  # pragma: no cover - another zarr layout
     _sync = None
-
-from looptoolkit.stores import StoreArray
 
 
 def wrap(obj: Any, path: str) -> StoreArray | dict[str, Any] | None:
