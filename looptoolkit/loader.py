@@ -175,7 +175,7 @@ class Loader:
         drop_last: drop this shard's last batch when it is short (and do not pad
             the shards).
         group_size: group size of the grouped shuffle; None for the default
-            ([`looptoolkit.order.DEFAULT_GROUP_SIZE`][looptoolkit.order.DEFAULT_GROUP_SIZE]).
+            (``looptoolkit.order.DEFAULT_GROUP_SIZE``).
         run_size: rows per run of the grouped shuffle: runs of consecutive rows
             are shuffled as units inside each group, so each batch is gathered as
             runs of neighbouring rows (faster gathers, a weaker shuffle:

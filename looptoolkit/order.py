@@ -208,7 +208,7 @@ class Order:
         shuffle: ``False``/``"none"``, ``True``/``"full"`` or ``"grouped"``.
         seed: non-negative int; with the epoch it determines every random choice.
         group_size: rows per group of a grouped shuffle; None means
-            [`DEFAULT_GROUP_SIZE`][looptoolkit.order.DEFAULT_GROUP_SIZE]. Validated for every mode,
+            ``DEFAULT_GROUP_SIZE``. Validated for every mode,
             used only by ``"grouped"`` (groups larger than ``n`` are one group of ``n``).
         run_size: rows per run inside a group of a grouped shuffle (1: every row
             on its own). Runs of consecutive rows keep their order and are
@@ -224,7 +224,7 @@ class Order:
             ``ceil(group_size / chunk_rows)`` whole chunks drawn at random
             (``group_size`` is rounded up to whole chunks), and with several
             ranks each rank gets whole chunks of its own
-            ([`ChunkGrouped`][looptoolkit._sources.ChunkGrouped]). Not used by
+            (``ChunkGrouped``). Not used by
             the other shuffles.
 
     Raises:
@@ -401,7 +401,7 @@ class Order:
                 another one the remaining order is re-split between the ranks.
 
         Returns:
-            The epoch's [`EpochOrder`][looptoolkit.order.EpochOrder].
+            The epoch's ``EpochOrder``.
         """
         epoch = check_int("epoch", epoch, minimum=0)
         offset = self._check_offset(offset)

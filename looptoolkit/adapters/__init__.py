@@ -113,7 +113,19 @@ class Backend(Protocol):
     Leaves are handled in lists, one call per backend per batch, so that a
     framework with a high per-call cost (a JAX dispatch, an eager tf op) pays it
     once per batch, not once per leaf. [`BackendBase`][looptoolkit.adapters.BackendBase] gives every
-    optional hook its do-nothing answer.
+    optional hook its do-nothing answer. A backend is a module under
+    ``looptoolkit/adapters/`` whose ``backend`` attribute implements this
+    protocol, listed in ``BACKENDS`` (name, module, framework, pip extra).
+
+    Examples:
+        >>> import numpy as np
+        >>> from looptoolkit.adapters import Backend, get_backend
+        >>> numpy_backend = get_backend("numpy")
+        >>> isinstance(numpy_backend, Backend), numpy_backend.name
+        (True, 'numpy')
+        >>> x = np.arange(6).reshape(3, 2)
+        >>> [leaf.tolist() for leaf in numpy_backend.take([x], np.array([2, 0]))]
+        [[[4, 5], [0, 1]]]
     """
 
     name: str
@@ -225,6 +237,13 @@ class BackendBase:
     """The optional hooks of ``Backend``, answered for a framework that has none.
 
     Also [`length`][looptoolkit.adapters.BackendBase.length], the same for every framework.
+
+    Examples:
+        >>> from looptoolkit.adapters import BackendBase
+        >>> class Minimal(BackendBase):
+        ...     name = "minimal"
+        >>> Minimal().batch_shards(None, None), Minimal().process_group()
+        (1, None)
     """
 
     def length(self, x: Any) -> int:
@@ -301,6 +320,11 @@ def get_backend(name: str) -> Backend:
     Raises:
         ValueError: ``name`` is not a backend.
         ImportError: the framework is not installed (the message says which extra to install).
+
+    Examples:
+        >>> from looptoolkit.adapters import get_backend
+        >>> get_backend("numpy").name
+        'numpy'
     """
     backend = _loaded.get(name)
     if backend is None:
@@ -330,6 +354,12 @@ def backend_of(x: object) -> Backend | None:
 
     Never imports a framework: only frameworks already in ``sys.modules`` are asked.
     NumPy scalars (``np.float32(1.0)``) are not arrays here; they pass through as values.
+
+    Examples:
+        >>> import numpy as np
+        >>> from looptoolkit.adapters import backend_of
+        >>> backend_of(np.zeros(3)).name, backend_of("a string")
+        ('numpy', None)
     """
     cls = type(x)
     try:
