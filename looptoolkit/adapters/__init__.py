@@ -1,16 +1,14 @@
 """Backends: one module per framework behind one small protocol, found lazily.
 
-The core of looptoolkit never imports a framework and has no framework-specific
-branch. It asks this registry which backend owns a leaf
-([`backend_of`][looptoolkit.adapters.backend_of]), for a backend by name
-([`get_backend`][looptoolkit.adapters.get_backend]), or asks every loaded backend a question only a
-framework can answer: what a ``torch.device`` means
+The core of looptoolkit never imports a framework and has no framework-specific branch. It asks this
+registry which backend owns a leaf ([`backend_of`][looptoolkit.adapters.backend_of]), for a backend
+by name ([`get_backend`][looptoolkit.adapters.get_backend]), or asks every loaded backend a question
+only a framework can answer: what a ``torch.device`` means
 ([`native_target`][looptoolkit.adapters.native_target]), whether a type is a framework container
 such as a TensorDict ([`container_node`][looptoolkit.adapters.container_node]), which process group
 this process is in ([`process_group`][looptoolkit.adapters.process_group]). A leaf's owner is found
-by looking at ``sys.modules``
-first: a ``torch.Tensor`` can only exist once torch has been imported, so
-recognising leaves never imports a framework that was not already loaded.
+by looking at ``sys.modules`` first: a ``torch.Tensor`` can only exist once torch has been imported,
+so recognising leaves never imports a framework that was not already loaded.
 
 Backend modules are imported on first use (module ``__getattr__``), so
 ``import looptoolkit.adapters`` is as cheap as ``import numpy``.
