@@ -40,8 +40,8 @@ reference: $(STAMP)
 	$(BIN)/looptoolkit transfer --reference
 
 lint: $(STAMP)
-	$(BIN)/ruff check looptoolkit tests benchmarks
-	$(BIN)/ruff format --check looptoolkit tests benchmarks
+	$(BIN)/ruff check looptoolkit tests benchmarks docs/hooks.py
+	$(BIN)/ruff format --check looptoolkit tests benchmarks docs/hooks.py
 	$(BIN)/mypy
 
 # The release check: build the sdist and the wheel, `twine check` both, install
