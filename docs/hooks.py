@@ -124,6 +124,11 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
 _packages: dict[str, Any] = {}
 
 
+def on_pre_build(config: Any) -> None:
+    """Load the packages afresh on every build (``mkdocs serve`` rebuilds after edits)."""
+    _packages.clear()
+
+
 def _check_docstring(identifier: str, where: str, config: Any) -> None:
     import griffe
 
