@@ -29,7 +29,8 @@ chunks touched per batch and per window of 8 batches, the probability that
 neighbouring rows share a batch (ideal ``batch / rows``), and the lag-1
 autocorrelation of a label stored sorted (ideal 0, sequential 1). And the
 memory of one epoch of ``Loader grouped`` at the default group size:
-the cache's budget and peak, and the peak of traced allocations.
+the cache's budget and peak, what iterating the order takes alone, and the
+peak of traced allocations (the epoch's, to compare with budget + batches + order).
 
 Results: ``stores-cpu.{json,md}`` in ``./looptoolkit-results/`` (or ``--out``;
 ``--reference`` writes ``benchmarks/results/``).
@@ -188,22 +189,38 @@ def quality(n: int, batch: int, chunk: int, k: int | None) -> dict[str, float]:
     }
 
 
-def memory(data: Any, batch: int) -> dict[str, Any]:
-    """Cache budget and peak, and the traced allocations' peak, over one epoch."""
-    loader = Loader(data, batch, shuffle="grouped", seed=2)
+def _traced(run: Callable[[], Any]) -> int:
+    """Peak of the memory traced while ``run()`` runs, above what was traced before."""
     tracemalloc.start()
-    before = tracemalloc.get_traced_memory()[0]
-    for _ in loader:
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        run()
+        return tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+
+
+def memory(data: Any, batch: int) -> dict[str, Any]:
+    """Cache budget and peak, the order's own memory, and the traced peak, over one epoch."""
+    loader = Loader(data, batch, shuffle="grouped", seed=2)
+    for _ in loader:  # warm: the codecs' first buffers
         pass
-    peak = tracemalloc.get_traced_memory()[1] - before
-    tracemalloc.stop()
-    cache = loader._rows.store.last if loader._rows.store is not None else None
+    order = _traced(lambda: [None for _ in loader.order.epoch(1)])
+    peak = _traced(lambda: [None for _ in loader])
+    store = loader._rows.store
+    cache = None if store is None else store.last
     row = sum(np.asarray(leaf[:1]).nbytes for leaf in loader._rows.leaves)
+    # Batches in flight: blocks handed over (the queue's, the thread's, the loop's).
+    block = 1 if store is None else store.block
+    flight = (-(-loader.prefetch // block) + 2) * block if store is not None else 1
     return {
         "cache_budget_bytes": None if cache is None else cache.budget,
         "cache_peak_bytes": None if cache is None else cache.peak,
         "traced_peak_bytes": peak,
         "batch_bytes": row * batch,
+        "batches_in_flight": flight,
+        "order_bytes": order,
+        "bound_bytes": (0 if cache is None else cache.budget) + flight * row * batch + order,
         "prefetch": loader.prefetch,
     }
 
@@ -228,7 +245,9 @@ def run_store(
     if kind in ("npy-memmap", "hdf5-contiguous"):
         variants.append(("in-memory Loader full", epoch(Loader(ram, b, shuffle="full", seed=1))))
     full_limit = min(args.full_batches, -(-n // b))
-    full = Loader(data, b, shuffle="full", seed=1)
+    # In the loop's thread: a pass left after `full_limit` batches leaves no read
+    # running in a background thread to slow the next variant down.
+    full = Loader(data, b, shuffle="full", seed=1, prefetch=0)
     variants.append(("Loader full (sorted reads)", epoch(full, full_limit)))
     timings = interleave(variants, rounds=args.rounds, warmup=1, label=kind)
     epochs = {t.name: t.median for t in timings}
@@ -268,15 +287,18 @@ def markdown(payload: dict[str, Any]) -> str:
                 f"{row['x_memory_take']:.1f} | {row['x_sequential']:.2f} |"
             )
     lines += ["", "Memory over one epoch of `Loader grouped` (default group size):", ""]
-    lines += ["| store | cache budget | cache peak | traced peak | batch |"]
-    lines += ["|---|---:|---:|---:|---:|"]
+    lines += ["| store | cache budget | cache peak | batches in flight | order alone "]
+    lines[-1] += "| budget + batches + order | traced peak |"
+    lines += ["|---|---:|---:|---:|---:|---:|---:|"]
     for store in payload["stores"]:
         m = store["memory"]
         cells = [
             _mib(m["cache_budget_bytes"]),
             _mib(m["cache_peak_bytes"]),
+            f"{m['batches_in_flight']} x {m['batch_bytes'] / 1024:.0f} KiB",
+            _mib(m["order_bytes"]),
+            _mib(m["bound_bytes"]),
             _mib(m["traced_peak_bytes"]),
-            f"{m['batch_bytes'] / 1024:.0f} KiB",
         ]
         lines.append(f"| {store['store']} | " + " | ".join(cells) + " |")
     lines += ["", "Order quality over an epoch (groups of k whole chunks; full: a full shuffle):"]

@@ -492,3 +492,80 @@ def test_same_order_on_every_backend(stores, arrays, framework):
     for a, b in zip(loader, host, strict=True):
         for key in b:
             np.testing.assert_array_equal(to_numpy(a[key]), b[key])
+
+
+def test_store_benchmark_runs_small(tmp_path):
+    """benchmarks/stores.py at a tiny size: every store, every variant, the tables written."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    args = ["--rows", "3000", "--chunk", "256", "--batch", "64", "--rounds", "1"]
+    args += ["--full-batches", "2", "--quality-chunks", "1", "4", "--out", str(tmp_path)]
+    subprocess.run(
+        [sys.executable, "-m", "benchmarks.stores", *args], cwd=root, check=True,
+        capture_output=True, timeout=300,
+    )  # fmt: skip
+    payload = json.loads((tmp_path / "stores-cpu.json").read_text())
+    stores = {s["store"]: s for s in payload["stores"]}
+    assert set(stores) == {
+        "zarr-zstd", "zarr-raw", "hdf5-gzip", "hdf5-contiguous", "hf-arrow", "npy-memmap"
+    }  # fmt: skip
+    for store in stores.values():
+        names = [row["variant"] for row in store["rows"]]
+        assert names[:3] == ["memory take", "sequential read", "Loader sequential"]
+        assert "Loader grouped 16" in names and "Loader full (sorted reads)" in names
+        assert all(row["epoch_s"] > 0 for row in store["rows"])
+    assert (
+        stores["zarr-zstd"]["memory"]["cache_peak_bytes"]
+        <= (stores["zarr-zstd"]["memory"]["cache_budget_bytes"])
+    )
+    assert [row["order"] for row in payload["quality"]] == ["full", "grouped 1", "grouped 4"]
+    assert "| hdf5-gzip | Loader grouped 16 |" in (tmp_path / "stores-cpu.md").read_text()
+
+
+@pytest.mark.parametrize("fmt", ["zarr", "hdf5", "arrow"])
+def test_epoch_memory_within_cache_and_batches_in_flight(tmp_path, fmt):
+    """Traced allocations over an epoch stay within cache_bytes plus the batches in flight.
+
+    Beyond, that is, what iterating the epoch's order takes by itself (blocks of
+    positions, the groups' rows), measured alone.
+    """
+    import tracemalloc
+
+    n, dim, chunk, batch = 40_000, 32, 500, 100
+    x = np.random.default_rng(0).standard_normal((n, dim), dtype=np.float32)
+    if fmt == "zarr":
+        data = {"x": zarr.create_array(str(tmp_path / "m.zarr"), shape=x.shape,
+                                       chunks=(chunk, dim), dtype="float32")}  # fmt: skip
+        data["x"][:] = x
+    elif fmt == "hdf5":
+        with h5py.File(tmp_path / "m.h5", "w") as f:
+            f.create_dataset("x", data=x, chunks=(chunk, dim), compression="gzip")
+        data = {"x": h5py.File(tmp_path / "m.h5", "r")["x"]}
+    else:
+        column = pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), dim)
+        data = pa.Table.from_batches(pa.table({"x": column}).to_batches(max_chunksize=700))
+    loader = Loader(data, batch, shuffle="grouped", group_size=4 * chunk, seed=1)
+    store = loader._rows.store
+    for _ in loader:  # warm: imports, the codecs' first buffers
+        pass
+
+    def traced(run):
+        tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            run()
+            return tracemalloc.get_traced_memory()[1] - base
+        finally:
+            tracemalloc.stop()
+
+    order = traced(lambda: [None for _ in loader.order.epoch(1)])
+    peak = traced(lambda: [None for _ in loader])
+    in_flight = (-(-loader.prefetch // store.block) + 2) * store.block * batch * dim * 4
+    assert store.last.chunks_read == [-(-n // store.last.units[0])]
+    bound = store.cache_bytes + in_flight + order
+    assert peak <= bound, (peak, store.cache_bytes, in_flight, order)
+    assert store.cache_bytes < x.nbytes  # the cache holds a part of the data

@@ -158,6 +158,19 @@ class ArrowColumn(StoreArray):
             c += 1
         return np.concatenate(pieces)
 
+    def read_ranges(self, starts: np.ndarray, stops: np.ndarray, out: np.ndarray) -> None:
+        # Each Arrow chunk's part of each range copied into `out`: nothing in between.
+        at = 0
+        for start, stop in zip(starts.tolist(), stops.tolist(), strict=True):
+            c = int(np.searchsorted(self.starts, start, side="right")) - 1
+            while start < stop:
+                base, end = int(self.starts[c]), int(self.starts[c + 1])
+                step = min(stop, end) - start
+                out[at : at + step] = self.views[c][start - base : start - base + step]
+                at += step
+                start += step
+                c += 1
+
     def read_rows(self, rows: np.ndarray) -> np.ndarray:
         if len(self.views) == 1:
             return self.views[0].take(rows, axis=0)

@@ -35,7 +35,7 @@ def refusal(obj: Any) -> str:
 
 
 # Ranges read concurrently in one wave (zarr decodes their chunks in parallel).
-_WAVE = 8
+_WAVE = 4
 
 
 async def _gather(reads: list[Any]) -> list[Any]:
@@ -79,7 +79,7 @@ class ZarrArray(StoreArray):
             return
         # Up to _WAVE ranges at a time, as slices read concurrently on zarr's event
         # loop (their chunks fetched and decoded in parallel), each copied into
-        # `out` as the wave ends: at most _WAVE decoded chunks besides `out`.
+        # `out` as the wave ends: at most a wave's buffers besides `out`.
         array = self.array.async_array
         bounds = list(zip(starts.tolist(), stops.tolist(), strict=True))
         at = 0
@@ -91,8 +91,9 @@ class ZarrArray(StoreArray):
                 at += b - a
 
     def transient_bytes(self) -> int:
-        # A wave's chunks, decoded and as stored.
-        return 2 * _WAVE * (self.chunk_rows or 1) * self.row_bytes
+        # A wave's chunks as stored, as decoded and in zarr's buffers between
+        # (four copies of each, measured with tracemalloc).
+        return 4 * _WAVE * (self.chunk_rows or 1) * self.row_bytes
 
     def read_rows(self, rows: np.ndarray) -> np.ndarray:
         return np.asarray(self.array.get_orthogonal_selection((rows,)))
