@@ -70,6 +70,24 @@ class StoreArray:
         dtype: its NumPy dtype.
         chunk_rows: rows per chunk of the store's own layout (zarr chunks or
             shards, chunked HDF5), or None for a store without chunks of its own.
+
+    Examples:
+        A format of one's own: set ``shape`` and ``dtype``, implement ``read``;
+        the Loader takes an instance as it takes a zarr array.
+
+        >>> import numpy as np
+        >>> from looptoolkit import Loader
+        >>> class Blocks(StoreArray):
+        ...     kind, path = "blocks", "data['x']"
+        ...
+        ...     def __init__(self, values):
+        ...         self.values, self.shape, self.dtype = values, values.shape, values.dtype
+        ...
+        ...     def read(self, start, stop):
+        ...         return self.values[start:stop].copy()
+        >>> loader = Loader({"x": Blocks(np.arange(10.0))}, 4, shuffle=False)
+        >>> [batch["x"].tolist() for batch in loader]
+        [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0], [8.0, 9.0]]
     """
 
     kind = "store"
