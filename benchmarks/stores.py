@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 import tempfile
 import time
 import tracemalloc
@@ -342,7 +343,9 @@ def main(argv: list[str] | None = None) -> None:
         {"order": name, **quality(args.rows, args.batch, args.chunk, k)} for name, k in orders
     ]
     payload = {
-        "command": "python -m benchmarks.stores " + " ".join(argv or []),
+        "command": " ".join(
+            ["python -m benchmarks.stores", *(sys.argv[1:] if argv is None else argv)]
+        ),
         "args": vars(args),
         "machine": machine_info(),
         "stores": results,
