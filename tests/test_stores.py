@@ -533,8 +533,6 @@ def test_epoch_memory_within_cache_and_batches_in_flight(tmp_path, fmt):
     Beyond, that is, what iterating the epoch's order takes by itself (blocks of
     positions, the groups' rows), measured alone.
     """
-    import tracemalloc
-
     n, dim, chunk, batch = 40_000, 32, 500, 100
     x = np.random.default_rng(0).standard_normal((n, dim), dtype=np.float32)
     if fmt == "zarr":
@@ -552,15 +550,7 @@ def test_epoch_memory_within_cache_and_batches_in_flight(tmp_path, fmt):
     store = loader._rows.store
     for _ in loader:  # warm: imports, the codecs' first buffers
         pass
-
-    def traced(run):
-        tracemalloc.start()
-        try:
-            base = tracemalloc.get_traced_memory()[0]
-            run()
-            return tracemalloc.get_traced_memory()[1] - base
-        finally:
-            tracemalloc.stop()
+    from benchmarks.stores import _traced as traced  # the benchmark's own measure
 
     order = traced(lambda: [None for _ in loader.order.epoch(1)])
     peak = traced(lambda: [None for _ in loader])
