@@ -592,7 +592,7 @@ def test_resolve_rank_does_not_import_torch():
 def test_resolve_rank_reads_a_loaded_backends_process_group(monkeypatch):
     # A stand-in for a loaded framework with a process group; the real one (torch
     # with gloo ranks) is exercised in tests/test_distributed.py.
-    import looptoolkit.adapters as registry
+    from looptoolkit.adapters import _registry as registry
 
     group: list[tuple[int, int] | None] = [(3, 4)]
     backend = types.SimpleNamespace(process_group=lambda: group[0])

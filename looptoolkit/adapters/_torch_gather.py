@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from looptoolkit.adapters import gather_rows
+from looptoolkit.adapters._host import gather_rows
 
 __all__ = ["gather_view", "host_view", "index_select", "take_view"]
 

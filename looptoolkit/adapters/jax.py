@@ -17,7 +17,8 @@ import numpy as np
 
 from looptoolkit._dtypes import as_numpy_dtype, cast_before_copy
 from looptoolkit._target import Target
-from looptoolkit.adapters import BackendBase, chunked, split_chunks
+from looptoolkit.adapters._host import chunked, split_chunks
+from looptoolkit.adapters._protocol import BackendBase
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator

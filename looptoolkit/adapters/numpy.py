@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from looptoolkit._dtypes import as_numpy_dtype
-from looptoolkit.adapters import BackendBase, gather_rows, row_gather, zip_gathers
+from looptoolkit.adapters._host import gather_rows, row_gather, zip_gathers
+from looptoolkit.adapters._protocol import BackendBase
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator

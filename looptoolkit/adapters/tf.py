@@ -13,7 +13,8 @@ import numpy as np
 import tensorflow as tf
 
 from looptoolkit._dtypes import as_numpy_dtype, cast_before_copy
-from looptoolkit.adapters import BackendBase, gather_rows, split_chunks
+from looptoolkit.adapters._host import gather_rows, split_chunks
+from looptoolkit.adapters._protocol import BackendBase
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator

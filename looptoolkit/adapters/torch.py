@@ -21,7 +21,9 @@ from torch._utils import _flatten_dense_tensors
 
 from looptoolkit._dtypes import cast_before_copy
 from looptoolkit._target import Target
-from looptoolkit.adapters import BackendBase, Stager, _tensordict, chunked, split_chunks
+from looptoolkit.adapters import _tensordict
+from looptoolkit.adapters._host import chunked, split_chunks
+from looptoolkit.adapters._protocol import BackendBase, Stager
 from looptoolkit.adapters._torch_cuda import CudaStager
 from looptoolkit.adapters._torch_gather import gather_view, index_select, take_view
 from looptoolkit.adapters._torch_gather import host_view as _host_view
