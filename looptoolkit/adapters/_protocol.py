@@ -112,13 +112,14 @@ class Required(Protocol):
         self,
         leaves: Sequence[Any],
         target: Target,
-        casts: Sequence[str | None],
         non_blocking: bool | None,
         pack: bool | None,
     ) -> list[Any]:
         """Move leaves (of this framework, or NumPy leaves sent to it) to ``target``.
 
-        ``casts[i]`` is the dtype name leaf ``i`` must have on arrival, or None.
+        Dtypes are not the move's business: the transfer layer
+        ([`looptoolkit.device`][looptoolkit.device]) casts through ``cast`` before
+        or after it, on the side of the copy that moves fewer bytes.
         """
         ...
 

@@ -19,7 +19,6 @@ import numpy as np
 import torch
 from torch._utils import _flatten_dense_tensors
 
-from looptoolkit._dtypes import cast_before_copy
 from looptoolkit._target import Target
 from looptoolkit.adapters import _tensordict
 from looptoolkit.adapters._host import chunked, split_chunks
@@ -347,7 +346,6 @@ class TorchBackend(BackendBase):
         self,
         leaves: Sequence[Any],
         target: Target,
-        casts: Sequence[str | None],
         non_blocking: bool | None,
         pack: bool | None,
     ) -> list[torch.Tensor]:
@@ -358,15 +356,6 @@ class TorchBackend(BackendBase):
         """
         device = _with_index(resolve_device(target))
         ts, on_host = _as_tensors(leaves)
-        after: list[str | None] = list(casts)
-        if len(after) != len(ts):
-            raise ValueError(f"{len(ts)} leaves but {len(after)} casts.")
-        if any(after):
-            for i, cast in enumerate(after):
-                # Shrinking casts run before the copy, on the leaf's side.
-                if cast is not None and cast_before_copy(self.dtype_name(ts[i]), cast):
-                    ts[i] = ts[i].to(torch_dtype(cast))
-                    after[i] = None
         if device.type == "cpu":
             if on_host or all(map(_IS_CPU, ts)):
                 moving = []
@@ -386,11 +375,6 @@ class TorchBackend(BackendBase):
             for source in sources:
                 if source.type == "cuda":
                     torch.cuda.current_stream(source).synchronize()
-        if any(after):
-            for i, cast in enumerate(after):
-                if cast is not None:
-                    # Growing casts run after the copy, on the destination.
-                    ts[i] = ts[i].to(torch_dtype(cast))
         return ts
 
     def _upload(
@@ -434,8 +418,10 @@ class TorchBackend(BackendBase):
                 asynchronous = non_blocking
             ts[i] = t.to(device, non_blocking=asynchronous)
 
-    def cast(self, x: torch.Tensor, name: str) -> torch.Tensor:
-        """``x.to(dtype)``, on its device."""
+    def cast(self, x: torch.Tensor | np.ndarray, name: str) -> torch.Tensor:
+        """``x.to(dtype)``, on its device (a NumPy array: wrapped, then cast on the host)."""
+        if isinstance(x, np.ndarray):
+            x = from_numpy(x)
         return x.to(torch_dtype(name))
 
     def constant(self, values: np.ndarray, like: torch.Tensor) -> torch.Tensor:

@@ -52,13 +52,10 @@ class BoxedBackend(BackendBase):
     def stack(self, leaves: Any) -> Boxed:
         return Boxed(np.stack([leaf.values for leaf in leaves]))
 
-    def move(self, leaves: Any, target: Any, casts: Any, non_blocking: Any, pack: Any) -> list:
-        boxed = [leaf if isinstance(leaf, Boxed) else Boxed(leaf) for leaf in leaves]
-        out = []
-        for leaf, cast in zip(boxed, casts, strict=True):
-            moved = Boxed(leaf.values if cast is None else leaf.values.astype(cast))
+    def move(self, leaves: Any, target: Any, non_blocking: Any, pack: Any) -> list[Boxed]:
+        out = [Boxed(getattr(leaf, "values", leaf)) for leaf in leaves]
+        for moved in out:
             moved.device = target.spec
-            out.append(moved)
         return out
 
     def cast(self, x: Any, name: str) -> Boxed:
