@@ -54,6 +54,7 @@ from looptoolkit._pipeline import (
 from looptoolkit._rows import Rows
 from looptoolkit._stats import LoaderStats, timed
 from looptoolkit._target import Target
+from looptoolkit.adapters import process_group
 from looptoolkit.device import parse_device
 from looptoolkit.order import Order, normalize_shuffle, resolve_rank
 
@@ -328,7 +329,7 @@ class Loader:
             "skip_keys": skip_keys,
         }
         normalize_shuffle(shuffle)
-        rank, world_size = resolve_rank(rank, world_size)
+        rank, world_size = resolve_rank(rank, world_size, process_group())
         prefetch = check_int("prefetch", prefetch, minimum=0)
         if transform is not None and not callable(transform):
             raise TypeError(f"`transform` must be callable, got {type(transform).__name__}.")

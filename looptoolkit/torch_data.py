@@ -24,6 +24,7 @@ import torch.utils.data
 from looptoolkit._epochs import EpochCursor, EpochSampler, parse_state, position, state_of
 from looptoolkit._probe import check_not_empty
 from looptoolkit._rows import Rows
+from looptoolkit.adapters import process_group
 from looptoolkit.order import Order, resolve_rank
 
 __all__ = [
@@ -433,7 +434,7 @@ def make_dataloader(
     if collate_fn is not None and not callable(collate_fn):
         raise TypeError(f"`collate_fn` must be callable, got {type(collate_fn).__name__}.")
     dataset = GetItemsDataset(data, tensors=tensors)
-    rank, world_size = resolve_rank(rank, world_size)
+    rank, world_size = resolve_rank(rank, world_size, process_group())
     order = Order(
         len(dataset),
         batch_size,
