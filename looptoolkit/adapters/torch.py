@@ -10,6 +10,7 @@ before anything is returned.
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from operator import attrgetter
@@ -21,7 +22,7 @@ from torch._utils import _flatten_dense_tensors
 
 from looptoolkit._target import Target
 from looptoolkit.adapters import _tensordict
-from looptoolkit.adapters._host import chunked, split_chunks
+from looptoolkit.adapters._host import chunked, row_gather
 from looptoolkit.adapters._protocol import BackendBase, Stager
 from looptoolkit.adapters._torch_cuda import CudaStager
 from looptoolkit.adapters._torch_gather import gather_view, index_select, take_view
@@ -203,11 +204,14 @@ def _stageable(leaf: Any) -> np.ndarray | None:
     return view
 
 
-def _split_tensors(
-    tensors: Sequence[torch.Tensor], sizes: list[int]
-) -> Iterator[tuple[torch.Tensor, ...]]:
-    """One C++ ``split`` per leaf (views, not copies), zipped into batches."""
-    return zip(*(t.split(sizes) for t in tensors), strict=True)
+def _wrapped(
+    view: np.ndarray, as_dtype: torch.dtype | None, batches: Iterable[np.ndarray]
+) -> Iterator[torch.Tensor]:
+    """The rows of each batch of a host view as tensors: a NumPy gather, a zero-copy wrap."""
+    gathered = map(row_gather(view), batches)
+    if as_dtype is None:
+        return map(torch.from_numpy, gathered)
+    return (torch.from_numpy(rows).view(as_dtype) for rows in gathered)
 
 
 # Small constants (a normalisation's mean and std) already on each device.
@@ -300,29 +304,36 @@ class TorchBackend(BackendBase):
 
     def take_batches(
         self, leaves: Sequence[torch.Tensor], batches: Iterable[np.ndarray]
-    ) -> Iterator[list[torch.Tensor]]:
+    ) -> Iterator[Sequence[torch.Tensor]]:
         """``take(leaves, idx)`` for each ``idx`` of ``batches``, lazily.
 
-        The per-leaf work is done once, not per batch: host leaves are viewed as
-        NumPy arrays once; for leaves on a device, the indices of many batches
-        are copied in one transfer and each batch's indices are a slice of it.
+        The per-leaf work is done once, not per batch. Host leaves are viewed as
+        NumPy arrays once, and each batch is one NumPy gather and one zero-copy
+        ``torch.from_numpy`` per leaf, the loop run by C-level ``map`` and
+        ``zip``: measured faster than gathering a chunk of batches at once and
+        splitting it (the gathers stay cache-sized). For leaves on a device, the
+        indices of many batches are copied in one transfer and each batch's
+        indices are a slice of it.
         """
         pairs = [gather_view(leaf) for leaf in leaves]
-        views = [view for view, _ in pairs]
-        if all(view is not None for view in views):
-            # A chunk of batches per gather: wrapped once, split into batches by one
-            # C++ `split` per leaf (views, not copies), then handed out per batch.
-            dtypes = [as_dtype for _, as_dtype in pairs]
+        if all(view is not None for view, _ in pairs):
+            copies = itertools.tee(batches, len(pairs))
+            streams = [
+                _wrapped(view, as_dtype, copy)  # type: ignore[arg-type]  # views checked above
+                for (view, as_dtype), copy in zip(pairs, copies, strict=True)
+            ]
+            return zip(*streams, strict=True)
+        return self._device_batches(leaves, pairs, batches)
 
-            def wrap(rows: list[np.ndarray]) -> list[torch.Tensor]:
-                return [
-                    torch.from_numpy(r) if d is None else torch.from_numpy(r).view(d)
-                    for r, d in zip(rows, dtypes, strict=True)
-                ]
-
-            yield from split_chunks(views, batches, wrap, _split_tensors)  # type: ignore[arg-type]
-            return
-        devices = {leaf.device for leaf, view in zip(leaves, views, strict=True) if view is None}
+    def _device_batches(
+        self,
+        leaves: Sequence[torch.Tensor],
+        pairs: list[tuple[np.ndarray | None, torch.dtype | None]],
+        batches: Iterable[np.ndarray],
+    ) -> Iterator[list[torch.Tensor]]:
+        devices = {
+            leaf.device for leaf, (view, _) in zip(leaves, pairs, strict=True) if view is None
+        }
         cuda = any(device.type == "cuda" for device in devices)
         for chunk in chunked(batches, _INDEX_CHUNK):
             flat = from_numpy(np.concatenate(chunk).astype(np.int64, copy=False))

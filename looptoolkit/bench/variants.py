@@ -123,40 +123,46 @@ def _sequential_take(ctx: Context) -> Iterable[Any]:
     return sequential_take(ctx.workload.data, ctx.batch_size)
 
 
-def _wrapped(backend: str) -> Factory:
-    """The best manual loop on the host data + ``backend``'s cheapest per-batch wrap."""
+def _torch_floor(ctx: Context) -> Iterable[Any]:
+    """The best manual loop on the host data + ``torch.from_numpy`` per leaf (zero-copy)."""
+    import torch
 
-    def factory(ctx: Context) -> Iterable[Any]:
-        from looptoolkit.bench.native_numpy import numpy_manual
+    from looptoolkit.bench.native_numpy import numpy_manual
 
-        wrap: Callable[[list[np.ndarray]], list[Any]]
-        if backend == "torch":
-            import torch
+    from_numpy = torch.from_numpy
 
-            from_numpy = torch.from_numpy
+    def wrap(leaves: list[np.ndarray]) -> list[Any]:
+        return [from_numpy(x) for x in leaves]
 
-            def wrap(leaves: list[np.ndarray]) -> list[Any]:
-                return [from_numpy(x) for x in leaves]
+    return numpy_manual(ctx.workload.data, ctx.batch_size, seed=ctx.seed, wrap=wrap)
 
-        elif backend == "tf":
-            import tensorflow as tf
 
-            convert = tf.convert_to_tensor
+def _jax_floor(ctx: Context) -> Iterable[Any]:
+    from looptoolkit.bench.native_jax import chunked_floor
 
-            def wrap(leaves: list[np.ndarray]) -> list[Any]:
-                return [convert(x) for x in leaves]
+    return chunked_floor(
+        ctx.workload.data, ctx.batch_size, seed=ctx.seed, device=jax_device(ctx.device)
+    )
 
-        else:
-            import jax
 
-            put, where = jax.device_put, jax_device(ctx.device)
+def _tf_floor(ctx: Context) -> Iterable[Any]:
+    from looptoolkit.bench.native_tf import chunked_floor
 
-            def wrap(leaves: list[np.ndarray]) -> list[Any]:
-                return put(leaves, where)
+    return chunked_floor(ctx.workload.data, ctx.batch_size, seed=ctx.seed)
 
-        return numpy_manual(ctx.workload.data, ctx.batch_size, seed=ctx.seed, wrap=wrap)
 
-    return factory
+def _tf_convert(ctx: Context) -> Iterable[Any]:
+    """The best manual loop + one ``tf.convert_to_tensor`` per leaf per batch."""
+    import tensorflow as tf
+
+    from looptoolkit.bench.native_numpy import numpy_manual
+
+    convert = tf.convert_to_tensor
+
+    def wrap(leaves: list[np.ndarray]) -> list[Any]:
+        return [convert(x) for x in leaves]
+
+    return numpy_manual(ctx.workload.data, ctx.batch_size, seed=ctx.seed, wrap=wrap)
 
 
 def _randperm(gather: str) -> Factory:
@@ -326,7 +332,7 @@ VARIANTS: list[Variant] = [
             lambda ctx: _loader(ctx, shuffle="grouped", run_size=16), shuffle=None,
             requires=_LOADER, floor="floor-seq-take"),
     Variant("floor-torch", "torch", "floor: best manual loop + torch.from_numpy per leaf",
-            _wrapped("torch"), shuffle=None),
+            _torch_floor, shuffle=None),
     Variant("torch-index", "torch", "torch.randperm + x[idx] per leaf (torch's indexing)",
             _randperm("index"), shuffle=None),
     Variant("torch-index-select", "torch", "torch.randperm + index_select per leaf",
@@ -347,8 +353,8 @@ VARIANTS: list[Variant] = [
             floor="torch-res-gather"),
     Variant("torch-res-gather", "torch", "bare on-device index_select (the GPU reference)",
             _torch_resident_gather, accelerator=True, requires=_ORDER),
-    Variant("floor-jax", "jax", "floor: best manual loop + one jax.device_put of the leaves",
-            _wrapped("jax"), shuffle=None),
+    Variant("floor-jax", "jax", "floor: chunks of batches gathered with take, one "
+            "jax.device_put, one jitted split", _jax_floor, shuffle=None),
     Variant("jax-naive", "jax", "jax.random.permutation + eager jnp.take per leaf",
             _jax_naive, shuffle=None),
     Variant("jax-device-put", "jax", "NumPy gather + one jax.device_put per batch",
@@ -358,8 +364,10 @@ VARIANTS: list[Variant] = [
     Variant("loader-jax", "jax", "Loader on JAX data", lambda ctx: _loader(ctx, shuffle="full"),
             requires=_LOADER, floor="floor-jax"),
     *_images_set("jax"),
-    Variant("floor-tf", "tf", "floor: best manual loop + tf.convert_to_tensor per leaf",
-            _wrapped("tf"), shuffle=None),
+    Variant("floor-tf", "tf", "floor: chunks of batches gathered with take, one "
+            "tf.convert_to_tensor per leaf, one tf.split", _tf_floor, shuffle=None),
+    Variant("tf-convert", "tf", "best manual loop + tf.convert_to_tensor per leaf per batch",
+            _tf_convert, shuffle=None),
     Variant("tf-classic", "tf", "tf.data: from_tensor_slices.shuffle(N).batch.prefetch",
             _tf_classic, shuffle=None),
     Variant("tf-loader-dataset", "tf", "tf.data in the Loader's order, one gather per batch, "
