@@ -311,7 +311,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         if "error" not in row and row["workload"] == "tabular":
             values[f"wait:{row['name']}"] = row["wait_ms_per_batch"]
             values[f"step:{row['name']}"] = row["step_ms_per_batch"]
-    targets = evaluate("compare", values, gpu=gpu) if "tabular" in results else []
+    targets = (
+        evaluate("compare", values, gpu=gpu, judged=not args.quick) if "tabular" in results else []
+    )
     info = machine_info()
     info["command"] = " ".join(["looptoolkit compare", *argv])
     accelerator_only = [v.name for v in VARIANTS if v.accelerator and v.backend in backends]

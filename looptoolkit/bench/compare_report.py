@@ -16,7 +16,7 @@ from typing import Any
 
 from looptoolkit.bench.charts import BACKEND_COLORS, FLOOR_COLOR, Bar, Line, Panel, bar_chart
 from looptoolkit.bench.tables import Table, wrap
-from looptoolkit.bench.targets import BASELINE
+from looptoolkit.bench.targets import BASELINE, NOT_JUDGED
 from looptoolkit.bench.timing import load_text
 
 __all__ = [
@@ -109,6 +109,8 @@ def headline(name: str, result: dict[str, Any], epochs: int | None = None) -> st
 
 def targets_line(rows: list[dict[str, Any]]) -> str:
     """One sentence: which measured targets were met, which not, by how much."""
+    if any(t["status"] == NOT_JUDGED for t in rows):
+        return "Targets: not judged at --quick (toy sizes); run without it to judge them."
     measured = [t for t in rows if t["status"] in ("met", "not met")]
     if not measured:
         return ""
