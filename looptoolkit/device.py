@@ -412,9 +412,16 @@ def _move_tree(
                     if paths is None:
                         paths = _tree.leaf_paths(spec, root)
                     moved_object = _move_tree(
-                        moved_object, device, target, policy, non_blocking, pack, strict,
-                        paths[i], move=False,
-                    )  # fmt: skip
+                        moved_object,
+                        device,
+                        target,
+                        policy,
+                        non_blocking,
+                        pack,
+                        strict,
+                        paths[i],
+                        move=False,
+                    )
                 out[i] = moved_object
             continue
         dest: Backend = route  # type: ignore[assignment]
