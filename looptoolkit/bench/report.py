@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from looptoolkit.bench.compare_report import fmt_ms
 from looptoolkit.bench.results import (
     SCHEMA,
     Group,
@@ -27,6 +28,7 @@ from looptoolkit.bench.results import (
     Timing,
     Verdict,
 )
+from looptoolkit.bench.tables import Table, wrap
 
 __all__ = ["compare_runs", "read_run", "run", "side_by_side"]
 
@@ -108,40 +110,28 @@ def compare_runs(runs: Sequence[Run]) -> list[tuple[str, str, list[float | None]
 
 
 def _ms(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    ms = seconds * 1e3
-    return f"{ms:,.3g}" if ms < 100 else f"{ms:,.0f}"
+    return "-" if seconds is None else fmt_ms(seconds * 1e3)
 
 
-def side_by_side(runs: Sequence[Run], labels: Sequence[str]) -> list[Any]:
-    """One rich table per group: each run's median (ms), each later run's ratio to the first."""
-    from rich import box
-    from rich.table import Table
-
-    tables: list[Any] = []
-    current: Any = None
+def side_by_side(runs: Sequence[Run], labels: Sequence[str]) -> list[Table]:
+    """One table per group: each run's median (ms), each later run's ratio to the first."""
+    header = ["variant", *(f"{label} ms" for label in labels)]
+    header += [f"{label}/{labels[0]}" for label in labels[1:]]
+    tables: dict[str, Table] = {}
     for group, variant, medians in compare_runs(runs):
-        if current is None or current.title != group:
-            current = Table(title=group, box=box.SIMPLE_HEAD, title_justify="left")
-            current.add_column("variant", overflow="fold")
-            for label in labels:
-                current.add_column(f"{label} ms", justify="right")
-            for label in labels[1:]:
-                current.add_column(f"{label}/{labels[0]}", justify="right")
-            tables.append(current)
+        table = tables.setdefault(group, Table(group, header, []))
         first = medians[0]
         ratios = [f"{m / first:.2f}" if m is not None and first else "-" for m in medians[1:]]
-        current.add_row(variant, *map(_ms, medians), *ratios)
-    return tables
+        table.rows.append([variant, *map(_ms, medians), *ratios])
+    return list(tables.values())
 
 
 def _labels(paths: Sequence[Path]) -> list[str]:
-    """Short column labels: the file stems, numbered where two are the same."""
-    stems = [p.stem for p in paths]
-    if len(set(stems)) == len(stems):
-        return stems
-    return [f"{i + 1}:{stem}" for i, stem in enumerate(stems)]
+    """Short column labels: the file stems, else their directories' names, else numbers."""
+    for names in ([p.stem for p in paths], [p.resolve().parent.name for p in paths]):
+        if len(set(names)) == len(names) and all(names):
+            return names
+    return [str(i + 1) for i in range(len(paths))]
 
 
 def _render_one(run: Run) -> str:
@@ -158,7 +148,6 @@ def _render_one(run: Run) -> str:
             parts.append(transfer.targets_table(payload["targets"]).text())
         return "\n\n".join(parts)
     from looptoolkit.bench import compare_report as report
-    from looptoolkit.bench.tables import wrap
 
     parts = []
     for name, result in payload["workloads"].items():
@@ -209,16 +198,14 @@ def run(argv: Sequence[str] | None = None) -> int:
     if len(runs) == 1:
         print(_render_one(runs[0]))
         return 0
-    from rich.console import Console
-
-    console = Console(highlight=False)
     labels = _labels(args.files)
-    for label, r in zip(labels, runs, strict=True):
-        console.print(
-            f"{label}: {r.device}, {r.command or 'command not recorded'}", soft_wrap=False
-        )
+    lines = [
+        wrap(f"{label}: {r.device}, {r.command or 'command not recorded'}", indent="  ")
+        for label, r in zip(labels, runs, strict=True)
+    ]
+    print("\n".join(lines))
     for table in side_by_side(runs, labels):
-        console.print(table)
+        print("\n" + table.text())
     if args.fail_above is None:
         return 0
     worse = [
@@ -228,7 +215,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         if m is not None and medians[0] and m / medians[0] > args.fail_above
     ]
     if worse:
-        console.print(f"Above {args.fail_above:g}x: " + ", ".join(worse) + ".")
+        print("\n" + wrap(f"Above {args.fail_above:g}x: " + ", ".join(worse) + "."))
         return 1
-    console.print(f"No variant above {args.fail_above:g}x.")
+    print(f"\nNo variant above {args.fail_above:g}x.")
     return 0
