@@ -91,11 +91,13 @@ def transfer(
     backend: Backend,
     leaves: Sequence[Any],
     target: Target,
-    casts: Sequence[str | None],
+    casts: Sequence[str | None] | None,
     non_blocking: bool | None = None,
     pack: bool | None = None,
 ) -> list[Any]:
     """``backend.move`` of ``leaves``, each cast to ``casts[i]`` on the cheaper side of the copy.
+
+    ``casts`` None: no leaf is cast (one ``move``, nothing else per leaf).
 
     A cast that shrinks the itemsize (float32 -> float16) runs before the move,
     where the leaf is; one that grows it (uint8 -> float16) after, on the
@@ -104,6 +106,8 @@ def transfer(
     Raises:
         ValueError: ``casts`` and ``leaves`` differ in length.
     """
+    if casts is None:
+        return backend.move(leaves, target, non_blocking, pack)
     if len(casts) != len(leaves):
         raise ValueError(f"{len(leaves)} leaves but {len(casts)} casts.")
     if not any(casts):
@@ -128,11 +132,13 @@ def _locate_failure(
     leaves: Sequence[Any],
     paths: Sequence[str],
     target: Target,
-    casts: Sequence[str | None],
+    casts: Sequence[str | None] | None,
     non_blocking: bool | None,
     error: Exception,
 ) -> TransferError:
     """Retry leaf by leaf to name the leaf that failed."""
+    if casts is None:
+        casts = [None] * len(leaves)
     for leaf, path, cast in zip(leaves, paths, casts, strict=True):
         try:
             transfer(backend, [leaf], target, [cast], non_blocking, False)
@@ -425,7 +431,7 @@ def _move_tree(
                 out[i] = moved_object
             continue
         dest: Backend = route  # type: ignore[assignment]
-        casts = [None] * len(items) if policy is None else _casts(policy, items)
+        casts = None if policy is None else _casts(policy, items)
         try:
             moved = transfer(dest, items, target, casts, non_blocking, pack)
         except Exception as e:

@@ -185,8 +185,9 @@ def chunked_manual(
     then for every ``chunk`` batches, one ``take`` per leaf of their concatenated
     indices, ``wrap`` of the gathered leaves (one framework array per leaf:
     ``jax.device_put``, ``tf.convert_to_tensor``) and ``split(arrays, sizes)``
-    into the batches' leaves in one call (a jitted slice tuple, ``tf.split``).
-    What a careful user of a framework with a high per-call cost writes.
+    into the batches' leaves in one call (a jitted slice tuple, ``tf.split``); a
+    chunk of one batch (4 MiB of rows a batch or more) is not split. What a
+    careful user of a framework with a high per-call cost writes.
 
     Args:
         data: a pytree of NumPy arrays sharing the leading dimension.
@@ -213,7 +214,11 @@ def chunked_manual(
             rows = [x.take(idx, axis=0) for x in leaves]
             full, rest = divmod(len(idx), batch_size)
             sizes = [batch_size] * full + ([rest] if rest else [])
-            for batch in split(wrap(rows), sizes):
+            wrapped = wrap(rows)
+            if len(sizes) == 1:  # a chunk of one batch (large rows) is that batch: no split
+                yield rebuild(wrapped)
+                continue
+            for batch in split(wrapped, sizes):
                 yield rebuild(batch)
 
     return EpochPipeline(epoch_fn, batch_count(n, batch_size), name=f"chunked_manual[{k}]")
