@@ -23,19 +23,37 @@ __all__ = [
 ]
 
 _ITEMSIZE = {
-    "bool": 1, "int8": 1, "uint8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
-    "int16": 2, "uint16": 2, "float16": 2, "bfloat16": 2,
-    "int32": 4, "uint32": 4, "float32": 4,
-    "int64": 8, "uint64": 8, "float64": 8, "complex64": 8,
+    "bool": 1,
+    "int8": 1,
+    "uint8": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "int16": 2,
+    "uint16": 2,
+    "float16": 2,
+    "bfloat16": 2,
+    "int32": 4,
+    "uint32": 4,
+    "float32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "float64": 8,
+    "complex64": 8,
     "complex128": 16,
-}  # fmt: skip
+}
 FLOATING = frozenset(n for n in _ITEMSIZE if n.startswith(("float", "bfloat")))
 # Short names that frameworks give their dtypes, valid only with a module prefix
 # ("torch.float" is float32): a bare "float" or "int" means what it means to
 # NumPy (float64, int64).
-_PREFIXED_ALIASES = {"float": "float32", "double": "float64", "half": "float16",
-                     "long": "int64", "int": "int32", "short": "int16",
-                     "cfloat": "complex64"}  # fmt: skip
+_PREFIXED_ALIASES = {
+    "float": "float32",
+    "double": "float64",
+    "half": "float16",
+    "long": "int64",
+    "int": "int32",
+    "short": "int16",
+    "cfloat": "complex64",
+}
 
 
 def _from_text(text: str) -> str | None:
@@ -106,7 +124,12 @@ def cast_before_copy(source: str, target: str) -> bool:
         >>> cast_before_copy("float32", "float16"), cast_before_copy("uint8", "float16")
         (True, False)
     """
-    return itemsize(target) < itemsize(source)
+    try:
+        return itemsize(target) < itemsize(source)
+    except (TypeError, AttributeError, ImportError):
+        # A dtype with no size of its own (a string dtype): the cast after the copy
+        # reports what is impossible about it.
+        return False
 
 
 class DtypePolicy:

@@ -89,7 +89,8 @@ def parse_device_string(spec: str, homes: Mapping[str, str]) -> Target:
             return Target(spec, platform, index, home=homes.get(PATH_STYLE))
         raise _unknown(spec)
     name, index = _split_index(text.lower(), spec)
-    known = _PLATFORMS.get(name)
+    # A name a registered backend added (`register_backend(devices=...)`) is its own platform.
+    known = _PLATFORMS.get(name, name if name in homes else None)
     if known is None or (name != "cpu" and name not in homes):
         raise _unknown(spec)
     platform = known

@@ -1,8 +1,9 @@
-"""Command line: ``looptoolkit compare | transfer | env``.
+"""Command line: ``looptoolkit compare | transfer | report | env``.
 
 ``compare`` times every loop variant on the device at hand (the project's main
 job, ``make compare``); ``transfer`` times ``to_device``; ``env`` reports what
-is installed and which devices each framework sees. ``looptoolkit`` alone lists
+is installed and which devices each framework sees; ``report`` re-renders
+saved results, or sets several side by side. ``looptoolkit`` alone lists
 the commands; ``looptoolkit --version`` prints the version.
 """
 
@@ -21,6 +22,8 @@ COMMANDS = {
     "compare": "time every loop variant x backend x workload on the device at hand, checked "
     "first (--preset classic: which loop is fastest for 1000 epochs of 300,000 samples)",
     "transfer": "time to_device on a nested tree of 1000 leaves and a batch of images",
+    "report": "re-render saved results; with two or more files, side by side with ratios "
+    "(--fail-above R: exit 1 on a ratio above R)",
     "env": "installed backends, their devices, pinned memory, Pillow's JPEG decoder",
 }
 
@@ -156,7 +159,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"looptoolkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, text in COMMANDS.items():
-        # compare and transfer parse their own flags.
+        # compare, transfer and report parse their own flags.
         command = sub.add_parser(name, help=text, add_help=name == "env")
         if name == "env":
             command.add_argument("--json", action="store_true", help="print JSON")
@@ -166,7 +169,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``looptoolkit`` command."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ("compare", "transfer"):
+    if argv and argv[0] in ("compare", "transfer", "report"):
         module = importlib.import_module(f"looptoolkit.bench.{argv[0]}")
         result: int = module.run(argv[1:])
         return result

@@ -40,6 +40,7 @@ __all__ = [
     "mover",
     "parse_device",
     "to_device",
+    "transfer",
 ]
 
 
@@ -86,19 +87,61 @@ def describe_leaf(leaf: Any) -> str:
     return f"{type(leaf).__module__.split('.')[0]} {name} {list(shape)}"
 
 
+def transfer(
+    backend: Backend,
+    leaves: Sequence[Any],
+    target: Target,
+    casts: Sequence[str | None] | None,
+    non_blocking: bool | None = None,
+    pack: bool | None = None,
+) -> list[Any]:
+    """``backend.move`` of ``leaves``, each cast to ``casts[i]`` on the cheaper side of the copy.
+
+    ``casts`` None: no leaf is cast (one ``move``, nothing else per leaf).
+
+    A cast that shrinks the itemsize (float32 -> float16) runs before the move,
+    where the leaf is; one that grows it (uint8 -> float16) after, on the
+    destination: both through ``backend.cast``, so no backend repeats the rule.
+
+    Raises:
+        ValueError: ``casts`` and ``leaves`` differ in length.
+    """
+    if casts is None:
+        return backend.move(leaves, target, non_blocking, pack)
+    if len(casts) != len(leaves):
+        raise ValueError(f"{len(leaves)} leaves but {len(casts)} casts.")
+    if not any(casts):
+        return backend.move(leaves, target, non_blocking, pack)
+    staged = list(leaves)
+    after = list(casts)
+    for i, cast in enumerate(casts):
+        if cast is not None:
+            source = backend_of(staged[i])
+            assert source is not None  # only arrays are moved
+            if cast_before_copy(source.dtype_name(staged[i]), cast):
+                staged[i] = backend.cast(staged[i], cast)
+                after[i] = None
+    moved = backend.move(staged, target, non_blocking, pack)
+    return [
+        x if cast is None else backend.cast(x, cast) for x, cast in zip(moved, after, strict=True)
+    ]
+
+
 def _locate_failure(
     backend: Backend,
     leaves: Sequence[Any],
     paths: Sequence[str],
     target: Target,
-    casts: Sequence[str | None],
+    casts: Sequence[str | None] | None,
     non_blocking: bool | None,
     error: Exception,
 ) -> TransferError:
     """Retry leaf by leaf to name the leaf that failed."""
+    if casts is None:
+        casts = [None] * len(leaves)
     for leaf, path, cast in zip(leaves, paths, casts, strict=True):
         try:
-            backend.move([leaf], target, [cast], non_blocking, False)
+            transfer(backend, [leaf], target, [cast], non_blocking, False)
         except Exception as e:
             what = f" as {cast}" if cast else ""
             return TransferError(
@@ -375,15 +418,22 @@ def _move_tree(
                     if paths is None:
                         paths = _tree.leaf_paths(spec, root)
                     moved_object = _move_tree(
-                        moved_object, device, target, policy, non_blocking, pack, strict,
-                        paths[i], move=False,
-                    )  # fmt: skip
+                        moved_object,
+                        device,
+                        target,
+                        policy,
+                        non_blocking,
+                        pack,
+                        strict,
+                        paths[i],
+                        move=False,
+                    )
                 out[i] = moved_object
             continue
         dest: Backend = route  # type: ignore[assignment]
-        casts = [None] * len(items) if policy is None else _casts(policy, items)
+        casts = None if policy is None else _casts(policy, items)
         try:
-            moved = dest.move(items, target, casts, non_blocking, pack)
+            moved = transfer(dest, items, target, casts, non_blocking, pack)
         except Exception as e:
             if paths is None:
                 paths = _tree.leaf_paths(spec, root)

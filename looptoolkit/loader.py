@@ -55,6 +55,7 @@ from looptoolkit._rows import Rows
 from looptoolkit._stats import LoaderStats, timed
 from looptoolkit._store_reads import default_group_size, plan_reads
 from looptoolkit._target import Target
+from looptoolkit.adapters import process_group
 from looptoolkit.device import parse_device
 from looptoolkit.order import Order, normalize_shuffle, resolve_rank
 
@@ -342,7 +343,7 @@ class Loader:
             "cache_bytes": cache_bytes,
         }
         normalize_shuffle(shuffle)
-        rank, world_size = resolve_rank(rank, world_size)
+        rank, world_size = resolve_rank(rank, world_size, process_group())
         prefetch = check_int("prefetch", prefetch, minimum=0)
         if transform is not None and not callable(transform):
             raise TypeError(f"`transform` must be callable, got {type(transform).__name__}.")

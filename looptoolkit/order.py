@@ -57,7 +57,6 @@ from looptoolkit._sources import (
     chunk_shards,
     generator,
 )
-from looptoolkit.adapters import process_group
 
 __all__ = [
     "DEFAULT_GROUP_SIZE",
@@ -164,16 +163,20 @@ def normalize_shuffle(shuffle: bool | str) -> str:
     )
 
 
-def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
+def resolve_rank(
+    rank: int | None, world_size: int | None, group: tuple[int, int] | None = None
+) -> tuple[int, int]:
     """``(rank, world_size)`` of this process, validated.
 
-    When both are None they come from an initialised process group of a framework
-    that is already imported (``torch.distributed``; none is imported here), and
-    are ``(0, 1)`` otherwise.
+    When both are None they are ``group``, the process group the caller found
+    (the Loader and the integrations ask
+    [`process_group`][looptoolkit.adapters.process_group] where they are built;
+    orders know no framework), and ``(0, 1)`` without one.
 
     Args:
         rank: this process's shard, in ``[0, world_size)``, or None.
         world_size: the number of shards, ``>= 1``, or None.
+        group: ``(rank, world_size)`` of an initialised process group, or None.
 
     Returns:
         ``(rank, world_size)`` as Python ints.
@@ -188,9 +191,11 @@ def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
         (0, 1)
         >>> resolve_rank(1, 4)
         (1, 4)
+        >>> resolve_rank(None, None, group=(3, 4))
+        (3, 4)
     """
     if rank is None and world_size is None:
-        return process_group() or (0, 1)
+        return (0, 1) if group is None else _check_rank(*group)
     if rank is None or world_size is None:
         raise ValueError(
             "`rank` and `world_size` must both be given or both be None, "

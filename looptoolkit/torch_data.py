@@ -24,6 +24,7 @@ from looptoolkit._epochs import EpochCursor, EpochSampler, parse_state, position
 from looptoolkit._probe import check_not_empty
 from looptoolkit._rows import Rows
 from looptoolkit._store_reads import default_group_size, plan_reads
+from looptoolkit.adapters import process_group
 from looptoolkit.order import Order, normalize_shuffle, resolve_rank
 
 __all__ = [
@@ -453,7 +454,7 @@ def make_dataloader(
     if collate_fn is not None and not callable(collate_fn):
         raise TypeError(f"`collate_fn` must be callable, got {type(collate_fn).__name__}.")
     dataset = GetItemsDataset(data, tensors=tensors)
-    rank, world_size = resolve_rank(rank, world_size)
+    rank, world_size = resolve_rank(rank, world_size, process_group())
     store = dataset._rows.store
     if store is not None and group_size is None and normalize_shuffle(shuffle) == "grouped":
         group_size = default_group_size(store)

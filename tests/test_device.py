@@ -656,3 +656,43 @@ def test_an_object_whose_to_moves_it_in_place_and_returns_none_is_kept():
     obj = InPlace()
     out = to_device({"meta": obj, "x": np.ones(2)}, "cpu")
     assert out["meta"] is obj and obj.device == "cpu"
+
+
+class _Recorder:
+    """A backend stand-in that records the casts and moves the transfer layer asks for."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+
+    def cast(self, x: np.ndarray, name: str) -> np.ndarray:
+        self.calls.append(("cast", (x.dtype.name, name)))
+        return x.astype(name)
+
+    def move(self, leaves: Any, target: Any, non_blocking: Any, pack: Any) -> list[np.ndarray]:
+        self.calls.append(("move", [x.dtype.name for x in leaves]))
+        return [x.copy() for x in leaves]
+
+
+def test_transfer_casts_on_the_side_of_the_copy_that_moves_fewer_bytes():
+    from looptoolkit.device import transfer
+
+    recorder = _Recorder()
+    leaves = [np.ones(2, np.float32), np.arange(2, dtype=np.uint8), np.ones(2, np.int64)]
+    out = transfer(recorder, leaves, parse_device("cpu"), ["float16", "float16", None])  # type: ignore[arg-type]
+    # float32 -> float16 halves the copy: cast first; uint8 -> float16 doubles it: cast after.
+    assert recorder.calls == [
+        ("cast", ("float32", "float16")),
+        ("move", ["float16", "uint8", "int64"]),
+        ("cast", ("uint8", "float16")),
+    ]
+    assert [x.dtype.name for x in out] == ["float16", "float16", "int64"]
+
+
+def test_transfer_without_casts_is_one_move():
+    from looptoolkit.device import transfer
+
+    recorder = _Recorder()
+    transfer(recorder, [np.ones(2)], parse_device("cpu"), [None])  # type: ignore[arg-type]
+    assert recorder.calls == [("move", ["float64"])]
+    with pytest.raises(ValueError, match="1 leaves but 2 casts"):
+        transfer(recorder, [np.ones(2)], parse_device("cpu"), [None, None])  # type: ignore[arg-type]

@@ -112,7 +112,10 @@ def test_reference_has_every_public_name_with_signature_and_examples(site):
 def test_extending_documents_the_backend_protocol(site):
     html = (site / "extending" / "index.html").read_text()
     assert 'id="looptoolkit.adapters.Backend"' in html
-    assert 'id="looptoolkit.adapters.Backend.take"' in html
+    # The required surface and each optional capability, with their methods.
+    assert 'id="looptoolkit.adapters.Required.take"' in html
+    for capability in ("Staging", "Sharding", "Containers", "Native"):
+        assert f'id="looptoolkit.adapters.{capability}"' in html
 
 
 def test_cli_page_has_every_subcommand(site):

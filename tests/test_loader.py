@@ -833,3 +833,29 @@ def test_cuda_jax_device_put_to_the_gpu(cuda):
         assert g["x"].devices() == {gpus[0]}
         for key in w:
             np.testing.assert_array_equal(np.asarray(g[key]), w[key])
+
+
+def test_the_loader_takes_rank_and_world_size_from_a_loaded_process_group(monkeypatch):
+    # A stand-in for a loaded framework with a process group; the real one (torch
+    # with gloo ranks) is exercised in tests/test_distributed.py.
+    from looptoolkit.adapters import BackendBase, _registry
+
+    group: list[tuple[int, int] | None] = [(1, 2)]
+
+    class Grouped(BackendBase):
+        def is_array(self, x: object) -> bool:
+            return False
+
+        def process_group(self) -> tuple[int, int] | None:
+            return group[0]
+
+    backend = Grouped()
+    monkeypatch.setattr(_registry, "loaded_backends", lambda: [backend])
+    data = np.arange(8)
+    loader = Loader(data, 2, shuffle=False)
+    assert (loader.rank, loader.world_size) == (1, 2)
+    np.testing.assert_array_equal(loader.indices(0), [1, 3, 5, 7])
+    explicit = Loader(data, 2, shuffle=False, rank=0, world_size=1)
+    assert (explicit.rank, explicit.world_size) == (0, 1)  # explicit values win
+    group[0] = None
+    assert Loader(data, 2, shuffle=False).world_size == 1

@@ -11,7 +11,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import tracemalloc
-import types
 from unittest import mock
 
 import numpy as np
@@ -589,18 +588,27 @@ def test_resolve_rank_does_not_import_torch():
     subprocess.run([sys.executable, "-W", "error", "-c", code], check=True, timeout=60)
 
 
-def test_resolve_rank_reads_a_loaded_backends_process_group(monkeypatch):
-    # A stand-in for a loaded framework with a process group; the real one (torch
-    # with gloo ranks) is exercised in tests/test_distributed.py.
-    import looptoolkit.adapters as registry
+def test_resolve_rank_takes_the_callers_process_group():
+    assert resolve_rank(None, None, group=(3, 4)) == (3, 4)
+    assert resolve_rank(0, 2, group=(3, 4)) == (0, 2)  # explicit values win
+    assert resolve_rank(None, None, group=None) == (0, 1)
+    with pytest.raises(ValueError, match=r"got rank=4, world_size=4"):
+        resolve_rank(None, None, group=(4, 4))
 
-    group: list[tuple[int, int] | None] = [(3, 4)]
-    backend = types.SimpleNamespace(process_group=lambda: group[0])
-    monkeypatch.setattr(registry, "loaded_backends", lambda: [backend])
-    assert resolve_rank(None, None) == (3, 4)
-    assert resolve_rank(0, 2) == (0, 2)  # explicit values win
-    group[0] = None
-    assert resolve_rank(None, None) == (0, 1)
+
+def test_orders_ask_no_backend_registry():
+    # Orders are framework-free: the rank is resolved where a Loader or an
+    # integration is built (tests/test_loader.py).
+    import ast
+    import pathlib
+
+    import looptoolkit.order
+
+    source = ast.parse(pathlib.Path(looptoolkit.order.__file__).read_text())
+    imported = {node.module for node in ast.walk(source) if isinstance(node, ast.ImportFrom)} | {
+        a.name for node in ast.walk(source) if isinstance(node, ast.Import) for a in node.names
+    }
+    assert not any(name and name.startswith("looptoolkit.adapters") for name in imported)
 
 
 @pytest.mark.parametrize(

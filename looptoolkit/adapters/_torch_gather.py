@@ -12,22 +12,46 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from looptoolkit.adapters import gather_rows
+from looptoolkit.adapters._host import gather_rows
 
 __all__ = ["gather_view", "host_view", "index_select", "take_view"]
 
 _NUMPY_OK = frozenset(
-    {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
-     torch.uint16, torch.uint32, torch.uint64,
-     torch.float16, torch.float32, torch.float64, torch.complex64, torch.complex128}
-)  # fmt: skip
+    {
+        torch.bool,
+        torch.uint8,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.uint16,
+        torch.uint32,
+        torch.uint64,
+        torch.float16,
+        torch.float32,
+        torch.float64,
+        torch.complex64,
+        torch.complex128,
+    }
+)
 # Dtypes `index_select` gathers. Rows of any other dtype (uint16-64, float8,
 # complex32) are gathered as the bits of a same-width integer dtype.
 _INDEX_SELECT_OK = frozenset(
-    {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
-     torch.float16, torch.bfloat16, torch.float32, torch.float64,
-     torch.complex64, torch.complex128}
-)  # fmt: skip
+    {
+        torch.bool,
+        torch.uint8,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.float16,
+        torch.bfloat16,
+        torch.float32,
+        torch.float64,
+        torch.complex64,
+        torch.complex128,
+    }
+)
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 

@@ -15,9 +15,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from looptoolkit._dtypes import as_numpy_dtype, cast_before_copy
+from looptoolkit._dtypes import as_numpy_dtype
 from looptoolkit._target import Target
-from looptoolkit.adapters import BackendBase, chunked, split_chunks
+from looptoolkit.adapters._host import chunked, split_chunks
+from looptoolkit.adapters._protocol import BackendBase
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
@@ -186,7 +187,6 @@ class JaxBackend(BackendBase):
         self,
         leaves: Sequence[Any],
         target: Target,
-        casts: Sequence[str | None],
         non_blocking: bool | None,
         pack: bool | None,
     ) -> list[jax.Array]:
@@ -196,25 +196,11 @@ class JaxBackend(BackendBase):
         synchronisation here; ``pack`` does not apply (``device_put`` already
         transfers a list in one call).
         """
-        device = resolve_device(target)
-        staged: list[Any] = []
-        after: list[str | None] = []
-        for cast in set(casts) - {None}:
-            _check_cast(cast)  # type: ignore[arg-type]
-        for leaf, cast in zip(leaves, casts, strict=True):
-            if cast is not None and cast_before_copy(leaf.dtype.name, cast):
-                leaf = leaf.astype(as_numpy_dtype(cast))
-                cast = None
-            staged.append(leaf)
-            after.append(cast)
-        moved = jax.device_put(staged, device)
-        return [
-            x if cast is None else x.astype(as_numpy_dtype(cast))
-            for x, cast in zip(moved, after, strict=True)
-        ]
+        return list(jax.device_put(list(leaves), resolve_device(target)))
 
-    def cast(self, x: jax.Array, name: str) -> jax.Array:
-        """``x.astype(name)``."""
+    def cast(self, x: jax.Array | np.ndarray, name: str) -> jax.Array | np.ndarray:
+        """``x.astype(name)``; raises where JAX would hold another dtype (float64 without x64)."""
+        _check_cast(name)
         return x.astype(as_numpy_dtype(name))
 
     def constant(self, values: np.ndarray, like: jax.Array) -> jax.Array:

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from looptoolkit._dtypes import as_numpy_dtype
-from looptoolkit.adapters import BackendBase, gather_rows, row_gather, zip_gathers
+from looptoolkit.adapters._host import gather_rows, row_gather, zip_gathers
+from looptoolkit.adapters._protocol import BackendBase
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -70,16 +71,12 @@ class NumpyBackend(BackendBase):
         self,
         leaves: Sequence[np.ndarray],
         target: Target,
-        casts: Sequence[str | None],
         non_blocking: bool | None,
         pack: bool | None,
     ) -> list[np.ndarray]:
-        """NumPy arrays only ever stay on the host: this applies the casts."""
+        """NumPy arrays only ever stay on the host: the leaves as they are."""
         self.resolve_device(target)
-        return [
-            leaf if cast is None else leaf.astype(as_numpy_dtype(cast))
-            for leaf, cast in zip(leaves, casts, strict=True)
-        ]
+        return list(leaves)
 
     def cast(self, x: np.ndarray, name: str) -> np.ndarray:
         """``x.astype(name)``."""

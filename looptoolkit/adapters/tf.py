@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import tensorflow as tf
 
-from looptoolkit._dtypes import as_numpy_dtype, cast_before_copy
-from looptoolkit.adapters import BackendBase, gather_rows, split_chunks
+from looptoolkit._dtypes import as_numpy_dtype
+from looptoolkit.adapters._host import gather_rows, split_chunks
+from looptoolkit.adapters._protocol import BackendBase
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -125,7 +126,6 @@ class TfBackend(BackendBase):
         self,
         leaves: Sequence[Any],
         target: Target,
-        casts: Sequence[str | None],
         non_blocking: bool | None,
         pack: bool | None,
     ) -> list[tf.Tensor]:
@@ -134,32 +134,22 @@ class TfBackend(BackendBase):
         # A tensor's full name ends with e.g. "device:CPU:0"; one already there is
         # returned as is, as torch's `.to` does.
         suffix = "device:" + name.removeprefix("/")
-        staged: list[Any] = []
-        after: list[str | None] = []
-        for leaf, cast in zip(leaves, casts, strict=True):
-            # Shrinking casts run before the copy, where the leaf is: fewer bytes cross.
-            if cast is not None and cast_before_copy(leaf.dtype.name, cast):
-                if isinstance(leaf, np.ndarray):
-                    leaf = leaf.astype(as_numpy_dtype(cast))
-                else:
-                    with tf.device(leaf.device):
-                        leaf = tf.cast(leaf, cast)
-                cast = None
-            staged.append(leaf)
-            after.append(cast)
         out = []
         with tf.device(name):
-            for leaf, cast in zip(staged, after, strict=True):
+            for leaf in leaves:
                 if isinstance(leaf, np.ndarray):
-                    x = tf.convert_to_tensor(leaf)
+                    out.append(tf.convert_to_tensor(leaf))
                 else:
-                    x = leaf if leaf.device.endswith(suffix) else tf.identity(leaf)
-                # Growing casts run after the copy, on the destination.
-                out.append(x if cast is None else tf.cast(x, cast))
+                    out.append(leaf if leaf.device.endswith(suffix) else tf.identity(leaf))
         return out
 
-    def cast(self, x: tf.Tensor, name: str) -> tf.Tensor:
-        """``tf.cast(x, name)``."""
+    def cast(self, x: tf.Tensor | np.ndarray, name: str) -> tf.Tensor | np.ndarray:
+        """``tf.cast(x, name)`` on the tensor's device; a NumPy array is cast by NumPy."""
+        if isinstance(x, np.ndarray):
+            return x.astype(as_numpy_dtype(name))
+        if tf.executing_eagerly():
+            with tf.device(x.device):
+                return tf.cast(x, name)
         return tf.cast(x, name)
 
     def constant(self, values: np.ndarray, like: tf.Tensor) -> tf.Tensor:

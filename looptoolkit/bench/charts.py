@@ -92,9 +92,12 @@ def bar_chart(
     title_in = 0.3 if title else 0.1
     height = sum(heights) + 0.55 * len(panels) + footer_in + legend_in + title_in
     fig, axes = plt.subplots(
-        len(panels), 1, figsize=(11, height), squeeze=False,
+        len(panels),
+        1,
+        figsize=(11, height),
+        squeeze=False,
         gridspec_kw={"height_ratios": heights},
-    )  # fmt: skip
+    )
     for ax, panel in zip(axes[:, 0], panels, strict=True):
         positions, y = [], 0.0
         for bar in panel.bars:
@@ -108,8 +111,14 @@ def bar_chart(
         lengths = [min(b.value, limit) for b in panel.bars]
         for pos, length, bar in zip(positions, lengths, panel.bars, strict=True):
             cut = bar.value > limit
-            ax.barh(pos, length, color=bar.color, hatch="//" if cut else bar.hatch,
-                    edgecolor="white" if (cut or bar.hatch) else bar.color, height=0.8)  # fmt: skip
+            ax.barh(
+                pos,
+                length,
+                color=bar.color,
+                hatch="//" if cut else bar.hatch,
+                edgecolor="white" if (cut or bar.hatch) else bar.color,
+                height=0.8,
+            )
         ax.set_yticks(positions, [b.label for b in panel.bars], fontsize=8)
         for tick, bar in zip(ax.get_yticklabels(), panel.bars, strict=True):
             if bar.bold:
@@ -121,8 +130,7 @@ def bar_chart(
         notes = blended_transform_factory(ax.transAxes, ax.transData)
         for pos, bar in zip(positions, panel.bars, strict=True):
             text = ("> " if bar.value > limit else "") + bar.note
-            ax.text(1.01, pos, text, transform=notes, va="center", fontsize=7.5,
-                    family="monospace")  # fmt: skip
+            ax.text(1.01, pos, text, transform=notes, va="center", fontsize=7.5, family="monospace")
         ax.set_title(panel.title, fontsize=10, loc="left")
         ax.set_xlabel(panel.xlabel, fontsize=8)
         ax.tick_params(axis="x", labelsize=8)
@@ -135,8 +143,14 @@ def bar_chart(
     if title:
         fig.suptitle(title, fontsize=11, x=0.01, y=1 - 0.12 / height, ha="left", va="top")
     if handles:
-        fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=8, frameon=False,
-                   bbox_to_anchor=(0.45, footer_in / height))  # fmt: skip
+        fig.legend(
+            handles=handles,
+            loc="lower center",
+            ncol=ncol,
+            fontsize=8,
+            frameon=False,
+            bbox_to_anchor=(0.45, footer_in / height),
+        )
     if footer:
         fig.text(0.01, 0.08 / height, footer, fontsize=7)
     bottom = (footer_in + legend_in + 0.05) / height

@@ -77,8 +77,10 @@ def _exact_problem(
         want = leaf.take(idx, axis=0)
         have = batch[path]
         if have.dtype != want.dtype or not np.array_equal(have, want):
-            return (f"{path} differs from the reference ({have.dtype}{list(have.shape)} vs "
-                    f"{want.dtype}{list(want.shape)})")  # fmt: skip
+            return (
+                f"{path} differs from the reference ({have.dtype}{list(have.shape)} vs "
+                f"{want.dtype}{list(want.shape)})"
+            )
     return None
 
 

@@ -54,10 +54,15 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
         "which loop is fastest for 1000 epochs of 300,000 samples at batch 300: pure Python, "
         "NumPy, DataLoader (0 and 2 workers), tf.data, the Loader; times --rounds epochs of "
         "each and multiplies (--epochs 1000 times all of them)",
-        {"workload": "index", "variants": ",".join(CLASSIC), "step_ms": 0.0, "transfer": False,
-         "project_epochs": 1000},
+        {
+            "workload": "index",
+            "variants": ",".join(CLASSIC),
+            "step_ms": 0.0,
+            "transfer": False,
+            "project_epochs": 1000,
+        },
     ),
-}  # fmt: skip
+}
 """Named sets of flags: ``--preset NAME`` -> (what it answers, the flags it sets)."""
 
 STEP_FOCUS: dict[str, list[str]] = {"images": ["img-*"]}
@@ -73,14 +78,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         epilog="Variants, workloads and how to read the tables: docs/compare.md.",
     )
     add = parser.add_argument
-    add("--preset", choices=sorted(PRESETS), default=None,
-        help="classic: " + PRESETS["classic"][0])  # fmt: skip
+    add("--preset", choices=sorted(PRESETS), default=None, help="classic: " + PRESETS["classic"][0])
     add("--device", default=None, help="cpu, cuda or cuda:N (default: the best one present)")
     add("--workload", default=None, help="index, tabular, images, a comma list, or all (default)")
-    add("--backends", default=None,
-        help="comma list of numpy, torch, jax, tf (default: every installed one)")  # fmt: skip
-    add("--variants", default=None,
-        help=f"comma list of variant names or globs ({BASELINE} always runs)")  # fmt: skip
+    add(
+        "--backends",
+        default=None,
+        help="comma list of numpy, torch, jax, tf (default: every installed one)",
+    )
+    add(
+        "--variants",
+        default=None,
+        help=f"comma list of variant names or globs ({BASELINE} always runs)",
+    )
     add("--skip", default=None, help="variant names or globs to leave out (e.g. '*-w2')")
     add("--rounds", type=int, default=5, help="timed rounds per variant, interleaved (5)")
     add(
@@ -90,28 +100,47 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="timed epochs per variant, spread over the rounds (default: one per round)",
     )
     add("--warmup", type=int, default=1, help="warm-up rounds (1)")
-    add("--max-epoch-s", type=float, default=0.25,
+    add(
+        "--max-epoch-s",
+        type=float,
+        default=0.25,
         help="a loop whose epoch takes longer is timed on a bounded number of batches per "
-        "round and scaled; 0 times whole epochs (0.25)")  # fmt: skip
-    add("--slow-batches", type=int, default=50,
-        help="batches per round for the always-bounded loops (50)")  # fmt: skip
+        "round and scaled; 0 times whole epochs (0.25)",
+    )
+    add(
+        "--slow-batches",
+        type=int,
+        default=50,
+        help="batches per round for the always-bounded loops (50)",
+    )
     add(
         "--step-ms",
         type=float,
         default=None,
         help="synthetic model step after every batch in the step section; 0 skips it (0.5)",
     )
-    add("--step-workload", default="tabular,images",
+    add(
+        "--step-workload",
+        default="tabular,images",
         help="workloads of the step section, a comma list (tabular,images); on images "
         "it times the images variant set (img-*) and the baseline unless --variants is "
-        "given")  # fmt: skip
+        "given",
+    )
     add("--step-batches", type=int, default=100, help="batches per round, step section (100)")
-    add("--transfer", action=argparse.BooleanOptionalAction, default=None,
+    add(
+        "--transfer",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="time uint8 vs float16 transfer by batch size (default: on a GPU only; on the "
-        "CPU both paths are the same host cast)")  # fmt: skip
-    add("--memmap-gb", type=float, default=0.0,
+        "CPU both paths are the same host cast)",
+    )
+    add(
+        "--memmap-gb",
+        type=float,
+        default=0.0,
         help="also measure the memory one Loader epoch allocates over a memory-mapped "
-        "dataset of this size, written to a temporary file (default: 0, off)")  # fmt: skip
+        "dataset of this size, written to a temporary file (default: 0, off)",
+    )
     add("--seed", type=int, default=0, help="seed of every order (0)")
     add(
         "--out",
@@ -120,8 +149,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="directory for the JSON, Markdown and PNG (default: ./looptoolkit-results)",
     )
     add("--reference", action="store_true", help=REFERENCE_HELP)
-    add("--plot", action=argparse.BooleanOptionalAction, default=True,
-        help="write the PNG chart (needs matplotlib)")  # fmt: skip
+    add(
+        "--plot",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="write the PNG chart (needs matplotlib)",
+    )
     add("--quick", action="store_true", help="tiny sizes, few rounds: a smoke test")
     args = parser.parse_args(argv)
     preset = PRESETS[args.preset][1] if args.preset else {}
@@ -204,24 +237,30 @@ def _workload_names(text: str) -> list[str]:
     names = _split(text) or []
     for name in names:
         if name not in WORKLOADS:
-            raise ValueError(f"`--workload`: unknown workload {name!r}; known: "
-                             f"{', '.join(WORKLOADS)}, all.")  # fmt: skip
+            raise ValueError(
+                f"`--workload`: unknown workload {name!r}; known: {', '.join(WORKLOADS)}, all."
+            )
     return names
 
 
 def _intro(args: argparse.Namespace, device: str, out: Path, backends: list[str]) -> str:
-    lines = [f"looptoolkit compare on {device}: backends {', '.join(backends)}; results go to "
-             f"{out}/."]  # fmt: skip
+    lines = [
+        f"looptoolkit compare on {device}: backends {', '.join(backends)}; results go to {out}/."
+    ]
     if args.preset:
         lines.append(f"Preset {args.preset}: {PRESETS[args.preset][0]}.")
     epochs = args.epochs or args.rounds
-    lines.append(f"Each loop is timed on {epochs} epoch(s) after {args.warmup} warm-up round(s); "
-                 f"loops slower than {args.max_epoch_s:g} s per epoch on their first batches "
-                 "only, scaled to an epoch (marked *).")  # fmt: skip
+    lines.append(
+        f"Each loop is timed on {epochs} epoch(s) after {args.warmup} warm-up round(s); "
+        f"loops slower than {args.max_epoch_s:g} s per epoch on their first batches "
+        "only, scaled to an epoch (marked *)."
+    )
     if args.project_epochs:
-        lines.append(f"The {args.project_epochs}-epoch figures multiply the median epoch "
-                     f"(add --epochs {args.project_epochs} --max-epoch-s 0 to time them all; "
-                     "that takes hours).")  # fmt: skip
+        lines.append(
+            f"The {args.project_epochs}-epoch figures multiply the median epoch "
+            f"(add --epochs {args.project_epochs} --max-epoch-s 0 to time them all; "
+            "that takes hours)."
+        )
     return "\n".join(wrap(line) for line in lines)
 
 
@@ -252,26 +291,41 @@ def run(argv: Sequence[str] | None = None) -> int:
     if args.epochs is not None:
         rounds = min(rounds, args.epochs)
         epochs_per_round = -(-args.epochs // rounds)
-    settings = Settings(device=device, backends=backends, patterns=_split(args.variants),
-                        skip=_split(args.skip), rounds=rounds, epochs_per_round=epochs_per_round,
-                        warmup=args.warmup, max_epoch_s=args.max_epoch_s,
-                        slow_batches=args.slow_batches, seed=args.seed)  # fmt: skip
+    settings = Settings(
+        device=device,
+        backends=backends,
+        patterns=_split(args.variants),
+        skip=_split(args.skip),
+        rounds=rounds,
+        epochs_per_round=epochs_per_round,
+        warmup=args.warmup,
+        max_epoch_s=args.max_epoch_s,
+        slow_batches=args.slow_batches,
+        seed=args.seed,
+    )
     results: dict[str, dict[str, Any]] = {}
     step_rows: list[dict[str, Any]] = []
     step_workloads = [w for w in _split(args.step_workload) or [] if w in workload_names]
     if not step_workloads and workload_names:
         step_workloads = [workload_names[-1]]
-    step_args = {"step_ms": args.step_ms, "step_workload": ",".join(step_workloads),
-                 "step_batches": args.step_batches}  # fmt: skip
+    step_args = {
+        "step_ms": args.step_ms,
+        "step_workload": ",".join(step_workloads),
+        "step_batches": args.step_batches,
+    }
     legend_shown = False
     for name in workload_names:
         progress.stage(f"{name}: building the data")
         workload = make_workload(name, quick=args.quick, seed=args.seed)
         entries = run_workload(workload, settings, progress)
-        result: dict[str, Any] = {"description": workload.description, "n": workload.n,
-                  "batch_size": workload.batch_size, "batches_per_epoch": workload.num_batches,
-                  "bytes": workload.nbytes,
-                  "variants": [e.summary(settings.warmup) for e in entries]}  # fmt: skip
+        result: dict[str, Any] = {
+            "description": workload.description,
+            "n": workload.n,
+            "batch_size": workload.batch_size,
+            "batches_per_epoch": workload.num_batches,
+            "bytes": workload.nbytes,
+            "variants": [e.summary(settings.warmup) for e in entries],
+        }
         report.add_ratios(result)
         results[name] = result
         if not legend_shown:
@@ -283,8 +337,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         if args.step_ms > 0 and name in step_workloads:
             step = Step(args.step_ms, device)
             focus = STEP_FOCUS.get(name) if settings.patterns is None else None
-            rows = run_step(workload, entries, settings, step, args.step_batches, progress,
-                            patterns=focus)  # fmt: skip
+            rows = run_step(
+                workload, entries, settings, step, args.step_batches, progress, patterns=focus
+            )
             step_rows += [{"workload": name, **row} for row in rows]
             payload_step = {"step": step_rows, "settings": step_args}
             progress.emit("\n" + report.step_table(payload_step, name).text())
@@ -311,15 +366,24 @@ def run(argv: Sequence[str] | None = None) -> int:
         if "error" not in row and row["workload"] == "tabular":
             values[f"wait:{row['name']}"] = row["wait_ms_per_batch"]
             values[f"step:{row['name']}"] = row["step_ms_per_batch"]
-    targets = evaluate("compare", values, gpu=gpu) if "tabular" in results else []
+    targets = (
+        evaluate("compare", values, gpu=gpu, judged=not args.quick) if "tabular" in results else []
+    )
     info = machine_info()
     info["command"] = " ".join(["looptoolkit compare", *argv])
     accelerator_only = [v.name for v in VARIANTS if v.accelerator and v.backend in backends]
-    run_settings = {"rounds": settings.rounds, "epochs_per_round": settings.epochs_per_round,
-                    "warmup": settings.warmup, "max_epoch_s": settings.max_epoch_s,
-                    "slow_batches": settings.slow_batches, **step_args, "seed": settings.seed,
-                    "quick": args.quick, "preset": args.preset,
-                    "project_epochs": args.project_epochs}  # fmt: skip
+    run_settings = {
+        "rounds": settings.rounds,
+        "epochs_per_round": settings.epochs_per_round,
+        "warmup": settings.warmup,
+        "max_epoch_s": settings.max_epoch_s,
+        "slow_batches": settings.slow_batches,
+        **step_args,
+        "seed": settings.seed,
+        "quick": args.quick,
+        "preset": args.preset,
+        "project_epochs": args.project_epochs,
+    }
     payload: dict[str, Any] = {
         "suite": "compare",
         "device": device,
@@ -351,10 +415,12 @@ def run(argv: Sequence[str] | None = None) -> int:
     payload["charts"] = [p.name for p in charts]
     files = write_results(out, stem, payload, report.markdown(payload))
     progress.emit("\n" + "\n".join(wrap(line, indent="  ") for line in report.summary(payload)))
-    progress.emit("\n" + wrap(
-        f"Wrote {', '.join(str(p) for p in [*files, *charts])} "
-        f"({progress.elapsed():.0f} s)."
-    ))  # fmt: skip
+    progress.emit(
+        "\n"
+        + wrap(
+            f"Wrote {', '.join(str(p) for p in [*files, *charts])} ({progress.elapsed():.0f} s)."
+        )
+    )
     return 0
 
 

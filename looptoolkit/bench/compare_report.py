@@ -16,7 +16,7 @@ from typing import Any
 
 from looptoolkit.bench.charts import BACKEND_COLORS, FLOOR_COLOR, Bar, Line, Panel, bar_chart
 from looptoolkit.bench.tables import Table, wrap
-from looptoolkit.bench.targets import BASELINE
+from looptoolkit.bench.targets import BASELINE, NOT_JUDGED
 from looptoolkit.bench.timing import load_text
 
 __all__ = [
@@ -93,12 +93,18 @@ def headline(name: str, result: dict[str, Any], epochs: int | None = None) -> st
         f"{name}: fastest loop {best['name']}, {when(best)}, "
         f"{best['vs_baseline']:.2f}x the best manual loop ({BASELINE}, {when(base)})."
     ]
-    floors = [f"{r['name'].removeprefix('floor-')} {r['vs_baseline']:.2f}x"
-              for r in timed.values() if r["name"].startswith("floor-")]  # fmt: skip
+    floors = [
+        f"{r['name'].removeprefix('floor-')} {r['vs_baseline']:.2f}x"
+        for r in timed.values()
+        if r["name"].startswith("floor-")
+    ]
     if floors:
         parts.append("Floors: " + ", ".join(floors) + ".")
-    loaders = [f"{r['name']} {r['vs_baseline']:.2f}x ({r['vs_floor']:.2f}x its floor)"
-               for r in loops if r["name"].startswith("loader-") and r.get("vs_floor")]  # fmt: skip
+    loaders = [
+        f"{r['name']} {r['vs_baseline']:.2f}x ({r['vs_floor']:.2f}x its floor)"
+        for r in loops
+        if r["name"].startswith("loader-") and r.get("vs_floor")
+    ]
     if loaders:
         parts.append("Loader: " + ", ".join(loaders) + ".")
     if epochs:
@@ -109,12 +115,15 @@ def headline(name: str, result: dict[str, Any], epochs: int | None = None) -> st
 
 def targets_line(rows: list[dict[str, Any]]) -> str:
     """One sentence: which measured targets were met, which not, by how much."""
+    if any(t["status"] == NOT_JUDGED for t in rows):
+        return "Targets: not judged at --quick (toy sizes); run without it to judge them."
     measured = [t for t in rows if t["status"] in ("met", "not met")]
     if not measured:
         return ""
     met = [t["key"] for t in measured if t["status"] == "met"]
-    missed = [f"{t['key']} {t['shown']} ({t['goal']})" for t in measured
-              if t["status"] == "not met"]  # fmt: skip
+    missed = [
+        f"{t['key']} {t['shown']} ({t['goal']})" for t in measured if t["status"] == "not met"
+    ]
     text = f"Targets: {len(met)} of {len(measured)} measured met"
     text += f" ({', '.join(met)})" if met else ""
     return text + (f"; not met: {', '.join(missed)}." if missed else ".")
@@ -129,8 +138,11 @@ def summary(payload: dict[str, Any]) -> list[str]:
         if BASELINE not in timed or not loops:
             continue
         best = min(loops, key=lambda r: r["median_s"])
-        loaders = ", ".join(f"{r['name'].removeprefix('loader-')} {r['vs_baseline']:.2f}x"
-                            for r in loops if r["name"].startswith("loader-"))  # fmt: skip
+        loaders = ", ".join(
+            f"{r['name'].removeprefix('loader-')} {r['vs_baseline']:.2f}x"
+            for r in loops
+            if r["name"].startswith("loader-")
+        )
         text = f"{name}: fastest {best['name']} {best['vs_baseline']:.2f}x"
         lines.append(text + (f"; Loader {loaders}." if loaders else "."))
     line = targets_line(payload.get("targets", []))
@@ -184,12 +196,16 @@ def variant_table(
             cells.append(fmt_duration(row["median_s"] * epochs))
         rows.append([*cells, _check_word(row)])
     if bounded:
-        notes.insert(0, "* timed on the first batches of each epoch (at most "
-                        f"{max(bounded)}) and scaled to a whole epoch.")  # fmt: skip
+        notes.insert(
+            0,
+            "* timed on the first batches of each epoch (at most "
+            f"{max(bounded)}) and scaled to a whole epoch.",
+        )
     if epochs:
         notes.insert(0, f"{epochs} epochs: the median epoch times {epochs}, not a timed run.")
-    title = (f"{name} ({device}): {result['description']}; {result['batches_per_epoch']} "
-             f"batches/epoch")  # fmt: skip
+    title = (
+        f"{name} ({device}): {result['description']}; {result['batches_per_epoch']} batches/epoch"
+    )
     return Table(title, header, rows, notes=notes)
 
 
@@ -231,22 +247,30 @@ def step_table(payload: dict[str, Any], workload: str | None = None) -> Table:
             rows.append([row["name"], "error", "", "", "", ""])
             continue
         of_step = row["wait_of_step"]
-        rows.append([
-            row["name"],
-            f"{row['total_ms_per_batch']:.3f}",
-            f"{row['step_ms_per_batch']:.3f}",
-            f"{row['wait_ms_per_batch']:.3f}",
-            f"{of_step * 100:.1f}%" if of_step is not None else "",
-            f"{row['added_ms_per_batch']:.3f}",
-        ])  # fmt: skip
-    title = (f"{workload} with a model step of {s['step_ms']:g} ms after every batch "
-             f"({s['step_batches']} batches per round)")  # fmt: skip
-    notes = ["ms per batch, medians over the rounds. wait: time in next() until the batch is "
-             "ready; added: everything but the step. A prefetching loop works during the "
-             "step, so its wait falls below its cost without a step."]  # fmt: skip
+        rows.append(
+            [
+                row["name"],
+                f"{row['total_ms_per_batch']:.3f}",
+                f"{row['step_ms_per_batch']:.3f}",
+                f"{row['wait_ms_per_batch']:.3f}",
+                f"{of_step * 100:.1f}%" if of_step is not None else "",
+                f"{row['added_ms_per_batch']:.3f}",
+            ]
+        )
+    title = (
+        f"{workload} with a model step of {s['step_ms']:g} ms after every batch "
+        f"({s['step_batches']} batches per round)"
+    )
+    notes = [
+        "ms per batch, medians over the rounds. wait: time in next() until the batch is "
+        "ready; added: everything but the step. A prefetching loop works during the "
+        "step, so its wait falls below its cost without a step."
+    ]
     if workload == "images":
-        notes.append("On images the step section times the images variant set (img-*: where "
-                     "the uint8 -> float32 normalisation runs) and the baseline.")  # fmt: skip
+        notes.append(
+            "On images the step section times the images variant set (img-*: where "
+            "the uint8 -> float32 normalisation runs) and the baseline."
+        )
     return Table(title, header, rows, notes=notes)
 
 
@@ -261,8 +285,9 @@ def transfer_table(transfer: dict[str, Any]) -> Table:
         cells += [f"{transfer['ms_per_batch'][n][i]:.3f}" for n in names]
         rows.append(cells)
     notes = [f"{chr(65 + i)}: {n}" for i, n in enumerate(names)]
-    return Table(f"images batch to float16 by batch size ({transfer['note']})", header, rows,
-                 notes=notes)  # fmt: skip
+    return Table(
+        f"images batch to float16 by batch size ({transfer['note']})", header, rows, notes=notes
+    )
 
 
 def targets_table(payload: dict[str, Any], *, short: bool = True) -> Table:
@@ -274,8 +299,10 @@ def targets_table(payload: dict[str, Any], *, short: bool = True) -> Table:
         floor = f"{t['floor']:.2f}x" if t.get("floor") is not None else ""
         rows.append([t["key"] if short else t["text"], t["goal"], value, floor, t["status"]])
         if short:
-            notes.append(f"{t['key']}: {t['text']}" + (f" (floor: {t['floor_name']})"
-                         if t.get("floor_name") else ""))  # fmt: skip
+            notes.append(
+                f"{t['key']}: {t['text']}"
+                + (f" (floor: {t['floor_name']})" if t.get("floor_name") else "")
+            )
     return Table("Targets (ratios from this run)", header, rows, align="lrrrl", notes=notes)
 
 
@@ -289,8 +316,10 @@ def _settings_text(payload: dict[str, Any]) -> str:
         "(time to the first batch + the steady per-batch time)."
     )
     if s.get("project_epochs"):
-        text += (f" The {s['project_epochs']}-epoch column multiplies the median epoch; it "
-                 "was not timed.")  # fmt: skip
+        text += (
+            f" The {s['project_epochs']}-epoch column multiplies the median epoch; it "
+            "was not timed."
+        )
     if s["quick"]:
         text += " **--quick: tiny sizes, not a measurement.**"
     return text
@@ -350,8 +379,10 @@ def markdown(payload: dict[str, Any]) -> str:
         out += [*notes, ""]
     for name, result in payload["workloads"].items():
         out.append(f"## {name}: {result['description']}\n")
-        out.append(f"{result['batches_per_epoch']} batches of {result['batch_size']} per epoch, "
-                   f"{result['bytes'] / 1e6:.0f} MB.\n")  # fmt: skip
+        out.append(
+            f"{result['batches_per_epoch']} batches of {result['batch_size']} per epoch, "
+            f"{result['bytes'] / 1e6:.0f} MB.\n"
+        )
         out.append(_md_variants(result, epochs).markdown())
     for workload in step_workloads(payload):
         t = step_table(payload, workload)
@@ -374,10 +405,13 @@ def markdown(payload: dict[str, Any]) -> str:
     for result in payload["workloads"].values():
         for row in result["variants"]:
             seen.setdefault(row["name"], row)
-    legend = [[f"`{r['name']}`", r["backend"], r["label"], f"`{r['floor']}`" if r.get("floor")
-               else ""] for r in seen.values()]  # fmt: skip
-    out.append(Table("", ["variant", "backend", "what it is", "floor"], legend, align="llll")
-               .markdown())  # fmt: skip
+    legend = [
+        [f"`{r['name']}`", r["backend"], r["label"], f"`{r['floor']}`" if r.get("floor") else ""]
+        for r in seen.values()
+    ]
+    out.append(
+        Table("", ["variant", "backend", "what it is", "floor"], legend, align="llll").markdown()
+    )
     for chart in payload.get("charts", []):
         out.append(f"![{chart}]({chart})\n")
     return "\n".join(out)
@@ -409,33 +443,47 @@ def plot(payload: dict[str, Any], out: str | Path, stem: str) -> list[Path]:
                 note += f" ({row['vs_floor']:.2f}x floor)"
             if epochs:
                 note += f"  {fmt_duration(row['median_s'] * epochs)}/{epochs} ep"
-            bars.append(Bar(
-                row["name"] + (" *" if row.get("bounded_batches") else ""),
-                row["ms_per_epoch"],
-                note,
-                color=FLOOR_COLOR if floor else BACKEND_COLORS.get(row["backend"], "gray"),
-                hatch=".." if floor else None,
-                gap_before=previous is not None and row["backend"] != previous,
-                bold=row["name"].startswith("loader-"),
-            ))  # fmt: skip
+            bars.append(
+                Bar(
+                    row["name"] + (" *" if row.get("bounded_batches") else ""),
+                    row["ms_per_epoch"],
+                    note,
+                    color=FLOOR_COLOR if floor else BACKEND_COLORS.get(row["backend"], "gray"),
+                    hatch=".." if floor else None,
+                    gap_before=previous is not None and row["backend"] != previous,
+                    bold=row["name"].startswith("loader-"),
+                )
+            )
             previous = row["backend"]
         lines = [Line(base["ms_per_epoch"], f"best manual loop ({BASELINE})", "-")]
         styles = {"floor-memcpy": ":", "floor-seq-take": "-."}
-        lines += [Line(timed[f]["ms_per_epoch"], f"{f} (floor)", style, "dimgray")
-                  for f, style in styles.items() if f in timed]  # fmt: skip
-        panels.append(Panel(
-            f"{name} ({payload['device']}): {result['description']}",
-            bars,
-            "ms per epoch (lower is better); ratios to the best manual loop",
-            lines,
-            clip=4 * base["ms_per_epoch"],
-        ))  # fmt: skip
+        lines += [
+            Line(timed[f]["ms_per_epoch"], f"{f} (floor)", style, "dimgray")
+            for f, style in styles.items()
+            if f in timed
+        ]
+        panels.append(
+            Panel(
+                f"{name} ({payload['device']}): {result['description']}",
+                bars,
+                "ms per epoch (lower is better); ratios to the best manual loop",
+                lines,
+                clip=4 * base["ms_per_epoch"],
+            )
+        )
     if not panels:
         return []
     path = Path(out) / f"{stem}.png"
     legend = [(b, c) for b, c in BACKEND_COLORS.items()] + [("floor", FLOOR_COLOR)]
-    footer = ("Bars past 4x the best manual loop are cut (hatched, '>'); * timed on the first "
-              "batches of each epoch and scaled.")  # fmt: skip
-    bar_chart(panels, path, title=f"looptoolkit compare, {payload['device']}", legend=legend,
-              footer=footer)  # fmt: skip
+    footer = (
+        "Bars past 4x the best manual loop are cut (hatched, '>'); * timed on the first "
+        "batches of each epoch and scaled."
+    )
+    bar_chart(
+        panels,
+        path,
+        title=f"looptoolkit compare, {payload['device']}",
+        legend=legend,
+        footer=footer,
+    )
     return [path]

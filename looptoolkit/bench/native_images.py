@@ -25,14 +25,10 @@ from typing import Any
 
 import numpy as np
 
+from looptoolkit.adapters import get_backend
 from looptoolkit.bench.epochs import EpochPipeline
-from looptoolkit.bench.workloads import (
-    Context,
-    host_array,
-    jax_device,
-    tf_device,
-    torch_device,
-)
+from looptoolkit.bench.workloads import Context, host_array
+from looptoolkit.device import parse_device
 
 __all__ = ["MEAN", "STD", "WAYS", "images_factory", "normalizer", "target", "to_uint8"]
 
@@ -50,14 +46,11 @@ def normalizer() -> Callable[[Any], Any]:
 
 
 def target(backend: str, ctx: Context) -> Any:
-    """The device a backend's batches go to: a ``torch.device``, a jax Device, ``"/CPU:0"``."""
-    if backend == "torch":
-        return torch_device(ctx.device)
-    if backend == "jax":
-        return jax_device(ctx.device)
-    if backend == "tf":
-        return tf_device(ctx.device)
-    raise ValueError(f"no images variants for backend {backend!r}.")
+    """The device a backend's batches go to: its own device for ``--device``.
+
+    A ``torch.device``, a jax Device, ``"/CPU:0"``: the backend's ``resolve_device``.
+    """
+    return get_backend(backend).resolve_device(parse_device(ctx.device))
 
 
 def to_uint8(batch: Any) -> dict[str, Any]:
@@ -76,16 +69,8 @@ def to_uint8(batch: Any) -> dict[str, Any]:
 
 
 def _compiled(backend: str, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """``fn`` as a step would run it: jitted on JAX, a ``tf.function`` on tf, eager on torch."""
-    if backend == "jax":
-        import jax
-
-        return jax.jit(fn)
-    if backend == "tf":
-        import tensorflow as tf
-
-        return tf.function(fn, reduce_retracing=True)
-    return fn
+    """``fn`` as a step runs it: the backend's ``compile_transform`` (jit on JAX and tf)."""
+    return get_backend(backend).compile_transform(fn)
 
 
 def _mapped(loader: Any, fn: Callable[[Any], Any], name: str) -> Iterable[Any]:

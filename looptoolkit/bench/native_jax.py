@@ -4,7 +4,9 @@ The loops JAX users write: a host gather then one ``jax.device_put`` (to a
 device or a ``Sharding``), a device-resident one with the epoch order on the
 device and one jitted gather per batch, and the naive
 ``jax.random.permutation`` + ``jnp.take`` loop. Given an ``order``, the first
-two yield exactly the Loader's batches.
+two yield exactly the Loader's batches. `chunked_floor` is the JAX floor:
+the chunked hand loop, one ``jax.device_put`` per chunk of batches and one
+jitted split.
 """
 
 from __future__ import annotations
@@ -20,10 +22,17 @@ import numpy as np
 from looptoolkit import tree
 from looptoolkit.adapters.jax import resolve_device
 from looptoolkit.bench.epochs import EpochPipeline, order_length, split_batches
+from looptoolkit.bench.native_numpy import chunked_manual
 from looptoolkit.device import parse_device
 from looptoolkit.order import batch_count, epoch_indices
 
-__all__ = ["host_gather_device_put", "naive_loop", "placement", "resident_gather"]
+__all__ = [
+    "chunked_floor",
+    "host_gather_device_put",
+    "naive_loop",
+    "placement",
+    "resident_gather",
+]
 
 
 def placement(device: Any = None) -> Any:
@@ -45,6 +54,34 @@ def _host_leaves(data: Any) -> tuple[list[np.ndarray], Any]:
 def _index_dtype(n: int) -> Any:
     # int32 unless the data needs more (JAX without x64 has no int64 arrays).
     return np.int32 if n < 2**31 else np.int64
+
+
+@partial(jax.jit, static_argnums=(1,))
+def _split(leaves: list[jax.Array], sizes: tuple[int, ...]) -> list[list[jax.Array]]:
+    # One dispatch cuts a chunk into its batches (a program per distinct sizes tuple).
+    starts = np.cumsum((0, *sizes[:-1]))
+    return [[leaf[s : s + n] for leaf in leaves] for s, n in zip(starts, sizes, strict=True)]
+
+
+def chunked_floor(
+    data: Any, batch_size: int, *, seed: int = 0, device: Any = None, chunk: int | None = None
+) -> EpochPipeline:
+    """The JAX floor: a chunk of batches gathered on the host, one ``device_put``, one split.
+
+    [`chunked_manual`][looptoolkit.bench.native_numpy.chunked_manual] with
+    ``jax.device_put(rows, device)`` of the chunk's leaves and one jitted slice
+    tuple into its batches: a JAX call per chunk, not per batch.
+    """
+    where = placement(device)
+    put = jax.device_put
+    return chunked_manual(
+        data,
+        batch_size,
+        seed=seed,
+        chunk=chunk,
+        wrap=lambda rows: put(rows, where),
+        split=lambda arrays, sizes: _split(arrays, tuple(sizes)),
+    )
 
 
 def host_gather_device_put(

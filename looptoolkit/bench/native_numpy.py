@@ -1,26 +1,29 @@
 """Hand-written NumPy and pure-Python loops, and the floors, for ``looptoolkit compare``.
 
 What a NumPy user writes by hand: a permutation per epoch, then one gather per
-leaf per batch, with ``take`` ([`numpy_manual`][looptoolkit.bench.native_numpy.numpy_manual], the
-fastest hand-written loop and the baseline of every ratio) or with fancy indexing
+leaf per batch, with ``take`` (`numpy_manual`, the fastest hand-written
+loop and the baseline of every ratio) or with fancy indexing
 (``numpy_manual(..., gather="index")``); one permutation of the whole epoch
-cut into batch views ([`epoch_views`][looptoolkit.bench.native_numpy.epoch_views]); and the pure
-Python loop ([`pure_python`][looptoolkit.bench.native_numpy.pure_python]) of ``random.sample`` and
-list slices. Given an ``order`` (an ``Order``, a ``Loader`` or a function of the epoch),
-[`numpy_manual`][looptoolkit.bench.native_numpy.numpy_manual] yields exactly the Loader's batches.
+cut into batch views (`epoch_views`); and the pure Python loop
+(`pure_python`) of ``random.sample`` and list slices. Given an ``order``
+(an ``Order``, a ``Loader`` or a function of the epoch), `numpy_manual`
+yields exactly the Loader's batches.
 
 The floors bound what any loop can reach on the same data:
-[`contiguous_copies`][looptoolkit.bench.native_numpy.contiguous_copies] copies each batch's bytes
-(the bandwidth limit) and [`sequential_take`][looptoolkit.bench.native_numpy.sequential_take]
-gathers with ``arange`` indices (a perfectly local order); ``numpy_manual(..., wrap=...)`` adds a
-framework's cheapest way to make each batch its own.
+`contiguous_copies` copies each batch's bytes (the bandwidth limit) and
+`sequential_take` gathers with ``arange`` indices (a perfectly local
+order); ``numpy_manual(..., wrap=...)`` adds a framework's cheapest way to make
+each batch its own, and `chunked_manual` the chunked hand loop of
+frameworks whose per-call cost dominates (JAX, tf): gather a chunk of batches
+with ``take``, make one framework array per leaf, split it into its batches in
+one call.
 """
 
 from __future__ import annotations
 
 import operator
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,7 +33,21 @@ from looptoolkit._rows import Rows
 from looptoolkit.bench.epochs import EpochPipeline, order_length, split_batches
 from looptoolkit.order import batch_count, epoch_indices
 
-__all__ = ["contiguous_copies", "epoch_views", "numpy_manual", "pure_python", "sequential_take"]
+__all__ = [
+    "CHUNK_ROW_BYTES",
+    "chunk_batches",
+    "chunked_manual",
+    "contiguous_copies",
+    "epoch_views",
+    "numpy_manual",
+    "pure_python",
+    "sequential_take",
+]
+
+# Bytes of rows a chunked hand loop gathers at once, and at most 64 batches:
+# measured faster than 16 batches for JAX and tf on the tabular workload
+# (the per-call cost is spread wider), still cache-sized.
+CHUNK_ROW_BYTES = 4 << 20
 
 
 def numpy_manual(
@@ -61,8 +78,7 @@ def numpy_manual(
             ``jax.device_put`` of the list, or ``torch.from_numpy`` per leaf).
 
     Returns:
-        An [`EpochPipeline`][looptoolkit.bench.epochs.EpochPipeline] of batches shaped like
-        ``data``.
+        An `EpochPipeline` of batches shaped like ``data``.
 
     Examples:
         >>> p = numpy_manual({"x": np.arange(5)}, 2, order=lambda e: np.arange(5))
@@ -148,6 +164,66 @@ def numpy_manual(
     return EpochPipeline(epoch_fn, length, name=f"numpy_manual[{gather}]")
 
 
+def chunk_batches(leaves: Sequence[np.ndarray], batch_size: int) -> int:
+    """Batches per chunk of a chunked hand loop: about 4 MiB of rows, 1 to 64 batches."""
+    row = sum(x.itemsize * int(np.prod(x.shape[1:])) for x in leaves) or 1
+    return max(1, min(64, CHUNK_ROW_BYTES // (row * batch_size)))
+
+
+def chunked_manual(
+    data: Any,
+    batch_size: int,
+    *,
+    wrap: Callable[[list[np.ndarray]], Any],
+    split: Callable[[Any, list[int]], Iterable[Sequence[Any]]],
+    seed: int = 0,
+    chunk: int | None = None,
+) -> EpochPipeline:
+    """The chunked hand loop: a chunk of batches gathered with ``take``, wrapped once, split.
+
+    A permutation per epoch (as [`numpy_manual`][looptoolkit.bench.native_numpy.numpy_manual]);
+    then for every ``chunk`` batches, one ``take`` per leaf of their concatenated
+    indices, ``wrap`` of the gathered leaves (one framework array per leaf:
+    ``jax.device_put``, ``tf.convert_to_tensor``) and ``split(arrays, sizes)``
+    into the batches' leaves in one call (a jitted slice tuple, ``tf.split``); a
+    chunk of one batch (4 MiB of rows a batch or more) is not split. What a
+    careful user of a framework with a high per-call cost writes.
+
+    Args:
+        data: a pytree of NumPy arrays sharing the leading dimension.
+        batch_size: rows per batch.
+        wrap: the chunk's gathered leaves -> the framework's arrays.
+        split: ``(arrays, sizes)`` -> one sequence of leaves per batch.
+        seed: seed of the per-epoch permutation.
+        chunk: batches per chunk (None: about 4 MiB of rows, see `chunk_batches`).
+
+    Examples:
+        >>> p = chunked_manual(np.arange(5), 2, wrap=list, chunk=2,
+        ...                    split=lambda a, s: [[r] for r in np.split(a[0], np.cumsum(s)[:-1])])
+        >>> sorted(i for b in p for i in b.tolist())
+        [0, 1, 2, 3, 4]
+    """
+    n, leaves, rebuild = _host(data)
+    k = chunk_batches(leaves, batch_size) if chunk is None else chunk
+    step = k * batch_size
+
+    def epoch_fn(epoch: int) -> Iterator[Any]:
+        indices = np.random.default_rng([seed, epoch]).permutation(n)
+        for start in range(0, n, step):
+            idx = indices[start : start + step]
+            rows = [x.take(idx, axis=0) for x in leaves]
+            full, rest = divmod(len(idx), batch_size)
+            sizes = [batch_size] * full + ([rest] if rest else [])
+            wrapped = wrap(rows)
+            if len(sizes) == 1:  # a chunk of one batch (large rows) is that batch: no split
+                yield rebuild(wrapped)
+                continue
+            for batch in split(wrapped, sizes):
+                yield rebuild(batch)
+
+    return EpochPipeline(epoch_fn, batch_count(n, batch_size), name=f"chunked_manual[{k}]")
+
+
 def _flat_dict_keys(spec: Any) -> dict[Any, int] | None:
     """For a plain dict of arrays: its keys in its own order -> their leaf positions; else None."""
     if spec.is_leaf() or spec.type is not dict:
@@ -158,7 +234,7 @@ def _flat_dict_keys(spec: Any) -> dict[Any, int] | None:
     return positions
 
 
-def _rebuilder(spec: Any, keys: dict[Any, int] | None) -> Callable[[list[Any]], Any]:
+def _rebuilder(spec: Any, keys: dict[Any, int] | None) -> Callable[[Sequence[Any]], Any]:
     """Leaves -> the batch: the one leaf, a dict of ``keys`` (leaves in their order), the tree."""
     if spec.is_leaf():
         return operator.itemgetter(0)
@@ -184,7 +260,7 @@ def pure_python(
         drop_last: drop the last partial batch.
 
     Returns:
-        An [`EpochPipeline`][looptoolkit.bench.epochs.EpochPipeline] of lists.
+        An `EpochPipeline` of lists.
 
     Examples:
         >>> p = pure_python(range(5), 2)
@@ -205,7 +281,7 @@ def pure_python(
     return EpochPipeline(epoch_fn, length, name="pure_python")
 
 
-def _host(data: Any) -> tuple[int, list[np.ndarray], Callable[[list[Any]], Any]]:
+def _host(data: Any) -> tuple[int, list[np.ndarray], Callable[[Sequence[Any]], Any]]:
     """Rows, the leaves as NumPy arrays, and what turns a list of them into a batch."""
     n = Rows(data).n
     leaves, spec = tree.flatten(data)
@@ -218,8 +294,8 @@ def _host(data: Any) -> tuple[int, list[np.ndarray], Callable[[list[Any]], Any]]
 def sequential_take(data: Any, batch_size: int, *, drop_last: bool = False) -> EpochPipeline:
     """A floor: ``leaf.take(idx, axis=0)`` with the ``arange`` indices of each batch.
 
-    The same gather as [`numpy_manual`][looptoolkit.bench.native_numpy.numpy_manual], in a perfectly
-    local order: what an order with the most locality could reach.
+    The same gather as `numpy_manual`, in a perfectly local order: what an
+    order with the most locality could reach.
 
     Examples:
         >>> [b["x"].tolist() for b in sequential_take({"x": np.arange(5)}, 2)]

@@ -1,14 +1,14 @@
 """What a benchmark says while it runs: one line per stage, and frameworks imported quietly.
 
-[`Progress`][looptoolkit.bench.progress.Progress] reports every stage of a run on stderr: on a
-terminal as one status line rewritten in place (cleared before results are printed); anywhere
-else (a log file, a pipe) as plain lines, one per stage, plus a line within a
-long stage whenever a couple of seconds have passed since the last one.
-Results go to stdout through [`Progress.emit`][looptoolkit.bench.progress.Progress.emit], flushed at
-once, so that a log of ``2>&1`` keeps them in order.
+`Progress` reports every stage of a run on stderr: on a terminal as a
+rich progress bar with the time left (removed before results are printed);
+anywhere else (a log file, a pipe) as plain lines, one per stage, plus a line
+within a long stage whenever a couple of seconds have passed since the last one.
+Results go to stdout through `Progress.emit`, flushed at once, so that a
+log of ``2>&1`` keeps them in order.
 
-[`quiet_import`][looptoolkit.bench.progress.quiet_import] imports a framework without the log lines
-its native code writes straight to the process's stderr (TensorFlow's absl and oneDNN notices
+`quiet_import` imports a framework without the log lines its native code
+writes straight to the process's stderr (TensorFlow's absl and oneDNN notices
 come before its own log level is read); what was written is shown only when
 the import fails.
 """
@@ -23,7 +23,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from types import ModuleType
-from typing import IO
+from typing import IO, Any
 
 __all__ = ["QUIET_ENV", "Progress", "quiet_env", "quiet_import"]
 
@@ -40,7 +40,7 @@ QUIET_ENV: dict[str, str] = {
 
 
 def quiet_env() -> None:
-    """Set ``QUIET_ENV`` in ``os.environ`` where the user has not set it."""
+    """Set `QUIET_ENV` in ``os.environ`` where the user has not set it."""
     for key, value in QUIET_ENV.items():
         os.environ.setdefault(key, value)
 
@@ -68,7 +68,7 @@ def _captured_fds() -> Iterator[IO[bytes]]:
 
 
 def quiet_import(name: str) -> ModuleType:
-    """Import module ``name`` with ``QUIET_ENV`` set and its native log lines swallowed.
+    """Import module ``name`` with `QUIET_ENV` set and its native log lines swallowed.
 
     Raises:
         ImportError: as ``import`` does; what the import wrote is printed first.
@@ -98,9 +98,9 @@ class Progress:
 
     Args:
         stream: where progress goes (default: ``sys.stderr``).
-        live: rewrite one status line in place (default: when ``stream`` is a terminal).
+        live: a rich progress bar, redrawn in place (default: when ``stream`` is a terminal).
         every_s: in plain mode, the longest silence within a stage before a
-            [`step`][looptoolkit.bench.progress.Progress.step] is printed.
+            `step` is printed.
 
     Examples:
         >>> import io
@@ -122,8 +122,8 @@ class Progress:
         self.every_s = every_s
         self.started = time.perf_counter()
         self._last_line = self.started
-        self._shown = False
-        self._stage = ""
+        self._bar: Any = None
+        self._task: Any = None
 
     def elapsed(self) -> float:
         """Seconds since this object was made."""
@@ -132,50 +132,62 @@ class Progress:
     def _prefix(self) -> str:
         return f"[{self.elapsed():4.0f} s] "
 
-    def _width(self) -> int:
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            return os.get_terminal_size(self.stream.fileno()).columns
-        return 80
-
-    def _write_live(self, text: str) -> None:
-        line = (self._prefix() + text)[: max(10, self._width() - 1)]
-        self.stream.write("\r\x1b[K" + line)
-        self.stream.flush()
-        self._shown = True
-
     def _write_line(self, text: str) -> None:
         self.stream.write(self._prefix() + text + "\n")
         self.stream.flush()
         self._last_line = time.perf_counter()
 
+    def _show(self, text: str, done: int | None, total: int | None) -> None:
+        """The live bar: ``text``, and ``done`` of ``total`` with the time left when known."""
+        if self._bar is None:
+            from rich.console import Console
+            from rich.progress import BarColumn, TextColumn, TimeRemainingColumn
+            from rich.progress import Progress as Bar
+
+            # Redrawn on each update only: no refresh thread competing with the timed loops.
+            self._bar = Bar(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TimeRemainingColumn(),
+                console=Console(file=self.stream, force_terminal=True),
+                transient=True,
+                auto_refresh=False,
+                redirect_stdout=False,
+                redirect_stderr=False,
+            )
+            self._task = self._bar.add_task("", total=None)
+            self._bar.start()
+        self._bar.update(
+            self._task, description=self._prefix() + text, completed=done or 0, total=total
+        )
+        self._bar.refresh()
+
     def stage(self, text: str) -> None:
         """Start a stage: printed at once, in either mode."""
-        self._stage = text
         if self.live:
-            self._write_live(text)
+            self._show(text, None, None)
         else:
             self._write_line(text)
 
-    def step(self, text: str) -> None:
-        """Report progress within the current stage.
+    def step(self, text: str, done: int | None = None, total: int | None = None) -> None:
+        """Report progress within the current stage (``done`` of ``total`` steps, if known).
 
-        On a terminal the status line shows it at once; in plain mode it is
-        printed only when ``every_s`` seconds have passed since the last line.
+        On a terminal the bar shows it at once; in plain mode it is printed only
+        when ``every_s`` seconds have passed since the last line.
         """
         if self.live:
-            self._write_live(text)
+            self._show(text, done, total)
         elif time.perf_counter() - self._last_line >= self.every_s:
             self._write_line(text)
 
     def clear(self) -> None:
-        """Remove the status line (before other output on the same terminal)."""
-        if self.live and self._shown:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
-            self._shown = False
+        """Remove the bar (before other output on the same terminal)."""
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
 
     def emit(self, text: str = "") -> None:
-        """Print result text on stdout, flushed, after clearing the status line."""
+        """Print result text on stdout, flushed, after clearing the bar."""
         self.clear()
         sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
         sys.stdout.flush()

@@ -267,14 +267,22 @@ class Entry:
     def summary(self, warmup: int) -> dict[str, Any]:
         """JSON-ready figures (seconds), warm-up rounds dropped."""
         v = self.variant
-        out: dict[str, Any] = {"name": v.name, "backend": v.backend, "label": v.label,
-                               "floor": v.floor}  # fmt: skip
+        out: dict[str, Any] = {
+            "name": v.name,
+            "backend": v.backend,
+            "label": v.label,
+            "floor": v.floor,
+        }
         if self.skipped is not None:
             out["skipped"] = self.skipped
             return out
         if self.check is not None:
-            out["check"] = {"ok": self.check.ok, "how": self.check.how,
-                            "batches": self.check.batches, "detail": self.check.detail}  # fmt: skip
+            out["check"] = {
+                "ok": self.check.ok,
+                "how": self.check.how,
+                "batches": self.check.batches,
+                "detail": self.check.detail,
+            }
         if self.record.error is not None:
             out["error"] = self.record.error
         epochs = self.record.epoch_s[warmup:]
@@ -351,12 +359,13 @@ def run_workload(
     data_by_backend: dict[str, Any] = {}
     accelerated = settings.device != "cpu"
     chosen = [
-        v for v in VARIANTS
+        v
+        for v in VARIANTS
         if v.backend in settings.backends
         and _selected(v, settings.patterns, settings.skip)
         and (v.workloads is None or workload.name in v.workloads)
         and not (v.accelerator and not accelerated)  # listed once in the results instead
-    ]  # fmt: skip
+    ]
     if progress is not None:
         progress.stage(f"{workload.name}: checking {len(chosen)} variants")
     for i, variant in enumerate(chosen):
@@ -419,12 +428,19 @@ def run_workload(
         if progress is not None:
             per_round = sum(_per_batch(e) * (e.limit or workload.num_batches) for e in timed)
             total = per_round * settings.epochs_per_round * (settings.rounds + settings.warmup)
-            progress.stage(f"{workload.name}: timing {len(calls)} loops, {settings.warmup} "
-                           f"warm-up + {settings.rounds} rounds, about {total:.0f} s")  # fmt: skip
+            progress.stage(
+                f"{workload.name}: timing {len(calls)} loops, {settings.warmup} "
+                f"warm-up + {settings.rounds} rounds, about {total:.0f} s"
+            )
         # Each round records its own figures (synchronised within the epoch): the
         # interleaved timings themselves are not used.
-        interleave(calls, rounds=settings.rounds, warmup=settings.warmup, progress=progress,
-                   label=workload.name)  # fmt: skip
+        interleave(
+            calls,
+            rounds=settings.rounds,
+            warmup=settings.warmup,
+            progress=progress,
+            label=workload.name,
+        )
     return entries
 
 
@@ -468,28 +484,33 @@ def run_step(
         label = f"step of {step.seconds * 1000:g} ms"
         if progress is not None:
             total = (rounds + 1) * batches * sum(step.seconds + _per_batch(e) for e in timed)
-            progress.stage(f"{workload.name}, {label}: {len(calls)} loops, {rounds + 1} rounds "
-                           f"of {batches} batches, about {total:.0f} s")  # fmt: skip
+            progress.stage(
+                f"{workload.name}, {label}: {len(calls)} loops, {rounds + 1} rounds "
+                f"of {batches} batches, about {total:.0f} s"
+            )
         interleave(calls, rounds=rounds, warmup=1, progress=progress, label=label)
     rows: list[dict[str, Any]] = []
     for e in timed:
         record = records[e.variant.name]
         if record.error is not None:
-            rows.append({"name": e.variant.name, "backend": e.variant.backend,
-                         "error": record.error})  # fmt: skip
+            rows.append(
+                {"name": e.variant.name, "backend": e.variant.backend, "error": record.error}
+            )
             continue
         total = float(np.median(record.total_s[1:]))
         wait = float(np.median(record.wait_s[1:]))
         stepped = float(np.median(record.step_s[1:]))
-        rows.append({
-            "name": e.variant.name,
-            "backend": e.variant.backend,
-            "batches_per_round": batches,
-            "total_ms_per_batch": total * 1e3,
-            "step_ms_per_batch": stepped * 1e3,
-            "wait_ms_per_batch": wait * 1e3,
-            "added_ms_per_batch": (total - stepped) * 1e3,
-            "wait_fraction": wait / total if total > 0 else 0.0,
-            "wait_of_step": wait / stepped if stepped > 0 else None,
-        })  # fmt: skip
+        rows.append(
+            {
+                "name": e.variant.name,
+                "backend": e.variant.backend,
+                "batches_per_round": batches,
+                "total_ms_per_batch": total * 1e3,
+                "step_ms_per_batch": stepped * 1e3,
+                "wait_ms_per_batch": wait * 1e3,
+                "added_ms_per_batch": (total - stepped) * 1e3,
+                "wait_fraction": wait / total if total > 0 else 0.0,
+                "wait_of_step": wait / stepped if stepped > 0 else None,
+            }
+        )
     return rows

@@ -1,19 +1,20 @@
-"""The one table writer of every report: Markdown, and plain text that fits a terminal.
+"""The one table model of every report, rendered as Markdown and, by rich, for the terminal.
 
 A [`Table`][looptoolkit.bench.tables.Table] holds text cells.
-[`Table.markdown`][looptoolkit.bench.tables.Table.markdown] renders a pipe table;
-[`Table.text`][looptoolkit.bench.tables.Table.text] renders fixed-width columns within ``width``
-characters (80 by default), or, when the cells cannot fit, one block per row (the first cell, then
-``header: value`` pairs, wrapped) so that no cell is ever cut or wrapped mid-value. Notes under a
-table (a legend, footnotes) are wrapped to the same width.
+``Table.markdown`` renders a pipe table; ``Table.text`` has ``rich.table.Table``
+lay the same cells out within ``width`` characters (80 by default: column
+widths, wrapping inside a cell where it must). Notes under a table (a legend,
+footnotes) are wrapped to the same width.
 """
 
 from __future__ import annotations
 
+import io
 import textwrap
 from dataclasses import dataclass, field
+from typing import Any
 
-__all__ = ["Table", "wrap"]
+__all__ = ["Table", "render", "wrap"]
 
 
 def wrap(text: str, width: int = 80, indent: str = "") -> str:
@@ -45,10 +46,10 @@ class Table:
         >>> t = Table("T", ["name", "ms"], [["a", "1.0"], ["bb", "10.0"]])
         >>> print(t.text())
         T
-        name    ms
-        ----  ----
-        a      1.0
-        bb    10.0
+        name     ms
+        ───────────
+        a       1.0
+        bb     10.0
         >>> print(t.markdown())
         | name | ms |
         |---|---:|
@@ -84,32 +85,46 @@ class Table:
             out += "\n" + "\n".join(f"- {note}" for note in self.notes) + "\n"
         return out
 
-    def widths(self) -> list[int]:
-        """The width of each column: its longest cell or header."""
-        cells = [self.header, *self.rows]
-        return [max(len(row[i]) for row in cells) for i in range(len(self.header))]
+    def rich(self) -> Any:
+        """The table as a ``rich.table.Table`` (title above, left-aligned; no notes)."""
+        table = _rich_table(self.title)
+        for name, side in zip(self.header, self._align(), strict=True):
+            table.add_column(name, justify="right" if side == "r" else "left", overflow="fold")
+        for row in self.rows:
+            table.add_row(*row)
+        return table
 
-    def text(self, width: int = 80, gap: int = 2) -> str:
-        """The table in at most ``width`` columns (fixed columns, or one block per row)."""
-        widths = self.widths()
-        out = [wrap(self.title, width)] if self.title else []
-        if sum(widths) + gap * (len(widths) - 1) <= width:
-            align = self._align()
-
-            def line(cells: list[str]) -> str:
-                parts = [
-                    c.rjust(w) if a == "r" else c.ljust(w)
-                    for c, w, a in zip(cells, widths, align, strict=True)
-                ]
-                return (" " * gap).join(parts).rstrip()
-
-            out.append(line(self.header))
-            out.append((" " * gap).join("-" * w for w in widths))
-            out += [line(row) for row in self.rows]
-        else:
-            for row in self.rows:
-                pairs = [f"{h}: {c}" for h, c in zip(self.header[1:], row[1:], strict=True) if c]
-                out.append(wrap(row[0], width))
-                out.append(wrap("    " + ";  ".join(pairs), width, "    "))
+    def text(self, width: int = 80) -> str:
+        """The table laid out by rich in at most ``width`` columns, then its notes, wrapped."""
+        out = [render(self.rich(), width)]
         out += [wrap(note, width, "  ") for note in self.notes]
         return "\n".join(out)
+
+
+def _rich_table(title: str) -> Any:
+    try:
+        from rich import box
+        from rich.table import Table as RichTable
+    except ImportError:
+        raise ImportError(
+            "rich is not installed; install it with `pip install 'looptoolkit[bench]'`."
+        ) from None
+    return RichTable(
+        title=title or None,
+        title_justify="left",
+        title_style=None,
+        header_style=None,
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+    )
+
+
+def render(renderable: Any, width: int = 80) -> str:
+    """What rich prints for ``renderable`` at ``width`` columns, as plain text (no colour)."""
+    from rich.console import Console
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width, color_system=None, highlight=False)
+    console.print(renderable)
+    return "\n".join(line.rstrip() for line in buffer.getvalue().rstrip("\n").splitlines())

@@ -15,7 +15,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["BASELINE", "TARGETS", "Target", "evaluate"]
+__all__ = [
+    "BASELINE",
+    "NOT_JUDGED",
+    "TARGETS",
+    "Target",
+    "evaluate",
+]
 
 BASELINE = "numpy-take"
 """The variant every loop ratio is taken against: the fastest hand-written loop."""
@@ -66,37 +72,153 @@ def _loop(key: str, text: str, variant: str, bound: float, floor: str | None) ->
 
 TARGETS: tuple[Target, ...] = (
     _loop("loader-numpy", "Loader, NumPy data, full shuffle", "loader-numpy", 1.02, BASELINE),
-    _loop("loader-grouped", "Loader, NumPy data, grouped shuffle", "loader-grouped", 0.65,
-          "floor-seq-take"),
-    _loop("loader-runs", "Loader, NumPy data, grouped in runs of 16 rows", "loader-runs", 0.65,
-          "floor-seq-take"),
-    _loop("loader-torch", "Loader, torch data", "loader-torch", 1.05, "floor-torch"),
-    Target("loader-torch-hand", "compare", "Loader, torch data, vs torch's randperm + "
-           "index_select loop", "loader-torch", "torch-index-select", "<=", 1.0),
-    _loop("loader-jax", "Loader, JAX data", "loader-jax", 1.6, "floor-jax"),
-    _loop("loader-tf", "Loader, tf data", "loader-tf", 1.6, "floor-tf"),
-    Target("gpu-resident-vs-dataloader", "compare", "device-resident Loader: batches/s over "
-           "DataLoader + __getitems__", "dl-getitems", "loader-torch-res", ">=", 10.0, gpu=True),
-    Target("gpu-resident-vs-gather", "compare", "device-resident Loader over the bare "
-           "on-device gather", "loader-torch-res", "torch-res-gather", "<=", 1.5, gpu=True),
-    Target("gpu-prefetch-overlap", "compare", "prefetch: data wait per step over the step "
-           "(loader-torch, step section)", "wait:loader-torch", "step:loader-torch", "<",
-           0.05, gpu=True),
-    Target("nested-torch-optree", "transfer", "to_device over optree.tree_map (nested, torch "
-           "leaves)", "torch:to_device", "torch:optree", "<=", 1.2),
-    Target("nested-torch-move-to", "transfer", "to_device over a hand-written move_to "
-           "(nested, torch leaves)", "torch:to_device", "torch:move_to", "<", 1.0),
-    Target("nested-numpy-optree", "transfer", "to_device over optree.tree_map (nested, NumPy "
-           "leaves to torch)", "numpy:to_device", "numpy:optree", "<=", 1.2),
-    Target("nested-numpy-move-to", "transfer", "to_device over a hand-written move_to "
-           "(nested, NumPy leaves to torch)", "numpy:to_device", "numpy:move_to", "<", 1.0),
-    Target("gpu-bandwidth", "transfer", "images host-to-device bandwidth over one large "
-           "pinned copy", "cuda:bandwidth-share", None, ">=", 0.85, gpu=True),
-    Target("gpu-cast-on-device", "transfer", "images: cast-then-copy over copy-then-cast "
-           "(to_device)", "cuda:cast-then-copy", "cuda:copy-then-cast", ">=", 1.8, gpu=True),
-    Target("gpu-packed", "transfer", "nested: per-leaf over packed transfer",
-           "cuda:per-leaf", "cuda:packed", ">=", 5.0, gpu=True),
-)  # fmt: skip
+    _loop(
+        "loader-grouped",
+        "Loader, NumPy data, grouped shuffle",
+        "loader-grouped",
+        0.65,
+        "floor-seq-take",
+    ),
+    _loop(
+        "loader-runs",
+        "Loader, NumPy data, grouped in runs of 16 rows",
+        "loader-runs",
+        0.65,
+        "floor-seq-take",
+    ),
+    Target(
+        "loader-torch",
+        "compare",
+        "Loader, torch data, over its floor (take + torch.from_numpy per batch)",
+        "loader-torch",
+        "floor-torch",
+        "<=",
+        1.05,
+    ),
+    Target(
+        "loader-torch-hand",
+        "compare",
+        "Loader, torch data, vs torch's randperm + index_select loop",
+        "loader-torch",
+        "torch-index-select",
+        "<=",
+        1.0,
+    ),
+    Target(
+        "loader-jax",
+        "compare",
+        "Loader, JAX data, over its floor (the chunked hand loop)",
+        "loader-jax",
+        "floor-jax",
+        "<=",
+        1.05,
+    ),
+    Target(
+        "loader-tf",
+        "compare",
+        "Loader, tf data, over its floor (the chunked hand loop)",
+        "loader-tf",
+        "floor-tf",
+        "<=",
+        1.05,
+    ),
+    Target(
+        "gpu-resident-vs-dataloader",
+        "compare",
+        "device-resident Loader: batches/s over DataLoader + __getitems__",
+        "dl-getitems",
+        "loader-torch-res",
+        ">=",
+        10.0,
+        gpu=True,
+    ),
+    Target(
+        "gpu-resident-vs-gather",
+        "compare",
+        "device-resident Loader over the bare on-device gather",
+        "loader-torch-res",
+        "torch-res-gather",
+        "<=",
+        1.5,
+        gpu=True,
+    ),
+    Target(
+        "gpu-prefetch-overlap",
+        "compare",
+        "prefetch: data wait per step over the step (loader-torch, step section)",
+        "wait:loader-torch",
+        "step:loader-torch",
+        "<",
+        0.05,
+        gpu=True,
+    ),
+    Target(
+        "nested-torch-optree",
+        "transfer",
+        "to_device over optree.tree_map (nested, torch leaves)",
+        "torch:to_device",
+        "torch:optree",
+        "<=",
+        1.2,
+    ),
+    Target(
+        "nested-torch-move-to",
+        "transfer",
+        "to_device over a hand-written move_to (nested, torch leaves)",
+        "torch:to_device",
+        "torch:move_to",
+        "<",
+        1.0,
+    ),
+    Target(
+        "nested-numpy-optree",
+        "transfer",
+        "to_device over optree.tree_map (nested, NumPy leaves to torch)",
+        "numpy:to_device",
+        "numpy:optree",
+        "<=",
+        1.2,
+    ),
+    Target(
+        "nested-numpy-move-to",
+        "transfer",
+        "to_device over a hand-written move_to (nested, NumPy leaves to torch)",
+        "numpy:to_device",
+        "numpy:move_to",
+        "<",
+        1.0,
+    ),
+    Target(
+        "gpu-bandwidth",
+        "transfer",
+        "images host-to-device bandwidth over one large pinned copy",
+        "cuda:bandwidth-share",
+        None,
+        ">=",
+        0.85,
+        gpu=True,
+    ),
+    Target(
+        "gpu-cast-on-device",
+        "transfer",
+        "images: cast-then-copy over copy-then-cast (to_device)",
+        "cuda:cast-then-copy",
+        "cuda:copy-then-cast",
+        ">=",
+        1.8,
+        gpu=True,
+    ),
+    Target(
+        "gpu-packed",
+        "transfer",
+        "nested: per-leaf over packed transfer",
+        "cuda:per-leaf",
+        "cuda:packed",
+        ">=",
+        5.0,
+        gpu=True,
+    ),
+)
 """Every target, grouped by the command that measures it."""
 
 
@@ -125,7 +247,13 @@ def shown(value: float, bound: float) -> str:
     return text + "x"
 
 
-def evaluate(suite: str, values: Mapping[str, float], *, gpu: bool) -> list[dict[str, Any]]:
+NOT_JUDGED = "not judged at --quick"
+"""The status of every target of a ``--quick`` run: toy sizes judge nothing."""
+
+
+def evaluate(
+    suite: str, values: Mapping[str, float], *, gpu: bool, judged: bool = True
+) -> list[dict[str, Any]]:
     """Set the measured ``values`` of one run of ``suite`` against its targets.
 
     Args:
@@ -134,13 +262,14 @@ def evaluate(suite: str, values: Mapping[str, float], *, gpu: bool) -> list[dict
             epoch by variant name, and ``"wait:<variant>"`` / ``"step:<variant>"``
             seconds per batch from the step section).
         gpu: whether the run was on a GPU.
+        judged: False for a ``--quick`` run: ratios are reported, no verdict is given.
 
     Returns:
         One dict per target of ``suite``: ``key``, ``text``, ``goal``, ``value``
         (the ratio, or None; when measured, ``shown``: it as text), ``floor``
         (the floor's ratio, or None) and ``status``: ``"met"``, ``"not met"``,
-        ``"GPU only"`` (a GPU target on a CPU run) or ``"not measured"`` (a
-        variant did not run).
+        ``"GPU only"`` (a GPU target on a CPU run), ``"not measured"`` (a
+        variant did not run) or ``NOT_JUDGED`` (a ``--quick`` run).
 
     Examples:
         >>> rows = evaluate("compare", {"loader-numpy": 1.5, "numpy-take": 1.0}, gpu=False)
@@ -154,9 +283,15 @@ def evaluate(suite: str, values: Mapping[str, float], *, gpu: bool) -> list[dict
     for t in TARGETS:
         if t.suite != suite:
             continue
-        row: dict[str, Any] = {"key": t.key, "text": t.text, "goal": t.goal,
-                               "variant": t.numerator, "value": None, "floor": None,
-                               "floor_name": t.floor}  # fmt: skip
+        row: dict[str, Any] = {
+            "key": t.key,
+            "text": t.text,
+            "goal": t.goal,
+            "variant": t.numerator,
+            "value": None,
+            "floor": None,
+            "floor_name": t.floor,
+        }
         if t.gpu and not gpu:
             row["status"] = "GPU only"
             rows.append(row)
@@ -169,6 +304,9 @@ def evaluate(suite: str, values: Mapping[str, float], *, gpu: bool) -> list[dict
         else:
             row["value"] = value
             row["shown"] = shown(value, t.bound)
-            row["status"] = "met" if _OPS[t.op](value, t.bound) else "not met"
+            if not judged:
+                row["status"] = NOT_JUDGED
+            else:
+                row["status"] = "met" if _OPS[t.op](value, t.bound) else "not met"
         rows.append(row)
     return rows

@@ -184,7 +184,7 @@ def interleave(
                     per_round = (time.perf_counter() - timed_start) / r
                 if per_round is not None:
                     text += f", about {per_round * (rounds - r):.0f} s left"
-                progress.step(text)
+                progress.step(text, r, rounds)
             for timing, (_, fn) in zip(timings, variants, strict=True):
                 clock.start()
                 for _ in range(repeat):

@@ -64,8 +64,15 @@ def section_table(title: str, rows: list[dict[str, Any]]) -> Table:
     """One section: median and [min, max] in microseconds per call, ratio to the first row."""
     first = rows[0]["median_s"]
     header = ["variant", "median us", "min-max us", "vs first"]
-    cells = [[r["name"], _us(r["median_s"]), f"{_us(r['min_s'])}-{_us(r['max_s'])}",
-              f"{r['median_s'] / first:.2f}"] for r in rows]  # fmt: skip
+    cells = [
+        [
+            r["name"],
+            _us(r["median_s"]),
+            f"{_us(r['min_s'])}-{_us(r['max_s'])}",
+            f"{r['median_s'] / first:.2f}",
+        ]
+        for r in rows
+    ]
     if "gb_per_s" in rows[0]:
         header.append("GB/s")
         for c, r in zip(cells, rows, strict=True):
@@ -76,9 +83,15 @@ def section_table(title: str, rows: list[dict[str, Any]]) -> Table:
 
 def targets_table(rows: list[dict[str, Any]], *, short: bool = True) -> Table:
     """The transfer targets: goal, measured, status."""
-    cells = [[t["key"] if short else t["text"], t["goal"],
-              t["shown"] if t["value"] is not None else "-", t["status"]]
-             for t in rows]  # fmt: skip
+    cells = [
+        [
+            t["key"] if short else t["text"],
+            t["goal"],
+            t["shown"] if t["value"] is not None else "-",
+            t["status"],
+        ]
+        for t in rows
+    ]
     notes = [f"{t['key']}: {t['text']}" for t in rows] if short else []
     header = ["target", "goal", "measured", "status"]
     return Table("Targets (ratios from this run)", header, cells, align="lrrl", notes=notes)
@@ -92,17 +105,21 @@ def headline(payload: dict[str, Any]) -> str:
         ours = values.get(f"{kind}:to_device")
         if ours is None:
             continue
-        parts.append(f"{what}: {ours / values[f'{kind}:optree']:.2f}x optree.tree_map and "
-                     f"{ours / values[f'{kind}:move_to']:.2f}x a hand-written move_to")  # fmt: skip
+        parts.append(
+            f"{what}: {ours / values[f'{kind}:optree']:.2f}x optree.tree_map and "
+            f"{ours / values[f'{kind}:move_to']:.2f}x a hand-written move_to"
+        )
     text = "to_device on 1000 small leaves, " + "; ".join(parts) + "." if parts else ""
     cuda = payload.get("cuda")
     if cuda:
         r = cuda["ratios"]
-        text += (f" On {cuda['device']}: the pinned batch at "
-                 f"{r['to_device(pinned batch) bandwidth / reference']:.0%} of one large pinned "
-                 f"copy's bandwidth; cast-then-copy "
-                 f"{r['cast-then-copy / copy-then-cast (to_device)']:.2f}x copy-then-cast; "
-                 f"per-leaf {r['per-leaf / packed (nested)']:.1f}x packed.")  # fmt: skip
+        text += (
+            f" On {cuda['device']}: the pinned batch at "
+            f"{r['to_device(pinned batch) bandwidth / reference']:.0%} of one large pinned "
+            f"copy's bandwidth; cast-then-copy "
+            f"{r['cast-then-copy / copy-then-cast (to_device)']:.2f}x copy-then-cast; "
+            f"per-leaf {r['per-leaf / packed (nested)']:.1f}x packed."
+        )
     else:
         text += " No CUDA device: the GPU rows were not measured."
     return text.strip()
@@ -117,12 +134,13 @@ def markdown(payload: dict[str, Any]) -> str:
         f"# looptoolkit transfer — {payload['device']}\n",
         headline(payload) + "\n",
         f"Command: `{payload['command']}`  ",
-        f"Machine: {m['cpu']}, {m['cores']} cores" + (f", {m['gpu']}" if "gpu" in m else "") +
-        f" ({m['date']}{load_text(m)}); {v}.  ",
+        f"Machine: {m['cpu']}, {m['cores']} cores"
+        + (f", {m['gpu']}" if "gpu" in m else "")
+        + f" ({m['date']}{load_text(m)}); {v}.  ",
         f"Medians over {a['rounds']} interleaved rounds after {sec.WARMUP} warm-up rounds; host "
         f"rows average {a['repeat']} calls per round (packing and images: "
         f"{sec.light_repeat(a['repeat'])}). Lower is better.\n",
-    ]  # fmt: skip
+    ]
     for title, rows in sections(payload):
         table = section_table(title, rows)
         lines += [f"## {title}\n", table.markdown()]
@@ -144,14 +162,24 @@ def plot(payload: dict[str, Any], path: Path) -> Path:
     panels = []
     for title, rows in sections(payload):
         first = rows[0]["median_s"]
-        bars = [Bar(r["name"], r["median_s"] * 1e6,
-                    f"{r['median_s'] * 1e6:8,.1f} us {r['median_s'] / first:5.2f}x",
-                    color="#dd8452" if "to_device" in r["name"] else FLOOR_COLOR)
-                for r in rows]  # fmt: skip
-        panels.append(Panel(title, bars, "microseconds per call (lower is better); ratios to "
-                            "the first row"))  # fmt: skip
-    return bar_chart(panels, path, title=f"looptoolkit transfer, {payload['device']}",
-                     legend=[("to_device", "#dd8452"), ("others", FLOOR_COLOR)])  # fmt: skip
+        bars = [
+            Bar(
+                r["name"],
+                r["median_s"] * 1e6,
+                f"{r['median_s'] * 1e6:8,.1f} us {r['median_s'] / first:5.2f}x",
+                color="#dd8452" if "to_device" in r["name"] else FLOOR_COLOR,
+            )
+            for r in rows
+        ]
+        panels.append(
+            Panel(title, bars, "microseconds per call (lower is better); ratios to the first row")
+        )
+    return bar_chart(
+        panels,
+        path,
+        title=f"looptoolkit transfer, {payload['device']}",
+        legend=[("to_device", "#dd8452"), ("others", FLOOR_COLOR)],
+    )
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -165,15 +193,31 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add = parser.add_argument
     add("--rounds", type=int, default=50, help="interleaved rounds (50)")
     add("--repeat", type=int, default=20, help="calls per round for the host rows (20)")
-    add("--nested", action=argparse.BooleanOptionalAction, default=True,
-        help="time the nested traversal")  # fmt: skip
-    add("--images", action=argparse.BooleanOptionalAction, default=True,
-        help="time the images workload")  # fmt: skip
-    add("--sweep", action=argparse.BooleanOptionalAction, default=True,
+    add(
+        "--nested",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="time the nested traversal",
+    )
+    add(
+        "--images",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="time the images workload",
+    )
+    add(
+        "--sweep",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="time to_device of a uint8, float16 and float32 images batch by batch size "
-        "(32 to 1024), at most 15 rounds")  # fmt: skip
-    add("--cuda", action=argparse.BooleanOptionalAction, default=None,
-        help="time real transfers on CUDA (default: when torch sees CUDA)")  # fmt: skip
+        "(32 to 1024), at most 15 rounds",
+    )
+    add(
+        "--cuda",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="time real transfers on CUDA (default: when torch sees CUDA)",
+    )
     add("--ref-mib", type=int, default=64, help="size of the pinned reference copy, MiB (64)")
     add(
         "--out",
@@ -182,10 +226,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="directory for transfer-<device>.{json,md,png} (default: ./looptoolkit-results)",
     )
     add("--reference", action="store_true", help=REFERENCE_HELP)
-    add("--write", action=argparse.BooleanOptionalAction, default=True,
-        help="write the results files")  # fmt: skip
-    add("--plot", action=argparse.BooleanOptionalAction, default=True,
-        help="write the PNG chart (needs matplotlib)")  # fmt: skip
+    add(
+        "--write",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="write the results files",
+    )
+    add(
+        "--plot",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="write the PNG chart (needs matplotlib)",
+    )
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.repeat < 1 or args.ref_mib < 1:
         parser.error("`--rounds`, `--repeat` and `--ref-mib` must be >= 1.")
@@ -214,8 +266,10 @@ def run(argv: Sequence[str] | None = None) -> int:
         return 2
     except ImportError:
         progress.clear()
-        print("torch is not installed; install it with `pip install 'looptoolkit[torch]'`.",
-              file=sys.stderr)  # fmt: skip
+        print(
+            "torch is not installed; install it with `pip install 'looptoolkit[torch]'`.",
+            file=sys.stderr,
+        )
         return 1
     use_cuda = torch.cuda.is_available() if args.cuda is None else args.cuda
     if use_cuda and not torch.cuda.is_available():
@@ -224,12 +278,19 @@ def run(argv: Sequence[str] | None = None) -> int:
         return 1
     device = device_slug(torch.cuda.get_device_name()) if use_cuda else "cpu"
     where = f"; results go to {out}/" if out is not None else ""
-    progress.emit(wrap(f"looptoolkit transfer on {device}: {args.rounds} interleaved rounds of "
-                       f"{args.repeat} calls per variant{where}."))  # fmt: skip
-    payload: dict[str, Any] = {"device": device, "command": " ".join(["looptoolkit transfer",
-                               *argv]), "args": {k: str(v) if isinstance(v, Path) else v
-                               for k, v in vars(args).items()}, "ratios": {},
-                               "values": {}}  # fmt: skip
+    progress.emit(
+        wrap(
+            f"looptoolkit transfer on {device}: {args.rounds} interleaved rounds of "
+            f"{args.repeat} calls per variant{where}."
+        )
+    )
+    payload: dict[str, Any] = {
+        "device": device,
+        "command": " ".join(["looptoolkit transfer", *argv]),
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "ratios": {},
+        "values": {},
+    }
     shown = 0
 
     def show_new() -> None:
@@ -294,8 +355,7 @@ def run(argv: Sequence[str] | None = None) -> int:
             progress.emit("matplotlib is not installed: no PNG written.")
     payload["charts"] = [p.name for p in paths]
     paths = write_results(out, stem, payload, markdown(payload)) + paths
-    progress.emit("\n" + wrap(f"Wrote {', '.join(map(str, paths))} "
-                              f"({progress.elapsed():.0f} s)."))  # fmt: skip
+    progress.emit("\n" + wrap(f"Wrote {', '.join(map(str, paths))} ({progress.elapsed():.0f} s)."))
     return 0
 
 

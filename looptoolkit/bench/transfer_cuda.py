@@ -43,30 +43,49 @@ def cuda_sections(rounds: int, ref_mib: int, progress: Progress | None = None) -
     expected16 = pageable["image"].to(torch.float16)
 
     images: list[tuple[str, Callable[[], Any]]] = [
-        (f"reference: one pinned {ref_mib} MiB .to(cuda, non_blocking=True)",
-         lambda: reference.to(cuda, non_blocking=True)),
+        (
+            f"reference: one pinned {ref_mib} MiB .to(cuda, non_blocking=True)",
+            lambda: reference.to(cuda, non_blocking=True),
+        ),
         ("pageable uint8 image .to(cuda)", lambda: pageable["image"].to(cuda)),
-        ("pinned uint8 image .to(cuda, non_blocking=True)",
-         lambda: pinned["image"].to(cuda, non_blocking=True)),
+        (
+            "pinned uint8 image .to(cuda, non_blocking=True)",
+            lambda: pinned["image"].to(cuda, non_blocking=True),
+        ),
         ("to_device(pinned batch, 'cuda')", lambda: to_device(pinned, "cuda")),
         ("to_device(pageable batch, 'cuda')", lambda: to_device(pageable, "cuda")),
-        ("cast-then-copy: image.half() on host, then .to(cuda)",
-         lambda: pinned["image"].to(torch.float16).to(cuda)),
-        ("copy-then-cast: pinned uint8 .to(cuda), .half() on device",
-         lambda: pinned["image"].to(cuda, non_blocking=True).to(torch.float16)),
-        ("to_device(pinned batch, 'cuda', dtype={uint8: float16})",
-         lambda: to_device(pinned, "cuda", dtype={np.uint8: np.float16})),
-    ]  # fmt: skip
+        (
+            "cast-then-copy: image.half() on host, then .to(cuda)",
+            lambda: pinned["image"].to(torch.float16).to(cuda),
+        ),
+        (
+            "copy-then-cast: pinned uint8 .to(cuda), .half() on device",
+            lambda: pinned["image"].to(cuda, non_blocking=True).to(torch.float16),
+        ),
+        (
+            "to_device(pinned batch, 'cuda', dtype={uint8: float16})",
+            lambda: to_device(pinned, "cuda", dtype={np.uint8: np.float16}),
+        ),
+    ]
     out = images[7][1]()
     torch.cuda.synchronize()
     if not torch.equal(out["image"].cpu(), expected16):
         raise AssertionError("to_device to cuda with a dtype mapping gave wrong values.")
     if not torch.equal(images[3][1]()["image"].cpu(), pageable["image"]):
         raise AssertionError("to_device to cuda gave wrong values.")
-    image_rows = timed(images, rounds=rounds, label="images, cuda", progress=progress,
-                       clock=CudaEventClock())  # fmt: skip
-    sizes = [ref_mib * MIB, image_bytes, image_bytes, batch_bytes, batch_bytes,
-             image_bytes, image_bytes, batch_bytes]  # fmt: skip
+    image_rows = timed(
+        images, rounds=rounds, label="images, cuda", progress=progress, clock=CudaEventClock()
+    )
+    sizes = [
+        ref_mib * MIB,
+        image_bytes,
+        image_bytes,
+        batch_bytes,
+        batch_bytes,
+        image_bytes,
+        image_bytes,
+        batch_bytes,
+    ]
     ref_bw = sizes[0] / image_rows[0].median
     image_out = [
         row(t, bytes=n, gb_per_s=n / t.median / 1e9, of_reference=n / t.median / ref_bw)
@@ -76,19 +95,24 @@ def cuda_sections(rounds: int, ref_mib: int, progress: Progress | None = None) -
     tt = optree.tree_map(torch.from_numpy, nested())
     want = optree.tree_leaves(tt)
     tree_rows: list[tuple[str, Callable[[], Any]]] = [
-        ("per-leaf: to_device(tree, 'cuda', pack=False)",
-         lambda: to_device(tt, "cuda", pack=False)),
+        (
+            "per-leaf: to_device(tree, 'cuda', pack=False)",
+            lambda: to_device(tt, "cuda", pack=False),
+        ),
         ("packed: to_device(tree, 'cuda')", lambda: to_device(tt, "cuda")),
-        ("optree.tree_map(lambda t: t.to(cuda), tree)",
-         lambda: optree.tree_map(lambda t: t.to(cuda), tt)),
-    ]  # fmt: skip
+        (
+            "optree.tree_map(lambda t: t.to(cuda), tree)",
+            lambda: optree.tree_map(lambda t: t.to(cuda), tt),
+        ),
+    ]
     for name, fn in tree_rows:
         got = optree.tree_leaves(fn())
         torch.cuda.synchronize()
         if not all(torch.equal(a.cpu(), b) for a, b in zip(got, want, strict=True)):
             raise AssertionError(f"{name}: values differ.")
-    nested_rows = timed(tree_rows, rounds=rounds, label="nested, cuda", progress=progress,
-                        clock=CudaEventClock())  # fmt: skip
+    nested_rows = timed(
+        tree_rows, rounds=rounds, label="nested, cuda", progress=progress, clock=CudaEventClock()
+    )
     t = {r.name: r.median for r in image_rows}
     return {
         "device": torch.cuda.get_device_name(cuda),
@@ -154,8 +178,14 @@ def by_batch_size(
         batch = buffer(size)
         np.take(pool, idx, axis=0, out=batch)
         calls = [(name, (lambda fn=fn, b=batch: fn(b))) for name, fn in paths.items()]
-        timings = interleave(calls, rounds=reps, warmup=1, clock=HostClock(sync),
-                             progress=progress, label=f"images batch of {size}")  # fmt: skip
+        timings = interleave(
+            calls,
+            rounds=reps,
+            warmup=1,
+            clock=HostClock(sync),
+            progress=progress,
+            label=f"images batch of {size}",
+        )
         for t in timings:
             results[t.name].append(t.median * 1e3)
     return {

@@ -189,8 +189,16 @@ def timed(
     """
     if progress is not None:
         progress.stage(f"transfer: {label}, {len(variants)} variants x {rounds} rounds")
-    timings = interleave(variants, rounds=rounds, warmup=WARMUP, repeat=repeat, clock=clock,
-                         collect=clock is not None, progress=progress, label=label)  # fmt: skip
+    timings = interleave(
+        variants,
+        rounds=rounds,
+        warmup=WARMUP,
+        repeat=repeat,
+        clock=clock,
+        collect=clock is not None,
+        progress=progress,
+        label=label,
+    )
     if isinstance(clock, CudaEventClock):
         for t in timings:
             t.extra["clock"] = "cuda events"
@@ -234,8 +242,9 @@ def row(t: Timing, **extra: Any) -> dict[str, Any]:
     out = t.summary()
     out.update(extra)
     out["label"] = t.name
-    out["name"] = SHORT.get(t.name, "reference pinned copy" if t.name.startswith("reference")
-                            else t.name)  # fmt: skip
+    out["name"] = SHORT.get(
+        t.name, "reference pinned copy" if t.name.startswith("reference") else t.name
+    )
     return out
 
 
@@ -274,23 +283,29 @@ def nested_traversal(rounds: int, repeat: int, progress: Progress | None = None)
         check_same(name, out, tt, kind=torch.Tensor)
     for name, fn in variants[4:]:
         check_same(name, fn(), tt, kind=torch.Tensor)
-    torch_rows = timed(variants, rounds=rounds, repeat=repeat, label="nested, torch leaves",
-                        progress=progress)  # fmt: skip
+    torch_rows = timed(
+        variants, rounds=rounds, repeat=repeat, label="nested, torch leaves", progress=progress
+    )
 
     np_variants: list[tuple[str, Callable[[], Any]]] = [
         ("to_device(tree, dev)", lambda: to_device(host, dev)),
-        ("optree.tree_map(torch.from_numpy, tree)",
-         lambda: optree.tree_map(torch.from_numpy, host)),
-        ("torch.utils._pytree.tree_map(torch.from_numpy, tree)",
-         lambda: torch_pytree.tree_map(torch.from_numpy, host)),
+        (
+            "optree.tree_map(torch.from_numpy, tree)",
+            lambda: optree.tree_map(torch.from_numpy, host),
+        ),
+        (
+            "torch.utils._pytree.tree_map(torch.from_numpy, tree)",
+            lambda: torch_pytree.tree_map(torch.from_numpy, host),
+        ),
         ("recursive move_to(tree)", lambda: move_to(host, torch.from_numpy, np.ndarray)),
-    ]  # fmt: skip
+    ]
     for name, fn in np_variants:
         out = fn()
         _check_structure(name, out, tt)
         check_same(name, out, tt, kind=torch.Tensor)
-    numpy_rows = timed(np_variants, rounds=rounds, repeat=repeat, label="nested, NumPy leaves",
-                        progress=progress)  # fmt: skip
+    numpy_rows = timed(
+        np_variants, rounds=rounds, repeat=repeat, label="nested, NumPy leaves", progress=progress
+    )
     n_leaves = len(_leaves(tt))
     return {
         "leaves": n_leaves,
@@ -375,9 +390,11 @@ def images_cpu(rounds: int, repeat: int, progress: Progress | None = None) -> di
         ("host copy of the float16 batch (6 MiB)", lambda: f16.copy_(image16)),
         ("cast-then-copy on the host (cast, copy 6 MiB)", cast_then_copy),
         ("copy-then-cast on the host (copy 3 MiB, cast)", copy_then_cast),
-        ("to_device(batch, torch cpu, dtype={uint8: float16})",
-         lambda: to_device(batch, torch.device("cpu"), dtype={np.uint8: np.float16})),
-    ]  # fmt: skip
+        (
+            "to_device(batch, torch cpu, dtype={uint8: float16})",
+            lambda: to_device(batch, torch.device("cpu"), dtype={np.uint8: np.float16}),
+        ),
+    ]
     out = variants[-1][1]()
     if out["image"].dtype != torch.float16 or not torch.equal(out["image"], image16):
         raise AssertionError("to_device with a dtype mapping gave wrong values.")
@@ -387,8 +404,7 @@ def images_cpu(rounds: int, repeat: int, progress: Progress | None = None) -> di
     copy_then_cast()
     if not torch.equal(f16, image16):
         raise AssertionError("copy-then-cast gave wrong values.")
-    rows = timed(variants, rounds=rounds, repeat=repeat, label="images, host",
-                  progress=progress)  # fmt: skip
+    rows = timed(variants, rounds=rounds, repeat=repeat, label="images, host", progress=progress)
     return {
         "cpu_only": True,
         "bytes": {"uint8": image.nbytes, "float16": image16.nbytes},

@@ -32,8 +32,16 @@ __all__ = ["DTYPES", "ROW_KEYS", "SIZES", "plot_sweep", "sweep", "sweep_table"]
 SIZES = (32, 64, 128, 256, 512, 1024)
 """Batch sizes of the default sweep (images of 3x64x64)."""
 DTYPES = ("uint8", "float16", "float32")
-ROW_KEYS = ("dtype", "batch_size", "bytes", "median_s", "min_s", "max_s", "ms_per_batch",
-            "mb_per_s")  # fmt: skip
+ROW_KEYS = (
+    "dtype",
+    "batch_size",
+    "bytes",
+    "median_s",
+    "min_s",
+    "max_s",
+    "ms_per_batch",
+    "mb_per_s",
+)
 """The keys of every sweep row, in order."""
 IMAGE_SHAPE = (3, 64, 64)
 
@@ -95,23 +103,36 @@ def sweep(
             if not cuda and np.shares_memory(got, batch["image"]):
                 raise AssertionError(f"to_device of a {dtype} batch did not copy it.")
             calls.append((dtype, lambda b=batch: _ready(to_device(b, dev)["image"])))
-        timings = interleave(calls, rounds=rounds, warmup=2, clock=HostClock(sync),
-                             collect=False, progress=progress,
-                             label=f"sweep, batch of {size}")  # fmt: skip
+        timings = interleave(
+            calls,
+            rounds=rounds,
+            warmup=2,
+            clock=HostClock(sync),
+            collect=False,
+            progress=progress,
+            label=f"sweep, batch of {size}",
+        )
         for t in timings:
             nbytes = int(batches[t.name]["image"].nbytes)
-            rows.append({
-                "dtype": t.name,
-                "batch_size": size,
-                "bytes": nbytes,
-                "median_s": t.median,
-                "min_s": t.min,
-                "max_s": t.max,
-                "ms_per_batch": t.median * 1e3,
-                "mb_per_s": nbytes / t.median / 1e6,
-            })  # fmt: skip
-    return {"device": str(dev), "measures": what, "cpu_only": not cuda, "rounds": rounds,
-            "rows": rows}  # fmt: skip
+            rows.append(
+                {
+                    "dtype": t.name,
+                    "batch_size": size,
+                    "bytes": nbytes,
+                    "median_s": t.median,
+                    "min_s": t.min,
+                    "max_s": t.max,
+                    "ms_per_batch": t.median * 1e3,
+                    "mb_per_s": nbytes / t.median / 1e6,
+                }
+            )
+    return {
+        "device": str(dev),
+        "measures": what,
+        "cpu_only": not cuda,
+        "rounds": rounds,
+        "rows": rows,
+    }
 
 
 def sweep_table(section: dict[str, Any]) -> Table:
@@ -119,11 +140,19 @@ def sweep_table(section: dict[str, Any]) -> Table:
     by = {(r["dtype"], r["batch_size"]): r for r in section["rows"]}
     sizes = sorted({r["batch_size"] for r in section["rows"]})
     header = ["batch", *[f"{d} ms" for d in DTYPES], *[f"{d} MB/s" for d in DTYPES]]
-    cells = [[str(s), *[f"{by[d, s]['ms_per_batch']:.3f}" for d in DTYPES],
-              *[f"{by[d, s]['mb_per_s']:,.0f}" for d in DTYPES]] for s in sizes]  # fmt: skip
+    cells = [
+        [
+            str(s),
+            *[f"{by[d, s]['ms_per_batch']:.3f}" for d in DTYPES],
+            *[f"{by[d, s]['mb_per_s']:,.0f}" for d in DTYPES],
+        ]
+        for s in sizes
+    ]
     title = f"images batch (3x64x64) moved with to_device by dtype ({section['measures']})"
-    notes = [f"median ms per batch over {section['rounds']} interleaved rounds; MB/s: the "
-             f"batch's bytes over that time; device {section['device']}."]  # fmt: skip
+    notes = [
+        f"median ms per batch over {section['rounds']} interleaved rounds; MB/s: the "
+        f"batch's bytes over that time; device {section['device']}."
+    ]
     return Table(title, header, cells, notes=notes)
 
 
@@ -143,14 +172,16 @@ def plot_sweep(section: dict[str, Any], path: Path) -> Path:
     colors = dict(zip(DTYPES, BACKEND_COLORS.values(), strict=False))
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     for dtype in DTYPES:
-        rows = sorted((r for r in section["rows"] if r["dtype"] == dtype),
-                      key=lambda r: r["batch_size"])  # fmt: skip
+        rows = sorted(
+            (r for r in section["rows"] if r["dtype"] == dtype), key=lambda r: r["batch_size"]
+        )
         sizes = [r["batch_size"] for r in rows]
-        left.plot(sizes, [r["ms_per_batch"] for r in rows], "o-", color=colors[dtype],
-                  label=dtype)  # fmt: skip
+        left.plot(sizes, [r["ms_per_batch"] for r in rows], "o-", color=colors[dtype], label=dtype)
         right.plot(sizes, [r["mb_per_s"] for r in rows], "o-", color=colors[dtype], label=dtype)
-    for ax, label in ((left, "ms per batch (lower is better)"),
-                      (right, "MB/s of the batch's bytes (higher is better)")):  # fmt: skip
+    for ax, label in (
+        (left, "ms per batch (lower is better)"),
+        (right, "MB/s of the batch's bytes (higher is better)"),
+    ):
         ax.set_xscale("log", base=2)
         ax.set_xticks(SIZES, [str(s) for s in SIZES])
         ax.set_xlabel("batch size (images of 3x64x64)", fontsize=9)
@@ -158,8 +189,9 @@ def plot_sweep(section: dict[str, Any], path: Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     left.set_yscale("log")
-    fig.suptitle(f"to_device of an images batch by dtype and batch size; "
-                 f"{section['measures']}", fontsize=10)  # fmt: skip
+    fig.suptitle(
+        f"to_device of an images batch by dtype and batch size; {section['measures']}", fontsize=10
+    )
     fig.tight_layout()
     out = Path(path)
     fig.savefig(out, dpi=110)

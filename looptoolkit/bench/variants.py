@@ -123,40 +123,46 @@ def _sequential_take(ctx: Context) -> Iterable[Any]:
     return sequential_take(ctx.workload.data, ctx.batch_size)
 
 
-def _wrapped(backend: str) -> Factory:
-    """The best manual loop on the host data + ``backend``'s cheapest per-batch wrap."""
+def _torch_floor(ctx: Context) -> Iterable[Any]:
+    """The best manual loop on the host data + ``torch.from_numpy`` per leaf (zero-copy)."""
+    import torch
 
-    def factory(ctx: Context) -> Iterable[Any]:
-        from looptoolkit.bench.native_numpy import numpy_manual
+    from looptoolkit.bench.native_numpy import numpy_manual
 
-        wrap: Callable[[list[np.ndarray]], list[Any]]
-        if backend == "torch":
-            import torch
+    from_numpy = torch.from_numpy
 
-            from_numpy = torch.from_numpy
+    def wrap(leaves: list[np.ndarray]) -> list[Any]:
+        return [from_numpy(x) for x in leaves]
 
-            def wrap(leaves: list[np.ndarray]) -> list[Any]:
-                return [from_numpy(x) for x in leaves]
+    return numpy_manual(ctx.workload.data, ctx.batch_size, seed=ctx.seed, wrap=wrap)
 
-        elif backend == "tf":
-            import tensorflow as tf
 
-            convert = tf.convert_to_tensor
+def _jax_floor(ctx: Context) -> Iterable[Any]:
+    from looptoolkit.bench.native_jax import chunked_floor
 
-            def wrap(leaves: list[np.ndarray]) -> list[Any]:
-                return [convert(x) for x in leaves]
+    return chunked_floor(
+        ctx.workload.data, ctx.batch_size, seed=ctx.seed, device=jax_device(ctx.device)
+    )
 
-        else:
-            import jax
 
-            put, where = jax.device_put, jax_device(ctx.device)
+def _tf_floor(ctx: Context) -> Iterable[Any]:
+    from looptoolkit.bench.native_tf import chunked_floor
 
-            def wrap(leaves: list[np.ndarray]) -> list[Any]:
-                return put(leaves, where)
+    return chunked_floor(ctx.workload.data, ctx.batch_size, seed=ctx.seed)
 
-        return numpy_manual(ctx.workload.data, ctx.batch_size, seed=ctx.seed, wrap=wrap)
 
-    return factory
+def _tf_convert(ctx: Context) -> Iterable[Any]:
+    """The best manual loop + one ``tf.convert_to_tensor`` per leaf per batch."""
+    import tensorflow as tf
+
+    from looptoolkit.bench.native_numpy import numpy_manual
+
+    convert = tf.convert_to_tensor
+
+    def wrap(leaves: list[np.ndarray]) -> list[Any]:
+        return [convert(x) for x in leaves]
+
+    return numpy_manual(ctx.workload.data, ctx.batch_size, seed=ctx.seed, wrap=wrap)
 
 
 def _randperm(gather: str) -> Factory:
@@ -302,70 +308,235 @@ _ORDER = ("looptoolkit.order",)
 _TORCH_DATA = ("looptoolkit.torch_data", *_ORDER)
 
 VARIANTS: list[Variant] = [
-    Variant("python", "numpy", "pure Python: random.sample of a list, then slices",
-            _pure_python, shuffle=None, workloads=("index",), convert=_as_array),
-    Variant(BASELINE, "numpy", "best manual loop: permutation + take per leaf (the baseline)",
-            _numpy_manual("take"), shuffle=None),
-    Variant("numpy-index", "numpy", "NumPy fancy-index loop: permutation + x[idx] per leaf",
-            _numpy_manual("index"), shuffle=None),
-    Variant("numpy-epoch", "numpy", "permutation(x).reshape(-1, B): one shuffled copy per "
-            "epoch, then row views", _epoch_views, shuffle=None, workloads=("index",)),
-    Variant("floor-memcpy", "numpy", "floor: a contiguous copy of each batch's bytes",
-            _memcpy, shuffle=None),
-    Variant("floor-seq-take", "numpy", "floor: take with arange indices (a perfectly local "
-            "order)", _sequential_take, shuffle=None),
-    Variant("loader-numpy", "numpy", "Loader, full shuffle",
-            lambda ctx: _loader(ctx, shuffle="full"), requires=_LOADER, floor=BASELINE),
-    Variant("loader-numpy-bg", "numpy", "Loader, full shuffle, device='cpu', prefetch=2 "
-            "(a background thread)", lambda ctx: _loader(ctx, shuffle="full", device="cpu",
-            prefetch=2), requires=_LOADER, floor=BASELINE),
-    Variant("loader-grouped", "numpy", "Loader, grouped shuffle",
-            lambda ctx: _loader(ctx, shuffle="grouped"), shuffle="grouped", requires=_LOADER,
-            floor="floor-seq-take"),
-    Variant("loader-runs", "numpy", "Loader, grouped shuffle in runs of 16 rows (run_size=16)",
-            lambda ctx: _loader(ctx, shuffle="grouped", run_size=16), shuffle=None,
-            requires=_LOADER, floor="floor-seq-take"),
-    Variant("floor-torch", "torch", "floor: best manual loop + torch.from_numpy per leaf",
-            _wrapped("torch"), shuffle=None),
-    Variant("torch-index", "torch", "torch.randperm + x[idx] per leaf (torch's indexing)",
-            _randperm("index"), shuffle=None),
-    Variant("torch-index-select", "torch", "torch.randperm + index_select per leaf",
-            _randperm("index_select"), shuffle=None),
-    Variant("dl-per-sample", "torch", "DataLoader: per-sample __getitem__ + default_collate, "
-            "0 workers", _per_sample(0), requires=_ORDER),
-    Variant("dl-per-sample-w2", "torch", "the same DataLoader with 2 workers (persistent, "
-            "forkserver)", _per_sample(2), slow=True, requires=_ORDER),
-    Variant("dl-getitems", "torch", "DataLoader over GetItemsDataset: lists of ints to "
-            "__getitems__", _getitems, requires=_TORCH_DATA),
-    Variant("dl-getitems-arrays", "torch", "make_dataloader: GetItemsDataset + batches of "
-            "index arrays", _make_dataloader, requires=_TORCH_DATA),
-    Variant("loader-torch", "torch", "Loader on torch data (on a GPU: pinned, non-blocking "
-            "copies)", _loader_torch, requires=_LOADER, floor="floor-torch"),
+    Variant(
+        "python",
+        "numpy",
+        "pure Python: random.sample of a list, then slices",
+        _pure_python,
+        shuffle=None,
+        workloads=("index",),
+        convert=_as_array,
+    ),
+    Variant(
+        BASELINE,
+        "numpy",
+        "best manual loop: permutation + take per leaf (the baseline)",
+        _numpy_manual("take"),
+        shuffle=None,
+    ),
+    Variant(
+        "numpy-index",
+        "numpy",
+        "NumPy fancy-index loop: permutation + x[idx] per leaf",
+        _numpy_manual("index"),
+        shuffle=None,
+    ),
+    Variant(
+        "numpy-epoch",
+        "numpy",
+        "permutation(x).reshape(-1, B): one shuffled copy per epoch, then row views",
+        _epoch_views,
+        shuffle=None,
+        workloads=("index",),
+    ),
+    Variant(
+        "floor-memcpy",
+        "numpy",
+        "floor: a contiguous copy of each batch's bytes",
+        _memcpy,
+        shuffle=None,
+    ),
+    Variant(
+        "floor-seq-take",
+        "numpy",
+        "floor: take with arange indices (a perfectly local order)",
+        _sequential_take,
+        shuffle=None,
+    ),
+    Variant(
+        "loader-numpy",
+        "numpy",
+        "Loader, full shuffle",
+        lambda ctx: _loader(ctx, shuffle="full"),
+        requires=_LOADER,
+        floor=BASELINE,
+    ),
+    Variant(
+        "loader-numpy-bg",
+        "numpy",
+        "Loader, full shuffle, device='cpu', prefetch=2 (a background thread)",
+        lambda ctx: _loader(ctx, shuffle="full", device="cpu", prefetch=2),
+        requires=_LOADER,
+        floor=BASELINE,
+    ),
+    Variant(
+        "loader-grouped",
+        "numpy",
+        "Loader, grouped shuffle",
+        lambda ctx: _loader(ctx, shuffle="grouped"),
+        shuffle="grouped",
+        requires=_LOADER,
+        floor="floor-seq-take",
+    ),
+    Variant(
+        "loader-runs",
+        "numpy",
+        "Loader, grouped shuffle in runs of 16 rows (run_size=16)",
+        lambda ctx: _loader(ctx, shuffle="grouped", run_size=16),
+        shuffle=None,
+        requires=_LOADER,
+        floor="floor-seq-take",
+    ),
+    Variant(
+        "floor-torch",
+        "torch",
+        "floor: best manual loop + torch.from_numpy per leaf",
+        _torch_floor,
+        shuffle=None,
+    ),
+    Variant(
+        "torch-index",
+        "torch",
+        "torch.randperm + x[idx] per leaf (torch's indexing)",
+        _randperm("index"),
+        shuffle=None,
+    ),
+    Variant(
+        "torch-index-select",
+        "torch",
+        "torch.randperm + index_select per leaf",
+        _randperm("index_select"),
+        shuffle=None,
+    ),
+    Variant(
+        "dl-per-sample",
+        "torch",
+        "DataLoader: per-sample __getitem__ + default_collate, 0 workers",
+        _per_sample(0),
+        requires=_ORDER,
+    ),
+    Variant(
+        "dl-per-sample-w2",
+        "torch",
+        "the same DataLoader with 2 workers (persistent, forkserver)",
+        _per_sample(2),
+        slow=True,
+        requires=_ORDER,
+    ),
+    Variant(
+        "dl-getitems",
+        "torch",
+        "DataLoader over GetItemsDataset: lists of ints to __getitems__",
+        _getitems,
+        requires=_TORCH_DATA,
+    ),
+    Variant(
+        "dl-getitems-arrays",
+        "torch",
+        "make_dataloader: GetItemsDataset + batches of index arrays",
+        _make_dataloader,
+        requires=_TORCH_DATA,
+    ),
+    Variant(
+        "loader-torch",
+        "torch",
+        "Loader on torch data (on a GPU: pinned, non-blocking copies)",
+        _loader_torch,
+        requires=_LOADER,
+        floor="floor-torch",
+    ),
     *_images_set("torch"),
-    Variant("loader-torch-res", "torch", "Loader, data resident on the GPU",
-            _loader_torch_resident, accelerator=True, requires=_LOADER,
-            floor="torch-res-gather"),
-    Variant("torch-res-gather", "torch", "bare on-device index_select (the GPU reference)",
-            _torch_resident_gather, accelerator=True, requires=_ORDER),
-    Variant("floor-jax", "jax", "floor: best manual loop + one jax.device_put of the leaves",
-            _wrapped("jax"), shuffle=None),
-    Variant("jax-naive", "jax", "jax.random.permutation + eager jnp.take per leaf",
-            _jax_naive, shuffle=None),
-    Variant("jax-device-put", "jax", "NumPy gather + one jax.device_put per batch",
-            _jax_device_put, requires=_ORDER),
-    Variant("jax-resident", "jax", "data and order on the device, one jitted gather per batch",
-            _jax_resident, requires=_ORDER),
-    Variant("loader-jax", "jax", "Loader on JAX data", lambda ctx: _loader(ctx, shuffle="full"),
-            requires=_LOADER, floor="floor-jax"),
+    Variant(
+        "loader-torch-res",
+        "torch",
+        "Loader, data resident on the GPU",
+        _loader_torch_resident,
+        accelerator=True,
+        requires=_LOADER,
+        floor="torch-res-gather",
+    ),
+    Variant(
+        "torch-res-gather",
+        "torch",
+        "bare on-device index_select (the GPU reference)",
+        _torch_resident_gather,
+        accelerator=True,
+        requires=_ORDER,
+    ),
+    Variant(
+        "floor-jax",
+        "jax",
+        "floor: chunks of batches gathered with take, one jax.device_put, one jitted split",
+        _jax_floor,
+        shuffle=None,
+    ),
+    Variant(
+        "jax-naive",
+        "jax",
+        "jax.random.permutation + eager jnp.take per leaf",
+        _jax_naive,
+        shuffle=None,
+    ),
+    Variant(
+        "jax-device-put",
+        "jax",
+        "NumPy gather + one jax.device_put per batch",
+        _jax_device_put,
+        requires=_ORDER,
+    ),
+    Variant(
+        "jax-resident",
+        "jax",
+        "data and order on the device, one jitted gather per batch",
+        _jax_resident,
+        requires=_ORDER,
+    ),
+    Variant(
+        "loader-jax",
+        "jax",
+        "Loader on JAX data",
+        lambda ctx: _loader(ctx, shuffle="full"),
+        requires=_LOADER,
+        floor="floor-jax",
+    ),
     *_images_set("jax"),
-    Variant("floor-tf", "tf", "floor: best manual loop + tf.convert_to_tensor per leaf",
-            _wrapped("tf"), shuffle=None),
-    Variant("tf-classic", "tf", "tf.data: from_tensor_slices.shuffle(N).batch.prefetch",
-            _tf_classic, shuffle=None),
-    Variant("tf-loader-dataset", "tf", "tf.data in the Loader's order, one gather per batch, "
-            "prefetch", _tf_loader_dataset, requires=_ORDER),
-    Variant("loader-tf", "tf", "Loader on tf data", lambda ctx: _loader(ctx, shuffle="full"),
-            requires=_LOADER, floor="floor-tf"),
+    Variant(
+        "floor-tf",
+        "tf",
+        "floor: chunks of batches gathered with take, one "
+        "tf.convert_to_tensor per leaf, one tf.split",
+        _tf_floor,
+        shuffle=None,
+    ),
+    Variant(
+        "tf-convert",
+        "tf",
+        "best manual loop + tf.convert_to_tensor per leaf per batch",
+        _tf_convert,
+        shuffle=None,
+    ),
+    Variant(
+        "tf-classic",
+        "tf",
+        "tf.data: from_tensor_slices.shuffle(N).batch.prefetch",
+        _tf_classic,
+        shuffle=None,
+    ),
+    Variant(
+        "tf-loader-dataset",
+        "tf",
+        "tf.data in the Loader's order, one gather per batch, prefetch",
+        _tf_loader_dataset,
+        requires=_ORDER,
+    ),
+    Variant(
+        "loader-tf",
+        "tf",
+        "Loader on tf data",
+        lambda ctx: _loader(ctx, shuffle="full"),
+        requires=_LOADER,
+        floor="floor-tf",
+    ),
     *_images_set("tf"),
-]  # fmt: skip
+]
 """Every variant, in the order the tables list them (grouped by backend)."""

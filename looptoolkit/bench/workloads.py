@@ -35,7 +35,7 @@ WORKLOADS: dict[str, tuple[str, int, int, int, int]] = {
     "index": ("arange(N): sample ids", 300_000, 3_000, 300, 30),
     "tabular": ('{"x": float32 (N, 64), "y": int64 row id}', 300_000, 3_000, 300, 30),
     "images": ('{"image": uint8 (N, 3, 64, 64), "label": int64 row id}', 50_000, 512, 256, 32),
-}  # fmt: skip
+}
 
 
 @dataclass

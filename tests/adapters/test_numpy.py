@@ -1,4 +1,4 @@
-"""NumPy backend: moves on the host apply casts only; NumPy never leaves the host."""
+"""NumPy backend: transfers on the host apply casts only; NumPy never leaves the host."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ np = pytest.importorskip("numpy")
 
 from looptoolkit._dtypes import as_numpy_dtype  # noqa: E402
 from looptoolkit.adapters import backend_of, get_backend  # noqa: E402
-from looptoolkit.device import parse_device  # noqa: E402
+from looptoolkit.device import parse_device, transfer  # noqa: E402
 
 backend = get_backend("numpy")
 
 
 def test_move_to_host_returns_uncast_leaves_as_they_are_and_casts_the_others():
     a, b = np.arange(3, dtype=np.uint8), np.ones(2)
-    out = backend.move([a, b], parse_device("cpu"), [None, "float16"], None, None)
+    out = transfer(backend, [a, b], parse_device("cpu"), [None, "float16"])
     assert out[0] is a
     assert out[1].dtype == np.float16 and out[1] is not b
     np.testing.assert_array_equal(out[1], b)
@@ -23,7 +23,7 @@ def test_move_to_host_returns_uncast_leaves_as_they_are_and_casts_the_others():
 
 def test_numpy_cannot_be_placed_on_an_accelerator():
     with pytest.raises(ValueError, match="NumPy arrays live on the host"):
-        backend.move([np.ones(1)], parse_device("cuda"), [None], None, None)
+        backend.move([np.ones(1)], parse_device("cuda"), None, None)
 
 
 def test_memmap_and_zero_d_are_numpy_leaves(tmp_path):
@@ -39,5 +39,5 @@ def test_as_numpy_dtype_knows_ml_dtypes():
     pytest.importorskip("ml_dtypes")
     assert as_numpy_dtype("bfloat16").name == "bfloat16"
     x = np.ones(2, np.float32)
-    out = backend.move([x], parse_device("cpu"), ["bfloat16"], None, None)[0]
+    out = transfer(backend, [x], parse_device("cpu"), ["bfloat16"])[0]
     assert out.dtype.name == "bfloat16"

@@ -1,0 +1,129 @@
+"""Host gather kernels: batch-sized gathers of rows of host (NumPy) arrays.
+
+Shared by the backends whose leaves live on the host, or can be viewed there
+without a copy: [`row_gather`][looptoolkit.adapters.row_gather] picks the cheapest
+gather for an array's layout, [`zip_gathers`][looptoolkit.adapters.zip_gathers] runs
+a batch stream through several of them in C, and
+[`host_chunks`][looptoolkit.adapters.host_chunks] /
+[`split_chunks`][looptoolkit.adapters.split_chunks] gather many batches at once, so
+that a framework wraps each chunk once and splits it, instead of paying its
+per-call cost per batch.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+__all__ = [
+    "CHUNK_BYTES",
+    "CHUNK_MAX_BATCHES",
+    "chunked",
+    "gather_rows",
+    "host_chunks",
+    "row_gather",
+    "split_chunks",
+    "zip_gathers",
+]
+
+_T = TypeVar("_T")
+
+
+def row_gather(view: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """The cheapest batch-sized gather of rows of a host array, for in-range indices >= 0.
+
+    ``take`` on a C-contiguous array copies whole rows (``mode="clip"`` skips its
+    bounds-error path: the epoch orders only hold valid indices). On any other
+    layout (Fortran order, a column slice, a transposed view, a sliced memmap)
+    ``take`` first copies the whole array, every call; fancy indexing then costs
+    one batch.
+    """
+    if view.flags.c_contiguous:
+        take = view.take
+        # Positional arguments: keyword ones cost a dict per call, as much as a
+        # small gather.
+        return lambda idx: take(idx, 0, None, "clip")
+    return view.__getitem__
+
+
+def gather_rows(view: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Rows ``idx`` (negative ones counting from the end) of a host array, at a batch's cost."""
+    return view.take(idx, axis=0) if view.flags.c_contiguous else view[idx]
+
+
+def zip_gathers(
+    gathers: Sequence[Callable[[np.ndarray], Any]], batches: Iterable[np.ndarray]
+) -> Iterator[tuple[Any, ...]]:
+    """For each index batch, the tuple of every gather's result: a C-level iterator.
+
+    ``map`` and ``zip`` over copies of the batch stream (``itertools.tee``) run
+    the whole per-batch loop in C; Python only runs the gathers themselves.
+    """
+    copies = itertools.tee(batches, len(gathers))
+    return zip(*(map(g, c) for g, c in zip(gathers, copies, strict=True)), strict=True)
+
+
+# Bytes of rows gathered at once by `host_chunks`, and at most this many batches:
+# enough batches to amortise a framework's per-call cost (a tf op, a JAX
+# transfer and dispatch) over dozens of batches, few enough bytes to stay in cache.
+CHUNK_BYTES = 4 << 20
+CHUNK_MAX_BATCHES = 64
+
+
+def host_chunks(
+    views: Sequence[np.ndarray], batches: Iterable[np.ndarray]
+) -> Iterator[tuple[list[int], list[np.ndarray]]]:
+    """Gather consecutive batches together: ``(batch sizes, one gathered array per view)``.
+
+    Each chunk is one batch-sized-cost gather per view
+    ([`row_gather`][looptoolkit.adapters.row_gather]) of the concatenated indices
+    of up to ``CHUNK_MAX_BATCHES`` batches and about ``CHUNK_BYTES`` bytes. A
+    backend wraps each chunk once and splits it into its batches in one call,
+    instead of paying its per-call cost per batch.
+    """
+    gathers = [row_gather(v) for v in views]
+    row_bytes = sum(v.itemsize * int(np.prod(v.shape[1:])) for v in views) or 1
+    stream = iter(batches)
+    first = next(stream, None)
+    if first is None:
+        return
+    count = max(1, min(CHUNK_MAX_BATCHES, CHUNK_BYTES // max(1, len(first) * row_bytes)))
+    for chunk in chunked(itertools.chain([first], stream), count):
+        flat = chunk[0] if len(chunk) == 1 else np.concatenate(chunk)
+        yield [len(idx) for idx in chunk], [g(flat) for g in gathers]
+
+
+def split_chunks(
+    views: Sequence[np.ndarray],
+    batches: Iterable[np.ndarray],
+    wrap: Callable[[list[np.ndarray]], _T],
+    split: Callable[[_T, list[int]], Iterable[Any]],
+) -> Iterator[Any]:
+    """The batches of ``host_chunks``: each chunk wrapped once, then split into batches.
+
+    ``wrap`` turns a chunk's gathered rows (one array per view) into the
+    framework's arrays in one go; ``split(arrays, sizes)`` cuts them into one
+    sequence of leaves per batch (a list or a tuple: the backend's batches). A
+    chunk of one batch is yielded as wrapped.
+    """
+    for sizes, rows in host_chunks(views, batches):
+        wrapped = wrap(rows)
+        if len(sizes) == 1:
+            yield wrapped
+        else:
+            yield from split(wrapped, sizes)
+
+
+def chunked(items: Iterable[np.ndarray], size: int) -> Iterator[list[np.ndarray]]:
+    """Consecutive lists of ``size`` items (the last one shorter)."""
+    chunk: list[np.ndarray] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
