@@ -4,9 +4,9 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-EXTRAS ?= torch,jax,tf-cpu,dev
+EXTRAS ?= torch,jax,tf-cpu,dev,docs
 
-.PHONY: install test compare lint transfer reference dist clean
+.PHONY: install test compare lint transfer reference dist docs clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@echo "looptoolkit: setting up $(VENV) with the pinned versions of constraints.txt (a few minutes the first time)"
@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@# from pulling a CUDA build for tensordict's dependency.
 	@echo "looptoolkit: [2/3] torch (pinned CPU build)"
 	@$(BIN)/python -m pip install -q -c constraints.txt torch
-	@echo "looptoolkit: [3/3] looptoolkit with [$(EXTRAS)]: jax, tensorflow-cpu, tensordict, test tools"
+	@echo "looptoolkit: [3/3] looptoolkit with [$(EXTRAS)]: jax, tensorflow-cpu, tensordict, test and docs tools"
 	@$(BIN)/python -m pip install -q -c constraints.txt -e ".[$(EXTRAS)]"
 	@touch $(STAMP)
 	@echo "looptoolkit: $(VENV) is ready"
@@ -40,8 +40,8 @@ reference: $(STAMP)
 	$(BIN)/looptoolkit transfer --reference
 
 lint: $(STAMP)
-	$(BIN)/ruff check looptoolkit tests benchmarks
-	$(BIN)/ruff format --check looptoolkit tests benchmarks
+	$(BIN)/ruff check looptoolkit tests benchmarks docs/hooks.py
+	$(BIN)/ruff format --check looptoolkit tests benchmarks docs/hooks.py
 	$(BIN)/mypy
 
 # The release check: build the sdist and the wheel, `twine check` both, install
@@ -57,5 +57,10 @@ dist: $(STAMP)
 	cd /tmp && $(CURDIR)/$(DISTVENV)/bin/python -c "import looptoolkit; print(looptoolkit.__version__)"
 	cd /tmp && $(CURDIR)/$(DISTVENV)/bin/python $(CURDIR)/tests/readme_tour.py $(CURDIR)/README.md
 
+# The documentation site, into site/: every warning (a broken link or anchor, an
+# unresolved cross-reference, a docstring problem) fails the build.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) $(DISTVENV) dist build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(DISTVENV) dist build site .pytest_cache .mypy_cache .ruff_cache

@@ -1,15 +1,16 @@
 """looptoolkit: feed tensors to a model fast, for PyTorch, JAX, TensorFlow and NumPy.
 
-- :func:`to_device` moves any nested batch to a device.
-- :class:`Loader` batches in-memory (or memory-mapped) arrays with one gather
+- [`to_device`][looptoolkit.to_device] moves any nested batch to a device.
+- [`Loader`][looptoolkit.Loader] batches in-memory (or memory-mapped) arrays with one gather
   per leaf per batch, full or grouped shuffling, resume, sharding, prefetch
-  and a ``transform`` run where the batch arrives; :class:`Order` is its epoch
-  order on its own, :func:`normalize` the common transform; :func:`stack_records`
-  turns a list of per-sample records into the columns it batches.
-- :class:`GetItemsDataset`, :func:`make_dataloader` and :func:`keep_batch` bring
-  the batched fetch to ``torch.utils.data.DataLoader`` (they need torch);
-  :func:`loader_dataset` yields the Loader's batches from ``tf.data`` (needs
-  tensorflow).
+  and a ``transform`` run where the batch arrives; [`Order`][looptoolkit.Order] is its epoch
+  order on its own, [`normalize`][looptoolkit.normalize] the common transform;
+  [`stack_records`][looptoolkit.stack_records] turns a list of per-sample records into the columns
+  it batches.
+- [`GetItemsDataset`][looptoolkit.GetItemsDataset], [`make_dataloader`][looptoolkit.make_dataloader]
+  and [`keep_batch`][looptoolkit.keep_batch] bring the batched fetch to
+  ``torch.utils.data.DataLoader`` (they need torch); [`loader_dataset`][looptoolkit.loader_dataset]
+  yields the Loader's batches from ``tf.data`` (needs tensorflow).
 
 Importing looptoolkit imports no framework: torch, jax and tensorflow are
 loaded only when their arrays are used or their integration is asked for.

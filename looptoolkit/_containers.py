@@ -1,9 +1,9 @@
 """Container rules: how each kind of container is flattened and rebuilt.
 
-Used by :mod:`looptoolkit.tree`, which classifies a type the first time it meets
+Used by [`looptoolkit.tree`][looptoolkit.tree], which classifies a type the first time it meets
 it as a leaf and registers it here, in one or both of its optree namespaces
-(:data:`DATA` for the Loader's data and its batches, :data:`MOVE` for
-``to_device``). The rules, in order:
+([`DATA`][looptoolkit._containers.DATA] for the Loader's data and its batches,
+[`MOVE`][looptoolkit._containers.MOVE] for ``to_device``). The rules, in order:
 
 - a framework's own containers (``Backend.container``: TensorDict, tensorclass;
   ``Backend.move_container``, ``to_device`` only: a lazily stacked TensorDict);
@@ -16,9 +16,10 @@ it as a leaf and registers it here, in one or both of its optree namespaces
 - other mappings and sequences, which cannot be rebuilt as their own type, and
   subclasses of the above with their own constructor: they come back as they
   are when nothing inside them changed, else as their closest base with a
-  :class:`ContainerRebuildWarning` (``strict``: :class:`Unbuildable`). When such
-  a type has its own ``.to`` (a tokenizer's ``BatchEncoding``), ``to_device``
-  moves it with its ``.to`` instead: it is not registered in :data:`MOVE`.
+  [`ContainerRebuildWarning`][looptoolkit.ContainerRebuildWarning] (``strict``:
+  [`Unbuildable`][looptoolkit._containers.Unbuildable]). When such a type has its own ``.to`` (a
+  tokenizer's ``BatchEncoding``), ``to_device`` moves it with its ``.to`` instead: it is not
+  registered in [`MOVE`][looptoolkit._containers.MOVE].
 
 Instance attributes that a container carries besides its fields or items
 (``batch.meta = ...``) come back with it; those that are arrays or containers
@@ -51,6 +52,7 @@ from looptoolkit._fields import (
 )
 from looptoolkit._node import Node, Ref
 from looptoolkit.adapters import container_node, move_container_node
+from looptoolkit.stores import is_store_type
 
 __all__ = [
     "DATA",
@@ -353,7 +355,7 @@ def needs_registration(cls: type) -> bool:
 
 
 def register_namedtuple(cls: type) -> None:
-    """Register a namedtuple subclass that :func:`needs_registration`, in both namespaces."""
+    """Register a namedtuple subclass that ``needs_registration``, in both namespaces."""
     base = namedtuple_class(cls)
     assert base is not None
     _register(cls, _subclass_node(cls, base), _BOTH)
@@ -394,8 +396,10 @@ def _node_for(cls: type) -> Node | None:
 def classify(cls: type) -> tuple[bool, bool]:
     """Register ``cls`` where it is a container: ``(in DATA, in MOVE)``.
 
-    Called once per type, under :mod:`looptoolkit.tree`'s lock.
+    Called once per type, under [`looptoolkit.tree`][looptoolkit.tree]'s lock.
     """
+    if is_store_type(cls):  # a store, table or lazy array: the Loader reads or refuses it
+        return False, False
     node = container_node(cls)  # a framework's own container (TensorDict, tensorclass)
     if node is not None:
         _register(cls, node, _BOTH)

@@ -1,11 +1,11 @@
 """The epoch cursor: which epoch, from which sample, the next pass over the data runs.
 
-Between the orders (:mod:`looptoolkit.order`, a pure function of the epoch) and
-every route that iterates them: the :class:`~looptoolkit.Loader`, the
-DataLoader integration (:mod:`looptoolkit.torch_data`), the tf.data
-integration (:mod:`looptoolkit.tf_data`) and the comparison pipelines. Each of
-them asks one :class:`EpochCursor` which epoch a pass runs and tells it when
-a pass is done, so they all follow one rule (``docs/loader.md``, "Which epoch
+Between the orders ([`looptoolkit.order`][looptoolkit.order], a pure function of the epoch) and
+every route that iterates them: the [`Loader`][looptoolkit.Loader], the
+DataLoader integration ([`looptoolkit.torch_data`][looptoolkit.torch_data]), the tf.data
+integration ([`looptoolkit.tf_data`][looptoolkit.tf_data]) and the comparison pipelines. Each of
+them asks one [`EpochCursor`][looptoolkit._epochs.EpochCursor] which epoch a pass runs and tells it
+when a pass is done, so they all follow one rule (``docs/loader.md``, "Which epoch
 a loop runs"):
 
 1. A pass *binds* the cursor's ``(epoch, offset)`` when its first batch is
@@ -21,8 +21,9 @@ a loop runs"):
 4. ``set_epoch(e)`` always wins: the next pass runs epoch ``e`` from its start
    (from the loaded offset if ``e`` is the epoch a loaded state points into).
 
-The state helpers (:func:`state_of`, :func:`parse_state`) give the Loader and
-the DataLoader integration one resumable state format.
+The state helpers ([`state_of`][looptoolkit._epochs.state_of],
+[`parse_state`][looptoolkit._epochs.parse_state]) give the Loader and the DataLoader integration one
+resumable state format.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ class EpochCursor:
         return self.epoch, self.offset
 
     def bind(self) -> tuple[int, int, int]:
-        """``(epoch, offset, token)`` for a pass that starts now; ``token`` for :meth:`complete`."""
+        """``(epoch, offset, token)`` for a pass that starts now; ``token`` for ``complete``."""
         with self._lock:
             return self.epoch, self.offset, self.moves
 
@@ -219,6 +220,7 @@ SAMPLING_KEY = "sampling"
 LENGTH_KEY = "length"
 FINGERPRINT_KEY = "fingerprint"
 PAD_SHARDS_KEY = "pad_shards"
+CHUNK_ROWS_KEY = "chunk_rows"  # rows per chunk of a store's grouped order; None otherwise
 
 
 def state_of(order: Order, epoch: int, offset: int) -> dict[str, Any]:
@@ -238,6 +240,7 @@ def state_of(order: Order, epoch: int, offset: int) -> dict[str, Any]:
         LENGTH_KEY: order.length,
         FINGERPRINT_KEY: order.sampling.fingerprint,
         PAD_SHARDS_KEY: order.pad_shards,
+        CHUNK_ROWS_KEY: order.chunk_rows,
     }
 
 
@@ -247,8 +250,9 @@ def parse_state(order: Order, state: dict[str, Any]) -> tuple[int, int]:
     The state must describe the same epoch orders (``n``, ``shuffle``, ``seed``,
     the sampling (its kind, epoch length and a checksum of its weights or
     subset), ``pad_shards``, and for a grouped order ``group_size`` and
-    ``run_size``); batch size and world size may differ, as long as the offset
-    is a multiple of this world size.
+    ``run_size``, for a store's grouped order ``chunk_rows`` and the world
+    size too); batch size and world size may differ, as long as the offset is a
+    multiple of this world size.
 
     Raises:
         ValueError: a key is missing, the state describes other orders, or its
@@ -268,13 +272,17 @@ def parse_state(order: Order, state: dict[str, Any]) -> tuple[int, int]:
         LENGTH_KEY: order.length,
         FINGERPRINT_KEY: order.sampling.fingerprint,
         PAD_SHARDS_KEY: order.pad_shards,
+        CHUNK_ROWS_KEY: order.chunk_rows,
     }
     saved = dict(state)
+    saved.setdefault(CHUNK_ROWS_KEY, None)  # states from before store orders existed
     # States from before these orders existed describe a padded permutation of n.
     saved.setdefault(SAMPLING_KEY, "permutation")
     saved.setdefault(LENGTH_KEY, order.n)
     saved.setdefault(FINGERPRINT_KEY, None)
     saved.setdefault(PAD_SHARDS_KEY, True)
+    if order.chunk_rows is not None:  # ranks own whole chunks: the order depends on them
+        mine[WORLD_SIZE_KEY] = order.world_size
     if order.shuffle == "grouped":
         mine[GROUP_SIZE_KEY] = order.group_size
         mine[RUN_SIZE_KEY] = order.run_size

@@ -1,6 +1,6 @@
 """Containers with named fields: dataclasses, attrs classes, ``SimpleNamespace``.
 
-Part of the container rules of :mod:`looptoolkit._containers`: each is
+Part of the container rules of [`looptoolkit._containers`][looptoolkit._containers]: each is
 flattened by its fields (and by any other instance attribute that is not a
 plain value, such as an array set after ``__init__``) and rebuilt as a shallow
 copy with them replaced, without running its constructor again.

@@ -1,6 +1,6 @@
 """The Loader's construction-time checks: what would otherwise fail inside an epoch.
 
-Run once by :class:`~looptoolkit.Loader` before the first batch: an epoch that
+Run once by [`Loader`][looptoolkit.Loader] before the first batch: an epoch that
 ``drop_last`` would leave empty, and a move of a few rows of every leaf to the
 ``device`` (an absent device, an impossible ``dtype``, batches a JAX sharding
 cannot split). Errors name the leaf as the user's ``data[...]``, with its own
@@ -89,7 +89,7 @@ def probe(
 
     Returns:
         The shards of ``target``'s batch axis (1 unless it is a sharding), for
-        :func:`check_shards` of a resumed epoch.
+        [`check_shards`][looptoolkit._probe.check_shards] of a resumed epoch.
 
     Raises:
         TransferError: a leaf cannot be moved or cast (named as ``data[...]``).

@@ -4,9 +4,9 @@ The Loader batches the leading dimension of every array of ``data``: it needs
 *columns*, one array per field holding every sample. The most common shape of a
 hand-made dataset is the other one, a list of per-sample *records*
 (``[{"x": x0, "y": 0}, {"x": x1, "y": 1}, ...]``), which read as columns would
-be batched inside each sample. :func:`find_records` recognises one in a
-flattened ``data`` (for :class:`~looptoolkit._rows.Rows` to refuse it), and
-:func:`stack_records` turns one into columns.
+be batched inside each sample. [`find_records`][looptoolkit._records.find_records] recognises one in
+a flattened ``data`` (for [`Rows`][looptoolkit._rows.Rows] to refuse it), and
+[`stack_records`][looptoolkit.stack_records] turns one into columns.
 
 A list (not a tuple: ``(X, Y)`` is the usual pair of columns) is taken for
 records when it holds two or more items and they are all containers of one

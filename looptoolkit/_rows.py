@@ -1,11 +1,11 @@
 """Rows: the data side of the Loader, gathered a batch at a time.
 
-Between the order and the transfer in the data flow: :class:`Rows` flattens the
+Between the order and the transfer in the data flow: [`Rows`][looptoolkit._rows.Rows] flattens the
 user's ``data`` once, checks it (every leaf an array with the same leading
 dimension, named by key path when not), groups the leaves by backend, and for
-each batch of indices from :mod:`looptoolkit.order` makes one gather call per
+each batch of indices from [`looptoolkit.order`][looptoolkit.order] makes one gather call per
 backend, then rebuilds the data's containers around the gathered leaves. The
-batch goes on to :func:`looptoolkit.to_device` (or straight to the loop).
+batch goes on to [`looptoolkit.to_device`][looptoolkit.to_device] (or straight to the loop).
 """
 
 from __future__ import annotations
@@ -20,7 +20,10 @@ import optree
 
 from looptoolkit import tree as _tree
 from looptoolkit._records import find_records, kind_of
-from looptoolkit.adapters import Backend, backend_of, is_batched_node
+from looptoolkit._store_reads import StoreReads
+from looptoolkit.adapters import backend_of, is_batched_node
+from looptoolkit.stores import StoreArray, is_store_type
+from looptoolkit.stores import wrap as wrap_store
 
 __all__ = ["Rows"]
 
@@ -38,22 +41,55 @@ def merge(
         yield out
 
 
+def expand_stores(data: Any) -> Any:
+    """``data`` with each store object as what the Loader reads: a StoreArray, or a dict of them.
+
+    Raises:
+        TypeError: a store-like object that is not supported (named, with what to pass).
+    """
+    leaves, spec = _tree.flatten(data)
+    found = [i for i, leaf in enumerate(leaves) if is_store_type(type(leaf))]
+    if not found:
+        return data
+    paths = _tree.leaf_paths(spec, "data")
+    for i in found:
+        leaves[i] = wrap_store(leaves[i], paths[i])
+    return spec.unflatten(leaves)
+
+
+def chunk_unit(stores: Sequence[StoreArray]) -> int:
+    """Rows per chunk of the order over these store leaves.
+
+    The largest chunk of the leaves that have chunks of their own, so that each
+    of them has its chunks read once per epoch when its chunk size divides that
+    one (a leaf whose chunks do not divide it has a chunk on a group boundary
+    read twice); without such leaves, the fixed block of the widest leaf. Leaves
+    without chunks of their own are read in blocks of this size.
+    """
+    own = [leaf.chunk_rows for leaf in stores if leaf.chunk_rows is not None]
+    if own:
+        return max(own)
+    return min(leaf.block_rows() for leaf in stores)
+
+
 class Rows:
     """The data side of a Loader: a flattened pytree, gathered a batch at a time.
 
     Flattens ``data`` once, checks it, groups the leaves by backend, and builds
     batches: one backend call per group per batch, then the data's containers
-    around the gathered leaves. Shared by :class:`Loader` and
-    :class:`~looptoolkit.GetItemsDataset`; not part of the public API.
+    around the gathered leaves. Shared by [`Loader`][looptoolkit.Loader] and
+    [`GetItemsDataset`][looptoolkit.GetItemsDataset]; not part of the public API.
 
     Raises:
         ValueError: an empty pytree, a 0-d leaf, no rows, leaves of different
             leading dimensions (both named, with their sizes).
         TypeError: a leaf that is not an array (named by its key path); a list of
-            per-sample records (see :mod:`looptoolkit._records`).
+            per-sample records (see [`looptoolkit._records`][looptoolkit._records]).
     """
 
     def __init__(self, data: Any) -> None:
+        data = expand_stores(data)
+        self.data = data  # as given, with store objects as StoreArrays (picklable)
         leaves, spec = _tree.flatten(data)
         records = find_records(spec, leaves)
         if records is not None:
@@ -62,9 +98,17 @@ class Rows:
         self.leaves: list[Any] = leaves
         self.spec: optree.PyTreeSpec = spec
         self._data_keys = tuple(data) if type(data) is dict else ()
-        groups: dict[str, tuple[Backend, list[int]]] = {}
+        groups: dict[str, tuple[Any, list[int]]] = {}
+        stores = [leaf for leaf in leaves if isinstance(leaf, StoreArray)]
+        # The store leaves' reads, and the rows per chunk of an order that visits
+        # their chunks whole (None: no store leaf).
+        self.chunk_rows: int | None = chunk_unit(stores) if stores else None
+        self.store: StoreReads | None = None
+        if stores:
+            assert self.chunk_rows is not None
+            self.store = StoreReads(stores, self.n, self.chunk_rows)
         for i, leaf in enumerate(leaves):
-            backend = backend_of(leaf)
+            backend = self.store if isinstance(leaf, StoreArray) else backend_of(leaf)
             assert backend is not None  # checked above
             groups.setdefault(backend.name, (backend, []))[1].append(i)
         # (backend, positions in `leaves`, those leaves)
@@ -85,7 +129,7 @@ class Rows:
         paths: list[str] = []
         first: tuple[str, int] | None = None
         for i, leaf in enumerate(leaves):
-            backend = backend_of(leaf)
+            backend: Any = leaf if isinstance(leaf, StoreArray) else backend_of(leaf)
             if backend is None or len(getattr(leaf, "shape", ())) == 0:
                 paths = paths or _tree.leaf_paths(spec, "data")
                 if backend is None:
@@ -95,7 +139,7 @@ class Rows:
                 raise ValueError(
                     f"`data` leaves need a leading (sample) dimension; {paths[i]} is 0-d."
                 )
-            size = int(backend.length(leaf))
+            size = len(leaf) if backend is leaf else int(backend.length(leaf))
             if first is None:
                 paths = paths or _tree.leaf_paths(spec, "data")
                 first = (paths[i], size)

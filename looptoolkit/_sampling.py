@@ -1,10 +1,10 @@
 """What an epoch draws from the rows: a permutation, a subset, a weighted draw or a custom order.
 
-Part of the order step (:mod:`looptoolkit.order`): :class:`Sampling` checks the
-options DataLoader users bring (``weights``, ``replacement``, ``num_samples``,
-``indices``, ``order_fn``) once, at construction, and gives each epoch's
-global order as a source of :mod:`looptoolkit._sources`. Everything is a pure
-function of ``(seed, epoch)``.
+Part of the order step ([`looptoolkit.order`][looptoolkit.order]):
+[`Sampling`][looptoolkit._sampling.Sampling] checks the options DataLoader users bring (``weights``,
+``replacement``, ``num_samples``, ``indices``, ``order_fn``) once, at construction, and gives each
+epoch's global order as a source of [`looptoolkit._sources`][looptoolkit._sources]. Everything is a
+pure function of ``(seed, epoch)``.
 """
 
 from __future__ import annotations

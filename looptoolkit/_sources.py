@@ -1,11 +1,11 @@
 """Global epoch orders: the permutation of ``[0, n)`` an epoch visits, before sharding.
 
-:class:`~looptoolkit.order.Order` asks one of these sources for segments of the
-epoch's global order: :class:`Sequential` (``arange``), :class:`Materialized` (a
-full permutation) or :class:`Grouped` (grouped shuffling, generated chunk by
-chunk so that any position is computed without an ``n``-long array). Every
-random choice comes from :func:`generator`, a pure function of ``(seed, epoch,
-stream, ...)``.
+[`Order`][looptoolkit.Order] asks one of these sources for segments of the
+epoch's global order: [`Sequential`][looptoolkit._sources.Sequential] (``arange``),
+[`Materialized`][looptoolkit._sources.Materialized] (a full permutation) or
+[`Grouped`][looptoolkit._sources.Grouped] (grouped shuffling, generated chunk by chunk so that any
+position is computed without an ``n``-long array). Every random choice comes from
+[`generator`][looptoolkit._sources.generator], a pure function of ``(seed, epoch, stream, ...)``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,16 @@ from typing import Protocol
 
 import numpy as np
 
-__all__ = ["STREAM_FULL", "Grouped", "Materialized", "Sequential", "Source", "generator"]
+__all__ = [
+    "STREAM_FULL",
+    "ChunkGrouped",
+    "Grouped",
+    "Materialized",
+    "Sequential",
+    "Source",
+    "chunk_shards",
+    "generator",
+]
 
 # Positions per chunk of a grouped order: ``max(1, _CHUNK_POSITIONS // group_size)``
 # groups are generated together from one random stream. Part of the order's
@@ -280,3 +289,136 @@ def draw(
         first = np.argpartition(race, k - 1)[:k]
         return first[np.argsort(race[first], kind="stable")].astype(np.intp, copy=False)
     return np.argsort(race, kind="stable").astype(np.intp, copy=False)
+
+
+# -- the grouped order of a chunked store: groups of whole chunks --------------------
+
+_STREAM_STORE_CHUNKS = 4
+_STREAM_STORE_GROUP = 5
+
+
+def chunk_shards(n: int, chunk_rows: int, world_size: int) -> tuple[int, ...]:
+    """Rows each rank gets from a [`ChunkGrouped`][looptoolkit._sources.ChunkGrouped] order.
+
+    The same every epoch.
+
+    The ``F`` full chunks are dealt round-robin (rank ``r`` gets ``len(range(r, F,
+    W))`` of them) and a short last chunk goes to rank ``F % W``.
+    """
+    chunks = -(-n // chunk_rows)
+    last = n - (chunks - 1) * chunk_rows
+    full = chunks if last == chunk_rows else chunks - 1
+    rows = [len(range(r, full, world_size)) * chunk_rows for r in range(world_size)]
+    if full < chunks:
+        rows[full % world_size] += last
+    return tuple(rows)
+
+
+class ChunkGrouped:
+    """The grouped order of a chunked store: groups of whole chunks, in O(n / chunk) memory.
+
+    The data is cut into chunks of ``chunk_rows`` rows (the store's own chunks;
+    the last one may be short). Each epoch draws a permutation of the full
+    chunks and deals it round-robin to the ``world_size`` ranks; the short chunk,
+    if any, goes to rank ``F % world_size`` (``F`` full chunks) at a random
+    place in its list. A rank's chunks, in their drawn order, are cut into groups
+    of ``group_chunks``; a rank's stream is its groups one after the other, each
+    group's rows shuffled (stream ``(seed, epoch, _STREAM_STORE_GROUP, rank,
+    group)``). So every chunk belongs to one group of one rank, and a reader that
+    keeps a group's chunks while its rows are used reads each chunk once per epoch.
+
+    Position ``p`` of the global order is position ``p // W`` of rank ``p % W``'s
+    stream, so [`EpochOrder`][looptoolkit.order.EpochOrder]'s strided split gives
+    each rank its own groups. The global order has ``W * m`` positions: ``m`` the
+    longest rank's rows (shorter ranks wrap around their own stream: padding), or
+    with ``cut`` the shortest's (longer ranks' last rows are left out).
+    """
+
+    def __init__(
+        self,
+        n: int,
+        chunk_rows: int,
+        group_chunks: int,
+        seed: int,
+        epoch: int,
+        world_size: int = 1,
+        cut: bool = False,
+    ) -> None:
+        self.n, self.r, self.w = n, chunk_rows, world_size
+        self.seed, self.epoch = seed, epoch
+        chunks = -(-n // chunk_rows)
+        self.last = n - (chunks - 1) * chunk_rows
+        full = chunks if self.last == chunk_rows else chunks - 1
+        rng = generator(seed, epoch, _STREAM_STORE_CHUNKS)
+        perm = rng.permutation(full).astype(np.intp)
+        self.lists = [perm[r::world_size] for r in range(world_size)]
+        if full < chunks:
+            home = full % world_size
+            at = int(rng.integers(len(self.lists[home]) + 1))
+            self.lists[home] = np.insert(self.lists[home], at, chunks - 1)
+        self.chunks = chunks
+        self.group_chunks = group_chunks
+        self.rows = chunk_shards(n, chunk_rows, world_size)
+        self.m = min(self.rows) if cut else max(self.rows)
+        self.length = world_size * self.m
+        # Where each group of each rank starts in that rank's stream.
+        self.starts: list[np.ndarray] = []
+        for chunk_list in self.lists:
+            sizes = np.where(chunk_list == chunks - 1, self.last, chunk_rows)
+            group_rows = np.add.reduceat(sizes, np.arange(0, len(sizes), group_chunks))
+            self.starts.append(np.concatenate(([0], np.cumsum(group_rows))).astype(np.intp))
+        self._cache: dict[tuple[int, int], np.ndarray] = {}
+
+    def group(self, rank: int, j: int) -> np.ndarray:
+        """Rows of group ``j`` of ``rank``, in their shuffled order."""
+        key = (rank, j)
+        rows = self._cache.get(key)
+        if rows is not None:
+            return rows
+        r, k = self.r, self.group_chunks
+        chunk_list = np.sort(self.lists[rank][j * k : (j + 1) * k])
+        rows = np.concatenate(
+            [np.arange(c * r, min(self.n, (c + 1) * r), dtype=np.intp) for c in chunk_list]
+        )
+        generator(self.seed, self.epoch, _STREAM_STORE_GROUP, rank, j).shuffle(rows)
+        if len(self._cache) >= 2 * self.w + 2:  # a block of positions needs a few at once
+            del self._cache[next(iter(self._cache))]
+        self._cache[key] = rows
+        return rows
+
+    def _stream(self, rank: int, start: int, stop: int) -> np.ndarray:
+        """Positions ``[start, stop)`` of ``rank``'s stream, wrapping around its rows."""
+        size = self.rows[rank]
+        starts = self.starts[rank]
+        pieces = []
+        while start < stop:
+            lap = start - start % size
+            lo, hi = start - lap, min(stop - lap, size)
+            j = int(np.searchsorted(starts, lo, side="right")) - 1
+            while lo < hi:
+                g0, g1 = int(starts[j]), int(starts[j + 1])
+                end = min(hi, g1)
+                pieces.append(self.group(rank, j)[lo - g0 : end - g0])
+                lo = end
+                j += 1
+            start = lap + hi
+        if not pieces:
+            return np.empty(0, dtype=np.intp)
+        return np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
+
+    def segment(self, start: int, stop: int) -> np.ndarray:
+        w = self.w
+        if w == 1:
+            return self._stream(0, start, stop)
+        out = np.empty(stop - start, dtype=np.intp)
+        for rank in range(w):
+            first = (rank - start) % w  # first offset in [start, stop) of this rank
+            if first >= stop - start:
+                continue
+            t0 = (start + first) // w
+            count = len(range(first, stop - start, w))
+            out[first::w] = self._stream(rank, t0, t0 + count)
+        return out
+
+    def materialize(self) -> np.ndarray:
+        return self.segment(0, self.length).astype(np.int64)

@@ -1,8 +1,8 @@
 """Loop statistics: where a training loop's time goes, waiting for data or in the step.
 
 The outermost wrapper of a Loader's epoch when it is created with ``stats=True``:
-:func:`timed` counts the time inside ``next`` as waiting and the time between
-batches as the user's step, into a :class:`LoaderStats`.
+[`timed`][looptoolkit._stats.timed] counts the time inside ``next`` as waiting and the time between
+batches as the user's step, into a [`LoaderStats`][looptoolkit.LoaderStats].
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ __all__ = ["LoaderStats", "timed"]
 class LoaderStats:
     """Where the time of a training loop goes: waiting for data, or in the step.
 
-    Measured by a :class:`Loader` created with ``stats=True``, over every epoch
-    since creation (or the last :meth:`reset`).
+    Measured by a [`Loader`][looptoolkit.Loader] created with ``stats=True``, over every epoch
+    since creation (or the last [`reset`][looptoolkit.LoaderStats.reset]).
 
     Attributes:
         batches: batches handed to the loop.

@@ -1,7 +1,7 @@
 """Device transfer: ``to_device`` moves every array leaf of a pytree to a device.
 
 Step after the gather: it takes a batch (any nesting of containers, see
-:mod:`looptoolkit.tree`), sends each framework's leaves to that framework's
+[`looptoolkit.tree`][looptoolkit.tree]), sends each framework's leaves to that framework's
 backend in one call (so a backend can pack many small leaves into one copy, or
 put a whole list with one ``jax.device_put``), and rebuilds the same containers
 around the moved leaves. The Loader's prefetch queue receives the result.
@@ -51,7 +51,7 @@ def parse_device(device: Any) -> Target:
         device: what the caller passed as ``device``.
 
     Returns:
-        The parsed :class:`~looptoolkit._target.Target`.
+        The parsed [`Target`][looptoolkit._target.Target].
 
     Raises:
         ValueError: an unknown device string.
@@ -320,7 +320,7 @@ def skipping(skip_keys: Any) -> Callable[[Any], list[bool]] | None:
 def mover(
     device: Any, dtype: Any = None, skip_keys: Any = None
 ) -> Callable[[Any, bool | None], Any]:
-    """:func:`to_device` to ``device`` with ``dtype``, parsed once, for many trees.
+    """``to_device`` to ``device`` with ``dtype``, parsed once, for many trees.
 
     Returns:
         ``move(tree, non_blocking)``: ``to_device(tree, device, dtype=dtype,
@@ -351,7 +351,7 @@ def _move_tree(
     move: bool = True,
     skip: Callable[[Any], list[bool]] | None = None,
 ) -> Any:
-    """:func:`to_device` of ``tree``, whose key paths start at ``root``.
+    """[`to_device`][looptoolkit.to_device] of ``tree``, whose key paths start at ``root``.
 
     ``move=False``: the Loader's view of ``tree``, looking into every container,
     for what an object's own ``.to`` returned.

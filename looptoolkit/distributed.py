@@ -1,26 +1,25 @@
 """Scale-out helpers: which rows a process loads, global JAX batches, padded rows.
 
 This module sits beside the data flow rather than in it. Under
-``torch.distributed`` the :class:`~looptoolkit.Loader` needs nothing from here: it
-reads rank and world size from the process group and :mod:`looptoolkit.order`
+``torch.distributed`` the [`Loader`][looptoolkit.Loader] needs nothing from here: it
+reads rank and world size from the process group and [`looptoolkit.order`][looptoolkit.order]
 gives each rank its share of the epoch. Under multi-process JAX each process
 runs a Loader over its share of every global batch (``rank`` = process index,
-``world_size`` = process count) and :func:`global_batch` assembles the
-process-local batches into one ``jax.Array`` per leaf, sharded over the mesh,
+``world_size`` = process count) and [`global_batch`][looptoolkit.distributed.global_batch] assembles
+the process-local batches into one ``jax.Array`` per leaf, sharded over the mesh,
 without any process touching another's rows.
 
-The layout, shared with :mod:`looptoolkit.order` (it is
-``DistributedSampler``'s): global batch ``i`` is positions ``[i*G, (i+1)*G)``
-of the epoch's (padded) global order, and process ``p`` of ``P`` loads every
-``P``-th of them from ``i*G + p`` on (:func:`process_positions`: positions
-``p, p + P, ...`` of the global batch). :func:`global_batch` concatenates the
-processes' rows: on a mesh whose devices of process ``p`` hold block
-``[p*G/P, (p+1)*G/P)`` of the batch axis (:func:`process_rows` says which rows
-they hold; :func:`process_slice` is that block), process ``p``'s local batch
-becomes that block of the global arrays. So a global batch holds the same
-samples at any process count; with several processes its rows are in another
-order than with one (row ``p*G/P + j`` holds position ``p + j*P``), which a step
-that reduces over the batch does not notice.
+The layout, shared with [`looptoolkit.order`][looptoolkit.order] (it is ``DistributedSampler``'s):
+global batch ``i`` is positions ``[i*G, (i+1)*G)`` of the epoch's (padded) global order, and process
+``p`` of ``P`` loads every ``P``-th of them from ``i*G + p`` on
+([`process_positions`][looptoolkit.distributed.process_positions]: positions ``p, p + P, ...`` of
+the global batch). [`global_batch`][looptoolkit.distributed.global_batch] concatenates the
+processes' rows: on a mesh whose devices of process ``p`` hold block ``[p*G/P, (p+1)*G/P)`` of the
+batch axis ([`process_rows`][looptoolkit.distributed.process_rows] says which rows they hold;
+[`process_slice`][looptoolkit.distributed.process_slice] is that block), process ``p``'s local batch
+becomes that block of the global arrays. So a global batch holds the same samples at any process
+count; with several processes its rows are in another order than with one (row ``p*G/P + j`` holds
+position ``p + j*P``), which a step that reduces over the batch does not notice.
 
 Nothing here imports a framework at import time: JAX is imported inside the
 functions that need it.
@@ -116,11 +115,11 @@ def process_slice(
 ) -> slice:
     """Rows of each assembled global batch that hold one process's local batch.
 
-    :func:`global_batch` concatenates the processes' local batches in process
-    order, so process ``p`` of ``P`` fills rows ``[p*G/P, (p+1)*G/P)`` of a
+    [`global_batch`][looptoolkit.distributed.global_batch] concatenates the processes' local batches
+    in process order, so process ``p`` of ``P`` fills rows ``[p*G/P, (p+1)*G/P)`` of a
     global batch of ``G`` rows. Those rows hold positions
-    :func:`process_positions` ``(G, p, P)`` of the global batch in the epoch's
-    order (the samples ``Loader(data, G // P, rank=p, world_size=P)`` yields).
+    [`process_positions`][looptoolkit.distributed.process_positions] ``(G, p, P)`` of the global
+    batch in the epoch's order (the samples ``Loader(data, G // P, rank=p, world_size=P)`` yields).
 
     Args:
         global_batch_size: rows per global batch, ``G``.
@@ -150,9 +149,9 @@ def process_rows(
 ) -> slice:
     """Rows along axis 0 that the devices of one process hold under ``sharding``.
 
-    Compare with :func:`process_slice` to check that a mesh keeps each process's
-    devices on its own block of the batch axis (then each process's rows stay
-    on its own devices when :func:`global_batch` assembles them).
+    Compare with [`process_slice`][looptoolkit.distributed.process_slice] to check that a mesh keeps
+    each process's devices on its own block of the batch axis (then each process's rows stay
+    on its own devices when [`global_batch`][looptoolkit.distributed.global_batch] assembles them).
 
     Args:
         sharding: a ``jax.sharding.Sharding`` for arrays of ``global_shape``.
@@ -192,18 +191,17 @@ def process_rows(
 def global_batch(local_batch: Any, sharding: Any) -> Any:
     """Assemble process-local batches into global ``jax.Array`` leaves.
 
-    Every process calls this with its own rows (a Loader built with
-    ``rank=jax.process_index()``, ``world_size=jax.process_count()``); each array
-    leaf becomes one global array of ``local rows * process count`` rows, sharded
-    by ``sharding``, through ``jax.make_array_from_process_local_data``. Each
-    process's rows fill the rows its devices hold (:func:`process_rows`); on a
-    mesh where that is block ``p`` (:func:`process_slice`, true for
-    ``jax.make_mesh`` on usual topologies) the global batch is the concatenation
-    of the local batches in process order. No process sends rows to another.
-    With one process this is ``jax.device_put``.
+    Every process calls this with its own rows (a Loader built with ``rank=jax.process_index()``,
+    ``world_size=jax.process_count()``); each array leaf becomes one global array of ``local rows *
+    process count`` rows, sharded by ``sharding``, through
+    ``jax.make_array_from_process_local_data``. Each process's rows fill the rows its devices hold
+    ([`process_rows`][looptoolkit.distributed.process_rows]); on a mesh where that is block ``p``
+    ([`process_slice`][looptoolkit.distributed.process_slice], true for ``jax.make_mesh`` on usual
+    topologies) the global batch is the concatenation of the local batches in process order. No
+    process sends rows to another. With one process this is ``jax.device_put``.
 
     Args:
-        local_batch: a pytree (any container :func:`~looptoolkit.to_device`
+        local_batch: a pytree (any container [`to_device`][looptoolkit.to_device]
             accepts) of NumPy or JAX arrays; other leaves are returned unchanged.
         sharding: a ``jax.sharding.Sharding`` that splits axis 0 over processes,
             e.g. ``NamedSharding(mesh, PartitionSpec("data"))``.

@@ -1,14 +1,14 @@
 """Loader: from an epoch's order to batches in the user's loop.
 
-The step after :mod:`looptoolkit.order` in the data flow. For each epoch it
-takes this shard's sample order from an :class:`~looptoolkit.order.Order`, cuts
+The step after [`looptoolkit.order`][looptoolkit.order] in the data flow. For each epoch it
+takes this shard's sample order from an [`Order`][looptoolkit.Order], cuts
 it into batches, has each backend gather them (one gather per leaf per batch;
 torch, JAX and tf gather a chunk of batches at once and split it, so their
 per-call cost is paid per chunk), rebuilds the data's containers around the
-gathered leaves, moves the batch with :func:`looptoolkit.to_device` when a
+gathered leaves, moves the batch with [`looptoolkit.to_device`][looptoolkit.to_device] when a
 ``device`` is given, applies the ``transform``, and hands it to the user's
 step, optionally prefetched by one background thread
-(:mod:`looptoolkit._pipeline` builds the epoch's stream).
+([`looptoolkit._pipeline`][looptoolkit._pipeline] builds the epoch's stream).
 
 Where the work runs:
 
@@ -53,6 +53,7 @@ from looptoolkit._pipeline import (
 )
 from looptoolkit._rows import Rows
 from looptoolkit._stats import LoaderStats, timed
+from looptoolkit._store_reads import default_group_size, plan_reads
 from looptoolkit._target import Target
 from looptoolkit.adapters import process_group
 from looptoolkit.device import parse_device
@@ -62,15 +63,14 @@ __all__ = ["Loader", "LoaderIterator", "LoaderStats"]
 
 
 class LoaderIterator:
-    """One pass over an epoch of a :class:`Loader`; ``len()`` is the number of batches left.
+    """One pass over an epoch of a ``Loader``; ``len()`` is the number of batches left.
 
-    The pass takes its epoch from the Loader's cursor when its first batch is
-    asked for (an ``iter()`` that is never advanced takes nothing), and moves
-    the cursor to the next epoch when it hands out its last batch. Leaving the
-    loop early (``break``, an exception, dropping the iterator, :meth:`close`)
-    stops the background thread, if there is one, and leaves the cursor where
-    it was: the next pass runs the same epoch again. An exception while
-    producing a batch reaches the loop and ends the pass the same way.
+    The pass takes its epoch from the Loader's cursor when its first batch is asked for (an
+    ``iter()`` that is never advanced takes nothing), and moves the cursor to the next epoch when it
+    hands out its last batch. Leaving the loop early (``break``, an exception, dropping the
+    iterator, [`close`][looptoolkit.loader.LoaderIterator.close]) stops the background thread, if
+    there is one, and leaves the cursor where it was: the next pass runs the same epoch again. An
+    exception while producing a batch reaches the loop and ends the pass the same way.
     """
 
     __slots__ = ("__weakref__", "_loader", "_progress", "_source", "_token")
@@ -154,48 +154,57 @@ class Loader:
     Which epoch a pass runs is one rule (``docs/loader.md``): a ``for`` loop that
     runs to the end moves on to the next epoch, a pass that ends early
     (``break``, an error, a framework's probe or look-ahead) is run again by the
-    next ``iter()``, and :meth:`set_epoch` always wins.
+    next ``iter()``, and [`set_epoch`][looptoolkit.Loader.set_epoch] always wins.
 
     Args:
         data: a pytree (dicts, lists, tuples, namedtuples, dataclasses, TensorDict)
             of NumPy (``np.memmap`` too), torch, JAX or tf arrays sharing the
             leading dimension N. Batches have the same structure and leaf
-            frameworks (a memmap leaf yields in-memory ndarrays).
+            frameworks (a memmap leaf yields in-memory ndarrays). Chunked stores
+            may stand for arrays or containers: zarr arrays and groups, HDF5
+            datasets and files, Arrow tables and HF ``datasets.Dataset``s (their
+            batches are NumPy; a group, file, table or dataset is a dict; see
+            ``docs/stores.md``).
         batch_size: samples per batch (per rank).
         shuffle: ``False`` (sequential), ``True`` or ``"full"`` (a permutation per
             epoch), or ``"grouped"`` (groups of ``group_size`` consecutive indices,
             shuffled between and within groups: a cheaper shuffle, and faster
-            gathers, since rows of one group lie close together).
+            gathers, since rows of one group lie close together). On store data,
+            a group is whole chunks drawn at random (``group_size`` rounded up to
+            whole chunks; default 16 chunks), each chunk read once per epoch.
         seed: seed of the epoch orders.
         drop_last: drop this shard's last batch when it is short (and do not pad
             the shards).
         group_size: group size of the grouped shuffle; None for the default
-            (:data:`looptoolkit.order.DEFAULT_GROUP_SIZE`).
+            (``looptoolkit.order.DEFAULT_GROUP_SIZE``).
         run_size: rows per run of the grouped shuffle: runs of consecutive rows
             are shuffled as units inside each group, so each batch is gathered as
             runs of neighbouring rows (faster gathers, a weaker shuffle:
             neighbouring rows share a batch far more often). 1 (the default):
             single rows.
         device: where batches go (``"cpu"``, ``"cuda"``, ``"/GPU:0"``, a
-            ``torch.device``, a ``jax.Device``...), through :func:`looptoolkit.to_device`.
+            ``torch.device``, a ``jax.Device``...), through
+            [`looptoolkit.to_device`][looptoolkit.to_device].
             None: batches stay where the data is.
         prefetch: with a ``device``, batches prepared ahead by one background
             thread (0: none, everything in the consumer's thread). Without a
-            device it is not used: the host gather is faster than a hand-off.
+            device it is used only for store data (reads and decoding run ahead,
+            handed over in blocks of up to 32 batches); for in-memory data the
+            host gather is faster than a hand-off.
         rank: this process's shard; with ``world_size``, None for the values of
             an initialised ``torch.distributed`` (else 0 of 1).
         world_size: number of shards. Each rank gets the same number of batches;
             the epoch is padded by wrapping around unless ``drop_last``.
         resident: put the whole dataset on ``device`` once, at construction, and
             gather each batch there.
-        dtype: cast applied by :func:`~looptoolkit.to_device` (one dtype for the
+        dtype: cast applied by [`to_device`][looptoolkit.to_device] (one dtype for the
             floating-point leaves, or a mapping); needs a ``device``.
-        non_blocking: passed to :func:`~looptoolkit.to_device`; needs a ``device``.
+        non_blocking: passed to [`to_device`][looptoolkit.to_device]; needs a ``device``.
         stats: measure time waiting for data against time in the loop's step
-            (:attr:`stats`).
+            ([`stats`][looptoolkit.Loader.stats]).
         return_mask: yield ``(batch, mask)`` pairs, ``mask`` a 1-D NumPy bool array
             that is False at the padding rows of a sharded epoch (see
-            :func:`looptoolkit.distributed.drop_padding`).
+            [`looptoolkit.distributed.drop_padding`][looptoolkit.distributed.drop_padding]).
         transform: ``fn(batch)``, applied to every batch once it is where it goes
             (after the move and the ``dtype`` cast); its result, any pytree, is what
             the loop receives. It runs where the transfer runs: in the prefetch
@@ -220,11 +229,14 @@ class Loader:
             built-in shuffles; it gets the Loader's sharding, resume and prefetch.
         pad_shards: False: with ``world_size``, each rank gets its own rows of the
             epoch and no padding (ranks' batch counts may differ by one).
-        skip_keys: key names or key paths (as :func:`~looptoolkit.to_device`'s)
+        skip_keys: key names or key paths (as [`to_device`][looptoolkit.to_device]'s)
             whose leaves are gathered like every leaf but not moved, cast or
             transformed: they are held out of ``transform`` and put back in
             place (the transform must then return the batch's structure).
             Needs a ``device``.
+        cache_bytes: the chunk cache of store data read whole chunks at a time
+            (``shuffle=False`` or ``"grouped"``): None for two groups of chunks
+            of every store leaf; at least one group.
 
     Raises:
         ValueError: a wrong value: leaves of different leading dimensions (both
@@ -241,7 +253,7 @@ class Loader:
             that gets no row.
         TypeError: a leaf that is not an array (named by its key path); a list of
             per-sample records (the message says how to stack it, see
-            :func:`looptoolkit.stack_records`); an argument of a wrong type.
+            [`looptoolkit.stack_records`][looptoolkit.stack_records]); an argument of a wrong type.
         TransferError: ``device`` is not present, or ``dtype`` cannot be applied
             (checked on one row at construction).
 
@@ -301,6 +313,7 @@ class Loader:
         order_fn: Callable[[int, int], Any] | None = None,
         pad_shards: bool = True,
         skip_keys: Any = None,
+        cache_bytes: int | None = None,
     ) -> None:
         self._args = {
             "batch_size": batch_size,
@@ -327,6 +340,7 @@ class Loader:
             "order_fn": order_fn,
             "pad_shards": pad_shards,
             "skip_keys": skip_keys,
+            "cache_bytes": cache_bytes,
         }
         normalize_shuffle(shuffle)
         rank, world_size = resolve_rank(rank, world_size, process_group())
@@ -350,6 +364,20 @@ class Loader:
 
         rows = Rows(data)
         self._data = data
+        self._expanded = rows.data  # store objects as StoreArrays: what pickles
+        store = rows.store
+        if store is not None:
+            if resident:
+                raise ValueError(
+                    "`resident=True` puts in-memory data on the device; for a store, read it "
+                    "first (`np.asarray(array)`) or let the Loader read it a batch at a time."
+                )
+            if group_size is None and normalize_shuffle(shuffle) == "grouped":
+                group_size = default_group_size(store)
+        elif cache_bytes is not None:
+            raise ValueError(
+                "`cache_bytes` sizes the chunk cache of store data (zarr, HDF5, Arrow)."
+            )
         self._order = Order(
             rows.n,
             batch_size,
@@ -366,8 +394,11 @@ class Loader:
             indices=indices,
             order_fn=order_fn,
             pad_shards=pad_shards,
+            chunk_rows=None if store is None else rows.chunk_rows,
         )
         _probe.check_not_empty(self._order)
+        if store is not None:
+            plan_reads(store, self._order, cache_bytes)
         # Plain ints, whatever integer type was passed: state_dict() holds them.
         self.batch_size: int = self._order.batch_size
         self.n: int = rows.n
@@ -423,10 +454,16 @@ class Loader:
         # N-long index array for a grouped or sequential order.
         batches = iter(schedule)
         source: Iterator[Any]
-        if self._plan.move and self.prefetch > 0:
-            assert self._target is not None
-            stager = stager_for(self._rows, self.batch_size, self._target, self.prefetch)
-            source = prefetched(self._rows, batches, progress, self._plan, self.prefetch, stager)
+        if (self._plan.move or self._rows.store is not None) and self.prefetch > 0:
+            # Moves, and a store's reads (decoding releases the GIL), run ahead.
+            stager = None
+            if self._plan.move:
+                assert self._target is not None
+                stager = stager_for(self._rows, self.batch_size, self._target, self.prefetch)
+            block = 1 if self._plan.move else self._rows.store.block  # type: ignore[union-attr]
+            source = prefetched(
+                self._rows, batches, progress, self._plan, self.prefetch, stager, block
+            )
         else:
             source = inline(self._rows, batches, progress, self._plan)
         if self.return_mask:
@@ -459,8 +496,8 @@ class Loader:
     def sampler(self) -> EpochSampler:
         """Where frameworks look for ``set_epoch`` (Lightning calls ``loader.sampler.set_epoch``).
 
-        Its ``set_epoch`` is :meth:`set_epoch`; iterating it yields this shard's
-        indices of the epoch the next pass runs.
+        Its ``set_epoch`` is [`set_epoch`][looptoolkit.Loader.set_epoch]; iterating it yields this
+        shard's indices of the epoch the next pass runs.
         """
         return self._sampler
 
@@ -473,15 +510,15 @@ class Loader:
 
         True at padding rows; None when the batch has none. ``return_mask=True``
         gives each batch's mask with the batch instead (True at real rows, also
-        in a resumed epoch), the form :func:`looptoolkit.distributed.drop_padding`
-        takes.
+        in a resumed epoch), the form
+        [`looptoolkit.distributed.drop_padding`][looptoolkit.distributed.drop_padding] takes.
         """
         mask = self._order.epoch(epoch).padding_mask(batch)
         return None if mask is None else np.asarray(mask)
 
     @property
     def order(self) -> Order:
-        """The :class:`~looptoolkit.order.Order` that gives each epoch's indices."""
+        """The [`Order`][looptoolkit.Order] that gives each epoch's indices."""
         return self._order
 
     @property
@@ -514,7 +551,7 @@ class Loader:
         return state_of(self._order, *position(self._cursor, running))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from :meth:`state_dict`: the next pass yields exactly the batches left.
+        """Resume from ``state_dict``: the next pass yields exactly the batches left.
 
         The saved state must describe the same epoch orders (``n``, ``shuffle``,
         ``seed``, ``group_size``, ``run_size``); batch size and world size may differ, as long
@@ -533,7 +570,7 @@ class Loader:
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled (spawn, ddp_spawn) and deep-copied as its arguments and its
         # position: the copy has no thread or lock and yields the same batches.
-        return (_restore, (type(self), self._data, self._args, self.state_dict()))
+        return (_restore, (type(self), self._expanded, self._args, self.state_dict()))
 
     @property
     def transform(self) -> Callable[[Any], Any] | None:

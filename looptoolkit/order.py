@@ -1,8 +1,8 @@
 """Epoch orders: the first step of the data flow, from ``(seed, epoch, shard)`` to batch indices.
 
-An :class:`Order` turns ``(seed, epoch, n, shuffle, group_size, rank, world_size,
+An [`Order`][looptoolkit.Order] turns ``(seed, epoch, n, shuffle, group_size, rank, world_size,
 batch_size, drop_last)`` into the index arrays of one epoch for one shard, and
-hands them, batch by batch, to the :class:`~looptoolkit.Loader`, which gathers
+hands them, batch by batch, to the [`Loader`][looptoolkit.Loader], which gathers
 those rows from every leaf. Everything here is NumPy and a pure function of its
 arguments: the same order on every run, every machine and every framework.
 
@@ -31,7 +31,7 @@ measured trade-offs):
    world_size)``.
 
 Random streams are derived from ``(seed, epoch, stream, ...)`` with an injective
-encoding into :class:`numpy.random.SeedSequence` entropy, so no two
+encoding into `numpy.random.SeedSequence` entropy, so no two
 ``(seed, epoch)`` pairs share a stream (``seed + epoch`` would make ``(1, 1)``
 and ``(2, 0)`` equal).
 """
@@ -47,7 +47,16 @@ import numpy as np
 
 from looptoolkit._errors import check_int
 from looptoolkit._sampling import Sampling
-from looptoolkit._sources import STREAM_FULL, Grouped, Materialized, Sequential, Source, generator
+from looptoolkit._sources import (
+    STREAM_FULL,
+    ChunkGrouped,
+    Grouped,
+    Materialized,
+    Sequential,
+    Source,
+    chunk_shards,
+    generator,
+)
 
 __all__ = [
     "DEFAULT_GROUP_SIZE",
@@ -82,7 +91,7 @@ _BLOCK_POSITIONS = 1 << 16
 def batch_count(n: int, batch_size: int, drop_last: bool = False) -> int:
     """Batches of ``batch_size`` that ``n`` samples make (a last short one unless ``drop_last``).
 
-    The one definition of a batch count: :class:`Order`, the integrations and the
+    The one definition of a batch count: [`Order`][looptoolkit.Order], the integrations and the
     comparison pipelines all use it.
 
     Examples:
@@ -96,8 +105,8 @@ def epoch_indices(order: Any, epoch: int) -> np.ndarray:
     """The sample order of ``epoch`` as a 1-D NumPy integer array.
 
     Args:
-        order: a :class:`looptoolkit.Loader` (``indices(epoch)``), an
-            :class:`Order` (``epoch(epoch).indices()``: this shard's order, as the
+        order: a [`looptoolkit.Loader`][looptoolkit.Loader] (``indices(epoch)``), an
+            [`Order`][looptoolkit.Order] (``epoch(epoch).indices()``: this shard's order, as the
             Loader gathers it), or a function of the epoch returning the order.
         epoch: the epoch number.
 
@@ -126,7 +135,7 @@ def epoch_indices(order: Any, epoch: int) -> np.ndarray:
 
 
 def normalize_shuffle(shuffle: bool | str) -> str:
-    """The shuffle mode named by ``shuffle``, one of :data:`SHUFFLE_MODES`.
+    """The shuffle mode named by ``shuffle``, one of ``SHUFFLE_MODES``.
 
     Args:
         shuffle: ``False`` (-> ``"none"``), ``True`` (-> ``"full"``), or one of
@@ -204,8 +213,8 @@ class Order:
         shuffle: ``False``/``"none"``, ``True``/``"full"`` or ``"grouped"``.
         seed: non-negative int; with the epoch it determines every random choice.
         group_size: rows per group of a grouped shuffle; None means
-            :data:`DEFAULT_GROUP_SIZE`. Validated for every mode, used only by
-            ``"grouped"`` (groups larger than ``n`` are one group of ``n``).
+            ``DEFAULT_GROUP_SIZE``. Validated for every mode,
+            used only by ``"grouped"`` (groups larger than ``n`` are one group of ``n``).
         run_size: rows per run inside a group of a grouped shuffle (1: every row
             on its own). Runs of consecutive rows keep their order and are
             shuffled as units: gathers read runs of neighbouring rows (faster),
@@ -215,6 +224,13 @@ class Order:
         world_size: number of shards, ``>= 1``.
         drop_last: drop the last partial batch, and cut the epoch to a multiple
             of ``world_size`` instead of padding it.
+        chunk_rows: rows per chunk of the data's store (the Loader passes it for
+            zarr, HDF5 and Arrow data). With ``"grouped"``, a group is then
+            ``ceil(group_size / chunk_rows)`` whole chunks drawn at random
+            (``group_size`` is rounded up to whole chunks), and with several
+            ranks each rank gets whole chunks of its own
+            (``ChunkGrouped``). Not used by
+            the other shuffles.
 
     Raises:
         TypeError: an argument has the wrong type (bools are not ints here).
@@ -247,6 +263,7 @@ class Order:
         indices: Any = None,
         order_fn: Callable[[int, int], Any] | None = None,
         pad_shards: bool = True,
+        chunk_rows: int | None = None,
     ) -> None:
         self.n = check_int("n", n, minimum=1)
         self.batch_size = check_int("batch_size", batch_size, minimum=1)
@@ -276,6 +293,34 @@ class Order:
         )
         # Samples per epoch before sharding: n, or the subset's, the draw's, the custom order's.
         self.length: int = self.sampling.length
+        # Rows per chunk of a chunk-grouped order (a store's), else None.
+        self.chunk_rows: int | None = None
+        self._shard_rows: tuple[int, ...] = ()
+        if chunk_rows is not None and self.shuffle == "grouped":
+            self._chunk_grouped(check_int("chunk_rows", chunk_rows, minimum=1))
+
+    def _chunk_grouped(self, chunk_rows: int) -> None:
+        """Set up the grouped order of a chunked store (groups of whole chunks)."""
+        offered = (
+            "the grouped order of a store (groups of whole chunks) is not offered with {}; "
+            'use `shuffle="full"` (sorted reads per batch) or drop the option.'
+        )
+        if self.sampling.kind != "permutation":
+            raise ValueError(offered.format(f"`{self.sampling.kind}` sampling"))
+        if self.run_size != 1:
+            raise ValueError(offered.format("`run_size`"))
+        if not self.pad_shards:
+            raise ValueError(offered.format("`pad_shards=False` (`drop_last=True` evens ranks)"))
+        self.chunk_rows = chunk_rows
+        self.group_size = -(-self.group_size // chunk_rows) * chunk_rows
+        self._shard_rows = chunk_shards(self.n, chunk_rows, self.world_size)
+        if min(self._shard_rows) == 0:
+            chunks = -(-self.n // chunk_rows)
+            raise ValueError(
+                f"the grouped order of a store gives each rank whole chunks: {self.n} rows in "
+                f"chunks of {chunk_rows} make {chunks} chunks, fewer than `world_size` "
+                f'({self.world_size}); use `shuffle="full"` or fewer ranks.'
+            )
 
     def __repr__(self) -> str:
         return (
@@ -284,6 +329,7 @@ class Order:
             f"rank={self.rank}, world_size={self.world_size}, drop_last={self.drop_last}"
             + ("" if self.sampling.kind == "permutation" else f", sampling={self.sampling.kind!r}")
             + ("" if self.pad_shards else ", pad_shards=False")
+            + ("" if self.chunk_rows is None else f", chunk_rows={self.chunk_rows}")
             + ")"
         )
 
@@ -291,6 +337,8 @@ class Order:
     def padded_length(self) -> int:
         """``L``: positions of the epoch's global order after padding or cutting."""
         w, m = self.world_size, self.length
+        if self._shard_rows:  # each rank's own chunks, padded to the longest or cut
+            return w * (min(self._shard_rows) if self.drop_last else max(self._shard_rows))
         if not self.pad_shards:
             return m
         if self.drop_last:
@@ -309,7 +357,8 @@ class Order:
 
         Args:
             offset: global positions already consumed (by all ranks together);
-                a multiple of ``world_size``, at most :attr:`padded_length`.
+                a multiple of ``world_size``, at most
+                [`padded_length`][looptoolkit.Order.padded_length].
 
         Returns:
             The number of batches, the same on every rank.
@@ -333,7 +382,8 @@ class Order:
     def global_order(self, epoch: int) -> np.ndarray:
         """The epoch's permutation of ``[0, n)``, before padding and sharding.
 
-        This materialises ``n`` int64s; iterating :meth:`epoch` does not need to.
+        This materialises ``n`` int64s; iterating [`epoch`][looptoolkit.Order.epoch] does not need
+        to.
 
         Args:
             epoch: non-negative epoch number.
@@ -356,7 +406,7 @@ class Order:
                 another one the remaining order is re-split between the ranks.
 
         Returns:
-            The epoch's :class:`EpochOrder`.
+            The epoch's ``EpochOrder``.
         """
         epoch = check_int("epoch", epoch, minimum=0)
         offset = self._check_offset(offset)
@@ -368,12 +418,22 @@ class Order:
 
     def _permutation(self, n: int, epoch: int) -> Source:
         """The epoch's shuffle of ``n`` positions."""
+        if self.chunk_rows is not None:
+            k = self.group_size // self.chunk_rows
+            cut = self.drop_last
+            return ChunkGrouped(n, self.chunk_rows, k, self.seed, epoch, self.world_size, cut)
         if self.shuffle == "none":
             return Sequential(n)
         if self.shuffle == "full":
             rng = generator(self.seed, epoch, STREAM_FULL)
             return Materialized(rng.permutation(n).astype(np.intp, copy=False))
         return Grouped(n, self.group_size, self.seed, epoch, self.run_size)
+
+    def _padding(self, positions: np.ndarray) -> np.ndarray:
+        """Which global ``positions`` (of this rank) of the padded order are padding."""
+        if self._shard_rows:
+            return positions // self.world_size >= self._shard_rows[self.rank]
+        return positions >= self.length
 
     def _check_offset(self, offset: int) -> int:
         offset = check_int("offset", offset, minimum=0)
@@ -397,7 +457,7 @@ class EpochOrder:
     copy; copy one before writing to it.
 
     Attributes:
-        order: the :class:`Order` this epoch belongs to.
+        order: the [`Order`][looptoolkit.Order] this epoch belongs to.
         epoch: the epoch number.
         offset: global positions skipped at the start (a resumed epoch).
         global_batch: ``batch_size * world_size``, positions per global batch.
@@ -410,7 +470,8 @@ class EpochOrder:
         self.order = order
         self.epoch = epoch
         self.offset = offset
-        self._n = order.length
+        # Positions of the global order before it wraps (a chunk-grouped order pads itself).
+        self._n = order.padded_length if order.chunk_rows is not None else order.length
         self.global_batch = order.batch_size * order.world_size
         self.samples_per_rank = order.per_rank(offset)
         self._full = self.samples_per_rank // order.batch_size
@@ -475,9 +536,8 @@ class EpochOrder:
         start, stop = self._span(i)
         w = self.order.world_size
         positions = np.arange(start + self.order.rank, stop, w)
-        if positions[-1] < self._n:
-            return None
-        return positions >= self._n
+        padding = self.order._padding(positions)
+        return padding if padding[-1] else None
 
     def indices(self) -> np.ndarray:
         """All batches of this rank, concatenated, as one 1-D ``np.intp`` array.

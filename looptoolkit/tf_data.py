@@ -1,8 +1,8 @@
 """tf.data integration: the Loader's batches as a ``tf.data.Dataset``.
 
-:func:`loader_dataset` yields exactly the batches of a :class:`~looptoolkit.Loader`
-(same order, same sharding) from inside tf.data: the epoch's order is read on
-the host once per epoch, cut into index batches inside the pipeline, and every
+[`loader_dataset`][looptoolkit.loader_dataset] yields exactly the batches of a
+[`Loader`][looptoolkit.Loader] (same order, same sharding) from inside tf.data: the epoch's order is
+read on the host once per epoch, cut into index batches inside the pipeline, and every
 batch is one ``tf.gather`` per leaf, prefetched. The result goes straight into
 ``model.fit``.
 
@@ -19,8 +19,9 @@ import tensorflow as tf
 
 from looptoolkit._epochs import EpochCursor
 from looptoolkit._rows import Rows
+from looptoolkit._store_reads import default_group_size, plan_reads
 from looptoolkit.loader import Loader
-from looptoolkit.order import Order, batch_count, epoch_indices
+from looptoolkit.order import Order, batch_count, epoch_indices, normalize_shuffle
 
 __all__ = ["as_structure", "gpu_present", "loader_dataset"]
 
@@ -50,8 +51,25 @@ def gpu_present() -> bool:
     return bool(tf.config.list_logical_devices("GPU"))
 
 
+def _store_gather(rows: Rows) -> Callable[[tf.Tensor], Any]:
+    """A batch of ``rows`` (with store leaves) read by ``tf.numpy_function``."""
+    example = rows.take(np.arange(1))
+    flat = [np.asarray(x) for x in tf.nest.flatten(example)]
+
+    def read(idx: np.ndarray) -> list[np.ndarray]:
+        return [np.asarray(x) for x in tf.nest.flatten(rows.take(idx))]
+
+    def gather(idx: tf.Tensor) -> Any:
+        out = tf.numpy_function(read, [idx], [tf.as_dtype(x.dtype) for x in flat], stateful=False)
+        for tensor, x in zip(out, flat, strict=True):
+            tensor.set_shape([None, *x.shape[1:]])
+        return tf.nest.pack_sequence_as(example, out)
+
+    return gather
+
+
 def _loader_parts(loader: Any, order: Any) -> tuple[Any, int, Any]:
-    """Data, batch size and order of a Loader, for :func:`loader_dataset`."""
+    """Data, batch size and order of a Loader, for ``loader_dataset``."""
     data = loader.data
     return data, int(loader.batch_size), loader if order is None else order
 
@@ -78,7 +96,7 @@ def loader_dataset(
     last batch the epoch is done and the next pass runs the next one; a pass
     that ends early (Keras's one-batch look-ahead to build a model on the JAX
     and torch backends, a ``take``) is run again by the next. Given a
-    :class:`~looptoolkit.Loader` (as ``data`` or ``order``) the dataset shares
+    [`Loader`][looptoolkit.Loader] (as ``data`` or ``order``) the dataset shares
     its epoch cursor: ``loader.set_epoch(e)`` chooses the dataset's next epoch
     and a finished pass of either moves both on. The order is read on the
     host once per pass, cut into index batches inside tf.data, each batch is
@@ -89,7 +107,7 @@ def loader_dataset(
 
     Args:
         data: a tensor / NumPy array, or a dict, tuple or namedtuple of them
-            (``(x, y)`` for ``model.fit``); or a :class:`looptoolkit.Loader`, whose
+            (``(x, y)`` for ``model.fit``); or a [`looptoolkit.Loader`][looptoolkit.Loader], whose
             data, batch size, order and epoch cursor are used.
         batch_size: rows per batch (default: the Loader's, when ``data`` or
             ``order`` is one).
@@ -139,10 +157,24 @@ def loader_dataset(
         cursor = EpochCursor(0 if start_epoch is None else start_epoch)
     elif start_epoch is not None:
         cursor.set_epoch(start_epoch)
-    structure, n = as_structure(data)
+    rows = Rows(data)
+    store = rows.store
+    if store is None:
+        structure, n = as_structure(data)
+    else:  # a store is read a batch at a time, in tf.data's threads
+        n = rows.n
+        if order is None and group_size is None and normalize_shuffle(shuffle) == "grouped":
+            group_size = default_group_size(store)
     if order is None:
-        order = Order(n, batch_size, shuffle=shuffle, seed=seed, group_size=group_size)
-    leaves = tf.nest.flatten(structure)
+        chunk_rows = None if store is None else rows.chunk_rows
+        order = Order(
+            n, batch_size, shuffle=shuffle, seed=seed, group_size=group_size, chunk_rows=chunk_rows
+        )
+    if store is not None:
+        reads = order.order if isinstance(order, Loader) else order
+        if isinstance(reads, Order):
+            plan_reads(store, reads, None)
+        gather = _store_gather(rows)
     # Samples per epoch, measured: a shard's order is padded, a cut one shorter, and
     # an order function may return any subset of the rows.
     m = len(epoch_indices(order, cursor.epoch))
@@ -172,8 +204,11 @@ def loader_dataset(
             batches = batches.concatenate(last)
         return batches.enumerate().map(lambda i, idx: (i, token, idx))
 
-    def gather(idx: tf.Tensor) -> Any:
-        return tf.nest.pack_sequence_as(structure, [tf.gather(leaf, idx) for leaf in leaves])
+    if store is None:
+        leaves = tf.nest.flatten(structure)
+
+        def gather(idx: tf.Tensor) -> Any:
+            return tf.nest.pack_sequence_as(structure, [tf.gather(leaf, idx) for leaf in leaves])
 
     def produce(i: tf.Tensor, token: tf.Tensor, idx: tf.Tensor) -> Any:
         batch = gather(idx)

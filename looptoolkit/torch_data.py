@@ -1,10 +1,10 @@
 """GetItemsDataset: the Loader's batched gather behind ``torch.utils.data.DataLoader``.
 
 For users who keep PyTorch's ``DataLoader`` (its samplers, workers, pinning):
-:class:`GetItemsDataset` answers ``__getitems__`` with one gather per leaf per
-batch instead of one ``__getitem__`` per sample plus a collate, and
-:func:`make_dataloader` wires it to a batch sampler that yields the same epoch
-orders as :class:`~looptoolkit.Loader` and an identity ``collate_fn``, so each
+[`GetItemsDataset`][looptoolkit.GetItemsDataset] answers ``__getitems__`` with one gather per leaf
+per batch instead of one ``__getitem__`` per sample plus a collate, and
+[`make_dataloader`][looptoolkit.make_dataloader] wires it to a batch sampler that yields the same
+epoch orders as [`Loader`][looptoolkit.Loader] and an identity ``collate_fn``, so each
 batch is fetched in one call and reaches the loop as the dataset built it.
 
 This module imports torch; ``looptoolkit`` loads it on first use of
@@ -13,7 +13,6 @@ This module imports torch; ``looptoolkit`` loads it on first use of
 
 from __future__ import annotations
 
-import functools
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -24,8 +23,9 @@ import torch.utils.data
 from looptoolkit._epochs import EpochCursor, EpochSampler, parse_state, position, state_of
 from looptoolkit._probe import check_not_empty
 from looptoolkit._rows import Rows
+from looptoolkit._store_reads import default_group_size, plan_reads
 from looptoolkit.adapters import process_group
-from looptoolkit.order import Order, resolve_rank
+from looptoolkit.order import Order, normalize_shuffle, resolve_rank
 
 __all__ = [
     "EpochDataLoader",
@@ -41,7 +41,9 @@ class GetItemsDataset(torch.utils.data.Dataset[Any]):
 
     Args:
         data: a pytree of NumPy (``np.memmap`` too), torch, JAX or tf arrays
-            sharing the leading dimension, as for :class:`~looptoolkit.Loader`.
+            sharing the leading dimension, as for [`Loader`][looptoolkit.Loader];
+            chunked stores too (zarr, HDF5, Arrow / HF datasets), which pickle
+            as what reopens them, so each worker reads through its own handle.
         tensors: NumPy leaves of a batch come out as torch tensors (sharing the
             gathered batch's memory, as ``default_collate`` gives tensors);
             other leaves are kept.
@@ -49,7 +51,7 @@ class GetItemsDataset(torch.utils.data.Dataset[Any]):
     Raises:
         ValueError: an empty pytree, a 0-d leaf, or leaves of different lengths.
         TypeError: a leaf that is not an array; a list of per-sample records (see
-            :func:`looptoolkit.stack_records`).
+            [`looptoolkit.stack_records`][looptoolkit.stack_records]).
 
     Examples:
         >>> import numpy as np
@@ -97,8 +99,11 @@ class GetItemsDataset(torch.utils.data.Dataset[Any]):
         return self._rows.take(idx, self._leaf_fn)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # Workers started by spawn or forkserver get the data and rebuild the rest.
-        return (functools.partial(type(self), tensors=self.tensors), (self._data,))
+        # Workers started by spawn or forkserver get the data (store objects as what
+        # reopens them) and the chunk cache's size, and rebuild the rest.
+        store = self._rows.store
+        cache = None if store is None else store.cache_bytes
+        return (_rebuilt, (type(self), self._rows.data, self.tensors, cache))
 
     def __repr__(self) -> str:
         rows = self._rows
@@ -106,19 +111,29 @@ class GetItemsDataset(torch.utils.data.Dataset[Any]):
         return f"GetItemsDataset(<{len(rows.leaves)} {kinds} leaves of {rows.n} rows>)"
 
 
+def _rebuilt(
+    cls: type[GetItemsDataset], data: Any, tensors: bool, cache_bytes: int | None
+) -> GetItemsDataset:
+    """A GetItemsDataset unpickled: ``data`` and its store's chunk cache size."""
+    dataset = cls(data, tensors=tensors)
+    if dataset._rows.store is not None:
+        dataset._rows.store.cache_bytes = cache_bytes
+    return dataset
+
+
 class OrderBatchSampler(torch.utils.data.Sampler[np.ndarray]):
-    """A batch sampler yielding the batches of an :class:`~looptoolkit.order.Order`.
+    """A batch sampler yielding the batches of an [`Order`][looptoolkit.Order].
 
     Batches are 1-D NumPy index arrays, the ones the Loader gathers. Which epoch
     a pass runs is the Loader's rule, kept by one epoch cursor: a pass binds the
     cursor's epoch at its first batch and moves it on when the epoch is done;
-    ``set_epoch(e)`` always wins. ``set_epoch`` is here and on :attr:`sampler`,
-    where Lightning, accelerate and the HF Trainer call it
-    (``dl.batch_sampler.sampler``, ``dl.batch_sampler``, and through
+    ``set_epoch(e)`` always wins. ``set_epoch`` is here and on
+    ``sampler``, where Lightning, accelerate and
+    the HF Trainer call it (``dl.batch_sampler.sampler``, ``dl.batch_sampler``, and through
     accelerate's wrappers ``dl.batch_sampler.batch_sampler``).
 
-    Iterated through :class:`EpochDataLoader`, a pass is done when the loop
-    has received its last batch. Iterated by a plain DataLoader (the one
+    Iterated through [`EpochDataLoader`][looptoolkit.torch_data.EpochDataLoader], a pass is done
+    when the loop has received its last batch. Iterated by a plain DataLoader (the one
     accelerate's ``prepare`` or ``skip_first_batches`` builds around it), it is
     done when its last batch has been sent to the workers; those wrappers call
     ``set_epoch`` every epoch.
@@ -169,7 +184,7 @@ class OrderBatchSampler(torch.utils.data.Sampler[np.ndarray]):
 
 
 class _Pass:
-    """One pass of an :class:`EpochDataLoader`: binds its epoch at the first batch asked for."""
+    """One pass of an ``EpochDataLoader``: binds its epoch at the first batch asked for."""
 
     __slots__ = (
         "__weakref__",
@@ -245,11 +260,11 @@ class _Pass:
 
 
 class EpochDataLoader(torch.utils.data.DataLoader[Any]):
-    """The ``DataLoader`` :func:`make_dataloader` returns: epochs by the Loader's rule, resumable.
+    """The ``DataLoader`` ``make_dataloader`` returns: epochs by the Loader's rule, resumable.
 
     A ``torch.utils.data.DataLoader`` in every respect (Lightning and Keras
-    take it as one), with an :class:`OrderBatchSampler` as its batch sampler.
-    Each ``iter()`` is a pass that binds its epoch when its first batch is asked
+    take it as one), with an [`OrderBatchSampler`][looptoolkit.torch_data.OrderBatchSampler] as its
+    batch sampler. Each ``iter()`` is a pass that binds its epoch when its first batch is asked
     for (so a framework's probe or one-batch look-ahead moves nothing, and
     ``set_epoch`` called after ``iter()`` still counts), and finishes the epoch
     when the loop has received its last batch, whatever the workers prefetched.
@@ -311,13 +326,13 @@ class EpochDataLoader(torch.utils.data.DataLoader[Any]):
         return state_of(sampler.order, *position(sampler.cursor, running))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from :meth:`state_dict`: the next pass yields exactly the batches left."""
+        """Resume from ``state_dict``: the next pass yields exactly the batches left."""
         sampler = self._sampler
         sampler.cursor.load(*parse_state(sampler.order, state))
 
 
 def keep_batch(batch: Any) -> Any:
-    """``collate_fn`` for a DataLoader over :class:`GetItemsDataset`: the batch as it is.
+    """``collate_fn`` for a DataLoader over ``GetItemsDataset``: the batch as it is.
 
     ``__getitems__`` already returns the whole batch; DataLoader's default
     collate would try to take it apart as a list of samples. A module-level
@@ -364,6 +379,7 @@ def make_dataloader(
     indices: Any = None,
     order_fn: Callable[[int, int], Any] | None = None,
     pad_shards: bool = True,
+    cache_bytes: int | None = None,
     **kwargs: Any,
 ) -> EpochDataLoader:
     """A ``torch.utils.data.DataLoader`` that fetches each batch with one gather per leaf.
@@ -377,7 +393,8 @@ def make_dataloader(
     ``batch_sampler.sampler``) always wins.
 
     Args:
-        data: a pytree of arrays sharing the leading dimension.
+        data: a pytree of arrays sharing the leading dimension, or of
+            chunked stores (zarr, HDF5, Arrow / HF datasets), as for the Loader.
         batch_size: samples per batch (per rank).
         shuffle: ``False``, ``True``/``"full"`` or ``"grouped"``, as for the Loader.
         seed: seed of the epoch orders.
@@ -399,18 +416,21 @@ def make_dataloader(
         indices: the rows an epoch visits (``SubsetRandomSampler``), as for the Loader.
         order_fn: ``(seed, epoch) -> rows``, a custom order, as for the Loader.
         pad_shards: False: each rank gets its own rows, no padding, as for the Loader.
+        cache_bytes: the chunk cache of store data (zarr, HDF5, Arrow), as for
+            the Loader; each worker has its own.
         **kwargs: passed to ``DataLoader`` (``pin_memory``, ``persistent_workers``,
             ``multiprocessing_context``, ``prefetch_factor``...).
 
     Returns:
-        An :class:`EpochDataLoader`.
+        An [`EpochDataLoader`][looptoolkit.torch_data.EpochDataLoader].
 
     Raises:
         ValueError: with ``drop_last``, this shard has fewer rows than ``batch_size``
-            (every epoch would be empty); the errors of :class:`GetItemsDataset`.
+            (every epoch would be empty); the errors of
+            [`GetItemsDataset`][looptoolkit.GetItemsDataset].
         TypeError: ``sampler`` or ``batch_sampler`` in ``kwargs`` (the orders come
             from ``shuffle``, ``seed`` and the sharding); a ``collate_fn`` that is
-            not callable; the errors of :class:`GetItemsDataset`.
+            not callable; the errors of [`GetItemsDataset`][looptoolkit.GetItemsDataset].
 
     Examples:
         >>> import numpy as np
@@ -435,6 +455,9 @@ def make_dataloader(
         raise TypeError(f"`collate_fn` must be callable, got {type(collate_fn).__name__}.")
     dataset = GetItemsDataset(data, tensors=tensors)
     rank, world_size = resolve_rank(rank, world_size, process_group())
+    store = dataset._rows.store
+    if store is not None and group_size is None and normalize_shuffle(shuffle) == "grouped":
+        group_size = default_group_size(store)
     order = Order(
         len(dataset),
         batch_size,
@@ -451,8 +474,13 @@ def make_dataloader(
         indices=indices,
         order_fn=order_fn,
         pad_shards=pad_shards,
+        chunk_rows=None if store is None else dataset._rows.chunk_rows,
     )
     check_not_empty(order)
+    if store is not None:
+        plan_reads(store, order, cache_bytes)
+    elif cache_bytes is not None:
+        raise ValueError("`cache_bytes` sizes the chunk cache of store data (zarr, HDF5, Arrow).")
     return EpochDataLoader(
         dataset,
         # Typed as lists of ints; DataLoader only hands each batch to `__getitems__`.

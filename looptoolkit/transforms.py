@@ -1,9 +1,9 @@
 """Batch transforms that run after the transfer, on any framework's arrays.
 
-The step after :func:`looptoolkit.to_device` in the data flow, for a Loader's
+The step after [`looptoolkit.to_device`][looptoolkit.to_device] in the data flow, for a Loader's
 ``transform``: send compact bytes (uint8 images), then convert and normalise
 where the batch now lives, in the prefetch thread (on CUDA on the copy's side
-stream; compiled once on JAX and tf). :func:`normalize` works on NumPy, torch,
+stream; compiled once on JAX and tf). [`normalize`][looptoolkit.normalize] works on NumPy, torch,
 JAX and tf arrays alike: its casts and constants come from the array's backend.
 """
 
@@ -23,7 +23,7 @@ _HOST_FLOATS = ("float16", "float32", "float64")
 
 
 class Normalize:
-    """``(x.astype(dtype) - mean) / std`` for one array of a batch; see :func:`normalize`."""
+    """``(x.astype(dtype) - mean) / std`` for one array of a batch; see ``normalize``."""
 
     def __init__(
         self,

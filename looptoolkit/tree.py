@@ -1,24 +1,25 @@
 """Pytree helpers on optree: the containers looptoolkit looks into.
 
-First step of every transfer: :func:`flatten` turns a nested batch into a list
+First step of every transfer: [`flatten`][looptoolkit.tree.flatten] turns a nested batch into a list
 of leaves and a treespec that rebuilds the same containers. It hands the leaves
-to :mod:`looptoolkit.device` (or the Loader) and gets them back for
+to [`looptoolkit.device`][looptoolkit.device] (or the Loader) and gets them back for
 ``spec.unflatten``.
 
 optree already handles dict (key order kept), OrderedDict, defaultdict, deque,
 list, tuple and namedtuples. On first sight this module registers, in optree's
 ``"looptoolkit"`` namespaces only, every other container a batch may hold (the
-rules are in :mod:`looptoolkit._containers`): dataclasses (frozen too, and those
-that are also mappings), attrs classes, ``SimpleNamespace``, frameworks' own
+rules are in [`looptoolkit._containers`][looptoolkit._containers]): dataclasses (frozen too, and
+those that are also mappings), attrs classes, ``SimpleNamespace``, frameworks' own
 containers (TensorDict and tensorclass: ``Backend.container``), sets, and
 subclasses of the built-in containers, namedtuple subclasses with instance
 attributes or their own constructor included. A container that cannot be
 rebuilt as its own type (a dict subclass with its own ``__init__``, a read-only
 mapping, ``torch.Size``) comes back as it is when nothing inside it changed, and
-is otherwise rebuilt as its closest base with a :class:`ContainerRebuildWarning`,
-or raises under ``strict=True``; an array inside it is never left behind.
+is otherwise rebuilt as its closest base with a
+[`ContainerRebuildWarning`][looptoolkit.ContainerRebuildWarning], or raises under ``strict=True``;
+an array inside it is never left behind.
 
-Two views of one tree: the Loader's (:data:`NAMESPACE`) looks into every
+Two views of one tree: the Loader's ([`NAMESPACE`][looptoolkit.tree.NAMESPACE]) looks into every
 container; ``to_device``'s (``flatten(..., move=True)``) leaves a container that
 cannot be rebuilt but has its own ``.to`` (a tokenizer's ``BatchEncoding``) as a
 leaf, for its ``.to`` to move it, and also looks into containers whose parts are
@@ -125,7 +126,7 @@ def _register_namedtuples(spec: optree.PyTreeSpec) -> bool:
 
 
 def looks_into(cls: type) -> bool:
-    """Whether the Loader's view (:data:`NAMESPACE`) looks into instances of ``cls``."""
+    """Whether the Loader's view (``NAMESPACE``) looks into instances of ``cls``."""
     return cls in _nodes[NAMESPACE]
 
 
@@ -142,7 +143,7 @@ def flatten(tree: Any, *, move: bool = False) -> tuple[list[Any], optree.PyTreeS
 def flatten_typed(
     tree: Any, *, move: bool = False
 ) -> tuple[list[Any], optree.PyTreeSpec, set[type]]:
-    """:func:`flatten`, plus the set of the leaves' types (computed anyway, reused by callers)."""
+    """``flatten``, plus the set of the leaves' types (computed anyway, reused by callers)."""
     namespace = MOVE_NAMESPACE if move else NAMESPACE
     nodes = _nodes[namespace]
     while True:
@@ -168,12 +169,13 @@ def unflatten(
 
     A container that cannot be rebuilt as its own type (a dict subclass with its
     own ``__init__``) comes back as it is when nothing inside it changed; else it is
-    rebuilt as its closest base with a :class:`ContainerRebuildWarning`, or, under
-    ``strict=True``, raises.
+    rebuilt as its closest base with a
+    [`ContainerRebuildWarning`][looptoolkit.ContainerRebuildWarning], or, under ``strict=True``,
+    raises.
 
     Args:
-        spec: the treespec from :func:`flatten`.
-        leaves: the new leaves, in the order of :func:`flatten`'s.
+        spec: the treespec from [`flatten`][looptoolkit.tree.flatten].
+        leaves: the new leaves, in the order of [`flatten`][looptoolkit.tree.flatten]'s.
         strict: raise instead of warning.
         tree: the tree ``spec`` came from, to name the container's key path.
         root: the name of ``tree`` in that key path.

@@ -24,6 +24,7 @@ NEEDS = {
     "lightning": ["torch", "lightning"],
     "accelerate": ["torch", "accelerate"],
     "transformers": ["torch", "accelerate", "transformers"],
+    "stores": ["zarr", "h5py"],
 }
 PAGES = sorted(DOCS.glob("*.md"))
 BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)

@@ -74,6 +74,15 @@ class Required(Protocol):
     Leaves are handled in lists, one call per backend per batch, so that a
     framework with a high per-call cost (a JAX dispatch, an eager tf op) pays it
     once per batch, not once per leaf.
+
+    Examples:
+        >>> import numpy as np
+        >>> from looptoolkit.adapters import get_backend
+        >>> numpy_backend = get_backend("numpy")
+        >>> numpy_backend.is_array(np.zeros(2)), numpy_backend.length(np.zeros((5, 2)))
+        (True, 5)
+        >>> numpy_backend.dtype_name(np.zeros(1, np.float16))
+        'float16'
     """
 
     name: str
@@ -118,7 +127,7 @@ class Required(Protocol):
         """Move leaves (of this framework, or NumPy leaves sent to it) to ``target``.
 
         Dtypes are not the move's business: the transfer layer
-        ([`looptoolkit.device`][looptoolkit.device]) casts through ``cast`` before
+        (`looptoolkit.device.transfer`) casts through ``cast`` before
         or after it, on the side of the copy that moves fewer bytes.
         """
         ...
@@ -145,7 +154,14 @@ class Required(Protocol):
 
 
 class Staging(Protocol):
-    """Optional: a staged upload that beats a plain ``move`` per batch."""
+    """Optional: a staged upload that beats a plain ``move`` per batch.
+
+    Examples:
+        >>> from looptoolkit.adapters import get_backend
+        >>> from looptoolkit.device import parse_device
+        >>> get_backend("numpy").stager([], 32, parse_device("cpu"), 2) is None  # none on NumPy
+        True
+    """
 
     def stager(
         self, leaves: Sequence[Any], batch_size: int, target: Target, slots: int
@@ -155,7 +171,13 @@ class Staging(Protocol):
 
 
 class Sharding(Protocol):
-    """Optional: batches split across devices, and the process group of this process."""
+    """Optional: batches split across devices, and the process group of this process.
+
+    Examples:
+        >>> from looptoolkit.adapters import get_backend
+        >>> get_backend("numpy").process_group() is None  # NumPy has no process groups
+        True
+    """
 
     def batch_shards(self, target: Target, leaf: Any) -> int:
         """How many shards ``target`` splits a batch's leading axis into (1: none)."""
@@ -167,7 +189,13 @@ class Sharding(Protocol):
 
 
 class Containers(Protocol):
-    """Optional: container types and objects (with their own ``.to``) of this framework."""
+    """Optional: container types and objects (with their own ``.to``) of this framework.
+
+    Examples:
+        >>> from looptoolkit.adapters import get_backend
+        >>> get_backend("numpy").container(dict) is None  # dicts are everybody's
+        True
+    """
 
     def owns_object(self, obj: Any) -> bool:
         """Whether ``obj`` (not an array, with its own ``.to``) belongs to this framework."""
@@ -191,7 +219,14 @@ class Containers(Protocol):
 
 
 class Native(Protocol):
-    """Optional: device objects of this framework, and compiled batch functions."""
+    """Optional: device objects of this framework, and compiled batch functions.
+
+    Examples:
+        >>> from looptoolkit.adapters import get_backend
+        >>> double = get_backend("numpy").compile_transform(lambda x: 2 * x)  # eager
+        >>> double(3)
+        6
+    """
 
     def native_target(self, device: Any) -> Target | None:
         """The ``Target`` of a device object of this framework, or None if it is not one."""
@@ -208,14 +243,34 @@ class Backend(Required, Staging, Sharding, Containers, Native, Protocol):
 
     A backend class derives from [`BackendBase`][looptoolkit.adapters.BackendBase],
     which answers each optional capability for a framework that lacks it, and
-    implements [`Required`][looptoolkit.adapters.Required].
+    implements [`Required`][looptoolkit.adapters.Required]. A backend is a module
+    whose ``backend`` attribute implements this protocol, listed in ``BACKENDS``
+    (name, module, framework, pip extra) or added with
+    [`register_backend`][looptoolkit.adapters.register_backend].
+
+    Examples:
+        >>> import numpy as np
+        >>> from looptoolkit.adapters import Backend, get_backend
+        >>> numpy_backend = get_backend("numpy")
+        >>> isinstance(numpy_backend, Backend), numpy_backend.name
+        (True, 'numpy')
+        >>> x = np.arange(6).reshape(3, 2)
+        >>> [leaf.tolist() for leaf in numpy_backend.take([x], np.array([2, 0]))]
+        [[[4, 5], [0, 1]]]
     """
 
 
 class BackendBase:
     """Every optional capability, answered for a framework that has none of it.
 
-    Also ``length``, the same for every framework.
+    Also [`length`][looptoolkit.adapters.BackendBase.length], the same for every framework.
+
+    Examples:
+        >>> from looptoolkit.adapters import BackendBase
+        >>> class Minimal(BackendBase):
+        ...     name = "minimal"
+        >>> Minimal().batch_shards(None, None), Minimal().process_group()
+        (1, None)
     """
 
     def length(self, x: Any) -> int:

@@ -138,6 +138,11 @@ def get_backend(name: str) -> Backend:
     Raises:
         ValueError: ``name`` is not a backend.
         ImportError: the framework is not installed (the message says which extra to install).
+
+    Examples:
+        >>> from looptoolkit.adapters import get_backend
+        >>> get_backend("numpy").name
+        'numpy'
     """
     backend = _loaded.get(name)
     if backend is None:
@@ -162,6 +167,12 @@ def backend_of(x: object) -> Backend | None:
 
     Never imports a framework: only frameworks already in ``sys.modules`` are asked.
     NumPy scalars (``np.float32(1.0)``) are not arrays here; they pass through as values.
+
+    Examples:
+        >>> import numpy as np
+        >>> from looptoolkit.adapters import backend_of
+        >>> backend_of(np.zeros(3)).name, backend_of("a string")
+        ('numpy', None)
     """
     cls = type(x)
     try:

@@ -21,7 +21,7 @@ __all__ = ["CudaStager"]
 
 
 class CudaStager:
-    """A :class:`looptoolkit.adapters.Stager` for torch tensors and NumPy arrays going to CUDA.
+    """A ``looptoolkit.adapters.Stager`` for torch tensors and NumPy arrays going to CUDA.
 
     Args:
         views: ``(position, host view)`` of each leaf to stage: its position in the
@@ -59,7 +59,7 @@ class CudaStager:
             self.arrays.append([t.numpy() for t in tensors])
 
     def staged(self, batches: Iterable[np.ndarray]) -> Iterator[list[Any]]:
-        """Pinned batches of the staged leaves (in the order of :attr:`positions`)."""
+        """Pinned batches of the staged leaves (in the order of ``positions``)."""
         for k, idx in enumerate(batches):
             slot = k % self.slots
             event = self.events[slot]

@@ -156,7 +156,7 @@ class JaxBackend(BackendBase):
         """``take(leaves, idx)`` for each ``idx`` of ``batches``, lazily.
 
         Leaves on the host CPU are gathered by NumPy from zero-copy views, a chunk
-        of batches at a time (:func:`~looptoolkit.adapters.host_chunks`); each
+        of batches at a time ([`host_chunks`][looptoolkit.adapters.host_chunks]); each
         chunk is one ``jax.device_put`` of all leaves and one jitted split into
         its batches: a JAX call per chunk, not per batch (jitted gathers on the
         CPU hand work to XLA's threads, which share the cores with everything

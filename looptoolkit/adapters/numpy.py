@@ -1,7 +1,7 @@
 """NumPy backend: host arrays, including ``np.memmap``.
 
 NumPy leaves stay NumPy when the target is the host (``"cpu"``); for any other
-target :mod:`looptoolkit.device` hands them to the framework the device names.
+target [`looptoolkit.device`][looptoolkit.device] hands them to the framework the device names.
 """
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ class TfBackend(BackendBase):
         """``take(leaves, idx)`` for each ``idx`` of ``batches``, lazily.
 
         Host leaves are viewed as NumPy arrays once, gathered by NumPy a chunk of
-        batches at a time (:func:`~looptoolkit.adapters.host_chunks`), and each
+        batches at a time ([`host_chunks`][looptoolkit.adapters.host_chunks]), and each
         chunk becomes one tensor per leaf, split into its batches by one
         ``tf.split``: two eager tf ops per leaf per chunk, not per batch.
         """

@@ -1,7 +1,7 @@
 """The one chart helper of every report: horizontal bars, each labelled with its figure.
 
-A chart is a stack of :class:`Panel`; each panel has bars (one per variant, its
-figure and ratio written beside it, in a column of their own so that no line
+A chart is a stack of [`Panel`][looptoolkit.bench.charts.Panel]; each panel has bars (one per
+variant, its figure and ratio written beside it, in a column of their own so that no line
 crosses them), reference lines (the baseline and the floors), a linear axis
 with a label, and, where a few bars are many times longer than the rest, an
 axis cut at ``clip``: those bars end at the cut, hatched, and their label still

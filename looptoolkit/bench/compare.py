@@ -2,10 +2,10 @@
 
 The harness runs check -> interleave -> report. For each workload (``index``,
 ``tabular``, ``images``) and each installed backend, every variant of
-:mod:`looptoolkit.bench.variants` is built and its first epoch checked
-(:mod:`looptoolkit.bench.check`); a variant that fails is reported and not
+[`looptoolkit.bench.variants`][looptoolkit.bench.variants] is built and its first epoch checked
+([`looptoolkit.bench.check`][looptoolkit.bench.check]); a variant that fails is reported and not
 timed. The variants are then timed interleaved after warm-up, one epoch per
-round (:mod:`looptoolkit.bench.rounds`), and each workload's headline and
+round ([`looptoolkit.bench.rounds`][looptoolkit.bench.rounds]), and each workload's headline and
 table are printed as soon as it is done: ms/epoch, the ratio to the best
 manual loop (permutation + ``take``), and each Loader row's ratio to its floor.
 

@@ -1,12 +1,12 @@
 """What ``looptoolkit compare`` reports: headline, tables, legend, chart; screen and Markdown.
 
-Reads the JSON-ready payload that :mod:`looptoolkit.bench.compare` builds, so
-that saved results can be re-rendered without re-running anything. Every
+Reads the JSON-ready payload that [`looptoolkit.bench.compare`][looptoolkit.bench.compare] builds,
+so that saved results can be re-rendered without re-running anything. Every
 ratio is to the best manual loop (``numpy-take``); every Loader row also shows
 its distance to its own floor. Tables go through
-:class:`~looptoolkit.bench.tables.Table` (80 columns on screen), the chart
-through :func:`~looptoolkit.bench.charts.bar_chart`, the targets through
-:func:`~looptoolkit.bench.targets.evaluate`.
+[`Table`][looptoolkit.bench.tables.Table] (80 columns on screen), the chart
+through [`bar_chart`][looptoolkit.bench.charts.bar_chart], the targets through
+[`evaluate`][looptoolkit.bench.targets.evaluate].
 """
 
 from __future__ import annotations

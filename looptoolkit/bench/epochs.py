@@ -1,9 +1,9 @@
 """Epoch-driven pipelines: the shape every comparison pipeline shares.
 
-Each native pipeline under :mod:`looptoolkit.bench` is an :class:`EpochPipeline`
-(or a framework object that behaves like one): which epoch each ``iter()``
-runs is the :class:`~looptoolkit.Loader`'s rule, kept by the same epoch
-cursor, so the harness drives every variant the same way.
+Each native pipeline under [`looptoolkit.bench`][looptoolkit.bench] is an
+[`EpochPipeline`][looptoolkit.bench.epochs.EpochPipeline] (or a framework object that behaves like
+one): which epoch each ``iter()`` runs is the [`Loader`][looptoolkit.Loader]'s rule, kept by the
+same epoch cursor, so the harness drives every variant the same way.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ the Loader's order (so every batch is checked exactly against it):
 
 - ``host``: the Loader over the host data (no device); each batch is normalised
   in NumPy in the consumer's thread, then moved, float32, with
-  :func:`looptoolkit.to_device` (4 bytes per pixel to copy);
+  [`looptoolkit.to_device`][looptoolkit.to_device] (4 bytes per pixel to copy);
 - ``step``: ``Loader(host data, device=dev)`` copies uint8 (1 byte per pixel,
   prefetched); each batch is normalised in the consumer's thread after it
   arrives, as a training step would (compiled once on JAX and tf, as a step is);
@@ -13,8 +13,9 @@ the Loader's order (so every batch is checked exactly against it):
   the copy and the normalisation both in the prefetch thread.
 
 Mean 127.5 and std 64.0 for every channel: ``x * 64 + 127.5`` recovers the
-uint8 values exactly in float32, which is what :func:`to_uint8` does to check
-a batch. On a CPU the "device" is the host: these measure the host side.
+uint8 values exactly in float32, which is what
+[`to_uint8`][looptoolkit.bench.native_images.to_uint8] does to check a batch. On a CPU the "device"
+is the host: these measure the host side.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def _mapped(loader: Any, fn: Callable[[Any], Any], name: str) -> Iterable[Any]:
 
 
 def images_factory(backend: str, way: str) -> Callable[[Context], Iterable[Any]]:
-    """The factory of one images variant: ``way`` (one of :data:`WAYS`) on ``backend``."""
+    """The factory of one images variant: ``way`` (one of ``WAYS``) on ``backend``."""
     if way not in WAYS:
         raise ValueError(f"`way` must be one of {WAYS}, got {way!r}.")
 

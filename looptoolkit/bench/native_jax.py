@@ -4,7 +4,7 @@ The loops JAX users write: a host gather then one ``jax.device_put`` (to a
 device or a ``Sharding``), a device-resident one with the epoch order on the
 device and one jitted gather per batch, and the naive
 ``jax.random.permutation`` + ``jnp.take`` loop. Given an ``order``, the first
-two yield exactly the Loader's batches. :func:`chunked_floor` is the JAX floor:
+two yield exactly the Loader's batches. `chunked_floor` is the JAX floor:
 the chunked hand loop, one ``jax.device_put`` per chunk of batches and one
 jitted split.
 """
@@ -108,7 +108,7 @@ def host_gather_device_put(
         drop_last: drop the last partial batch.
 
     Returns:
-        An :class:`~looptoolkit.bench.epochs.EpochPipeline` of batches of JAX arrays.
+        An [`EpochPipeline`][looptoolkit.bench.epochs.EpochPipeline] of batches of JAX arrays.
     """
     leaves, spec = _host_leaves(data)
     n = int(leaves[0].shape[0])
@@ -153,7 +153,7 @@ def resident_gather(
         drop_last: drop the last partial batch.
 
     Returns:
-        An :class:`~looptoolkit.bench.epochs.EpochPipeline` of batches of JAX arrays.
+        An [`EpochPipeline`][looptoolkit.bench.epochs.EpochPipeline] of batches of JAX arrays.
     """
     leaves, spec = tree.flatten(data)
     where = placement(device)
@@ -187,7 +187,7 @@ def naive_loop(
         drop_last: drop the last partial batch.
 
     Returns:
-        An :class:`~looptoolkit.bench.epochs.EpochPipeline` of batches of JAX arrays.
+        An [`EpochPipeline`][looptoolkit.bench.epochs.EpochPipeline] of batches of JAX arrays.
     """
     leaves, spec = tree.flatten(data)
     arrays = [jnp.asarray(leaf) for leaf in leaves]

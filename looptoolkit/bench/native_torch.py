@@ -2,8 +2,8 @@
 
 ``torch.utils.data.DataLoader`` the way PyTorch users run it: per-sample
 ``__getitem__`` + ``default_collate`` (the default), and over
-:class:`looptoolkit.GetItemsDataset` (one ``__getitems__`` gather per batch);
-``torch.randperm`` + ``x[idx]`` or ``index_select``; and the bare
+[`looptoolkit.GetItemsDataset`][looptoolkit.GetItemsDataset] (one ``__getitems__`` gather per
+batch); ``torch.randperm`` + ``x[idx]`` or ``index_select``; and the bare
 device-resident ``index_select``.
 Given an ``order``, the DataLoaders yield exactly the Loader's batches.
 """
@@ -140,11 +140,11 @@ def per_sample_dataloader(
     num_workers: int = 0,
     **kwargs: Any,
 ) -> DataLoader:
-    """``DataLoader`` over :class:`PerSampleDataset`: one ``__getitem__`` per sample.
+    """``DataLoader`` over ``PerSampleDataset``: one ``__getitem__`` per sample.
 
     The loop PyTorch users write by default. With ``order`` the samples come in
-    the Loader's order (an :class:`OrderSampler`), so the batches equal the
-    Loader's; without it, ``shuffle=True`` is DataLoader's own ``RandomSampler``
+    the Loader's order (an [`OrderSampler`][looptoolkit.bench.native_torch.OrderSampler]), so the
+    batches equal the Loader's; without it, ``shuffle=True`` is DataLoader's own ``RandomSampler``
     seeded with ``seed``.
 
     Args:
@@ -177,7 +177,7 @@ def getitems_dataloader(
     num_workers: int = 0,
     **kwargs: Any,
 ) -> DataLoader:
-    """``DataLoader`` over :class:`looptoolkit.GetItemsDataset`: one gather per batch.
+    """``DataLoader`` over ``looptoolkit.GetItemsDataset``: one gather per batch.
 
     DataLoader's sampler and ``BatchSampler`` still build each batch as a list of
     ints, which ``__getitems__`` gathers in one call; ``collate_fn`` passes the
@@ -224,7 +224,8 @@ def randperm_loop(
         gather: ``"index"`` (``leaf[idx]``) or ``"index_select"``.
 
     Returns:
-        An :class:`~looptoolkit.bench.epochs.EpochPipeline` of batches shaped like ``data``.
+        An [`EpochPipeline`][looptoolkit.bench.epochs.EpochPipeline] of batches shaped like
+        ``data``.
     """
     if gather not in ("index", "index_select"):
         raise ValueError(f"`gather` must be 'index' or 'index_select', got {gather!r}.")
@@ -270,7 +271,7 @@ def resident_gather(
         drop_last: drop the last partial batch.
 
     Returns:
-        An :class:`~looptoolkit.bench.epochs.EpochPipeline` of batches on ``device``.
+        An [`EpochPipeline`][looptoolkit.bench.epochs.EpochPipeline] of batches on ``device``.
     """
     leaves, spec = tree.flatten(data)
     tensors = [as_torch(leaf) for leaf in leaves]

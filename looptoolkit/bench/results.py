@@ -64,8 +64,8 @@ def results_dir(out: str | Path | None, *, reference: bool = False) -> Path:
     """The directory to write to, created; the default one ignores itself in git.
 
     Args:
-        out: ``--out`` (None: :data:`DEFAULT_OUT`).
-        reference: write to :func:`reference_dir` instead.
+        out: ``--out`` (None: [`DEFAULT_OUT`][looptoolkit.bench.results.DEFAULT_OUT]).
+        reference: write to [`reference_dir`][looptoolkit.bench.results.reference_dir] instead.
     """
     if reference:
         return reference_dir()

@@ -1,11 +1,10 @@
 """Timing loops, epoch by epoch: the rounds of ``looptoolkit compare``.
 
-One round of a variant is one epoch of its loop (or several, with
-``--epochs``), run through :func:`looptoolkit.bench.timing.interleave` with the
-other variants of the workload. A loop whose epoch is too long is bounded to a
-number of batches per round and scaled to an epoch. With a synthetic model
-step after every batch, a round also records the time spent waiting for
-batches: what a prefetching loop can hide behind the step.
+One round of a variant is one epoch of its loop (or several, with ``--epochs``), run through
+[`looptoolkit.bench.timing.interleave`][looptoolkit.bench.timing.interleave] with the other variants
+of the workload. A loop whose epoch is too long is bounded to a number of batches per round and
+scaled to an epoch. With a synthetic model step after every batch, a round also records the time
+spent waiting for batches: what a prefetching loop can hide behind the step.
 """
 
 from __future__ import annotations

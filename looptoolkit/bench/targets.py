@@ -4,7 +4,8 @@ Every target is a ratio of two measured quantities of one run (or one quantity
 that is already a ratio), with a bound. ``looptoolkit compare`` measures the
 loop targets (quantities named by variant: median seconds per epoch),
 ``looptoolkit transfer`` the ``to_device`` ones; each passes its quantities to
-:func:`evaluate`. A GPU target is reported as such on a CPU run, never as met.
+[`evaluate`][looptoolkit.bench.targets.evaluate]. A GPU target is reported as such on a CPU run,
+never as met.
 """
 
 from __future__ import annotations

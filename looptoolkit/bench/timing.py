@@ -3,8 +3,8 @@
 Variants run in one process, interleaved (A B C A B C ...), after warm-up;
 each reports the median with min and max over the rounds. The machines are
 shared and noisy: a ratio taken in one run is the figure that holds, an
-absolute time is context. :func:`interleave` is used by ``looptoolkit
-compare`` (one round = one epoch of a loop) and ``looptoolkit transfer`` (one
+absolute time is context. [`interleave`][looptoolkit.bench.timing.interleave] is used by
+``looptoolkit compare`` (one round = one epoch of a loop) and ``looptoolkit transfer`` (one
 round = ``repeat`` calls, or one call timed with CUDA events).
 """
 
@@ -83,7 +83,7 @@ class Clock(Protocol):
         """Mark the start (after synchronising the device, if any)."""
 
     def stop(self) -> float:
-        """Seconds since :meth:`start`, once the device has finished."""
+        """Seconds since ``start``, once the device has finished."""
 
 
 class HostClock:
@@ -100,7 +100,7 @@ class HostClock:
         self._start = time.perf_counter()
 
     def stop(self) -> float:
-        """Synchronise, then return the seconds since :meth:`start`."""
+        """Synchronise, then return the seconds since ``start``."""
         if self.sync is not None:
             self.sync()
         return time.perf_counter() - self._start
@@ -146,14 +146,16 @@ def interleave(
         rounds: timed rounds.
         warmup: untimed rounds first.
         repeat: calls per round; the figures are per call.
-        clock: how a round is read (default: :class:`HostClock` without sync).
+        clock: how a round is read (default: [`HostClock`][looptoolkit.bench.timing.HostClock]
+            without sync).
         collect: leave the garbage collector on. Off, as ``timeit`` does, a
             collection in one variant's round is not charged to it.
         progress: where to report "round r/R" and the time left.
         label: what the progress lines call this timing.
 
     Returns:
-        One :class:`Timing` per variant, seconds per call, warm-up left out.
+        One [`Timing`][looptoolkit.bench.timing.Timing] per variant, seconds per call, warm-up left
+        out.
 
     Examples:
         >>> [t.name for t in interleave([("a", lambda: 1), ("b", lambda: 2)], rounds=3)]
@@ -240,7 +242,7 @@ def machine_info() -> dict[str, Any]:
 
 
 def load_text(machine: dict[str, Any]) -> str:
-    """``"; load average 1.9 / 2.5 / 2.6 (...)"`` from :func:`machine_info`, or ``""``.
+    """``"; load average 1.9 / 2.5 / 2.6 (...)"`` from ``machine_info``, or ``""``.
 
     Examples:
         >>> load_text({"load_average": [1.5, 2.0, 2.25], "cores": 2})

@@ -5,8 +5,8 @@ checked, then the variants are timed interleaved in one process (medians of
 ``--rounds`` rounds of ``--repeat`` calls; CUDA rows with CUDA events), and
 the report (headline first, 80-column tables, Markdown, a chart, the targets)
 is written to ``./looptoolkit-results/`` or ``--out``. The sections are in
-:mod:`looptoolkit.bench.transfer_sections` (host) and
-:mod:`looptoolkit.bench.transfer_cuda` (GPU); results are
+[`looptoolkit.bench.transfer_sections`][looptoolkit.bench.transfer_sections] (host) and
+[`looptoolkit.bench.transfer_cuda`][looptoolkit.bench.transfer_cuda] (GPU); results are
 ``transfer-<device>.{json,md,png}``.
 """
 

@@ -1,11 +1,11 @@
 """The CUDA sections of ``looptoolkit transfer``, and transfer by batch size.
 
-With a CUDA device (torch): pageable vs pinned transfer of the ``images``
-batch, copy-then-cast vs cast-then-copy, and one large pinned copy as the
-bandwidth reference; packed vs per-leaf transfer of the ``nested`` tree; every
-row timed with CUDA events after its output is checked. :func:`by_batch_size`
-times an ``images`` batch to float16 by batch size, uint8 copied then cast
-against cast then copied (``looptoolkit compare`` shows it on a GPU).
+With a CUDA device (torch): pageable vs pinned transfer of the ``images`` batch, copy-then-cast vs
+cast-then-copy, and one large pinned copy as the bandwidth reference; packed vs per-leaf transfer of
+the ``nested`` tree; every row timed with CUDA events after its output is checked.
+[`by_batch_size`][looptoolkit.bench.transfer_cuda.by_batch_size] times an ``images`` batch to
+float16 by batch size, uint8 copied then cast against cast then copied (``looptoolkit compare``
+shows it on a GPU).
 """
 
 from __future__ import annotations

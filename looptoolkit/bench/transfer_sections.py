@@ -11,9 +11,9 @@
   (rows marked *CPU-only*): the host cast uint8 -> float16 that cast-then-copy pays,
   and host copies of 3 MiB (uint8) vs 6 MiB (float16), the bytes each order moves.
 
-The CUDA sections are in :mod:`looptoolkit.bench.transfer_cuda`. Every section
-checks its variants' outputs before timing them, and times them with
-:func:`looptoolkit.bench.timing.interleave`.
+The CUDA sections are in [`looptoolkit.bench.transfer_cuda`][looptoolkit.bench.transfer_cuda]. Every
+section checks its variants' outputs before timing them, and times them with
+[`looptoolkit.bench.timing.interleave`][looptoolkit.bench.timing.interleave].
 """
 
 from __future__ import annotations
@@ -180,12 +180,12 @@ def timed(
     repeat: int = 1,
     clock: Clock | None = None,
 ) -> list[Timing]:
-    """Time checked ``variants`` interleaved after :data:`WARMUP` warm-up rounds.
+    """Time checked ``variants`` interleaved after ``WARMUP`` warm-up rounds.
 
     Host rows (no ``clock``): ``repeat`` calls per round, reported per call,
     the garbage collector off meanwhile. CUDA rows (``clock`` a
-    :class:`CudaEventClock`): one call per round read by the clock, the
-    garbage collector left on; each row says ``"clock": "cuda events"``.
+    [`CudaEventClock`][looptoolkit.bench.timing.CudaEventClock]): one call per round read by the
+    clock, the garbage collector left on; each row says ``"clock": "cuda events"``.
     """
     if progress is not None:
         progress.stage(f"transfer: {label}, {len(variants)} variants x {rounds} rounds")

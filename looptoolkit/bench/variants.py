@@ -1,10 +1,10 @@
 """The registry of loop variants that ``looptoolkit compare`` checks and times.
 
-A :class:`Variant` builds one loop over a backend's copy of a workload's data
-(:mod:`looptoolkit.bench.workloads`): the hand-written loops (the fastest of
-them, permutation + ``take``, is the baseline of every ratio), the floors that
+A [`Variant`][looptoolkit.bench.variants.Variant] builds one loop over a backend's copy of a
+workload's data ([`looptoolkit.bench.workloads`][looptoolkit.bench.workloads]): the hand-written
+loops (the fastest of them, permutation + ``take``, is the baseline of every ratio), the floors that
 bound what any loop can reach, each framework's native pipeline, and the
-:class:`~looptoolkit.Loader`. Variants that reproduce the Loader's order say
+[`Loader`][looptoolkit.Loader]. Variants that reproduce the Loader's order say
 which (``shuffle``); the harness checks their batches against a NumPy gather
 of that order, and the others for coverage, before timing anything.
 """

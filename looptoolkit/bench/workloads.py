@@ -2,8 +2,8 @@
 
 A workload is a NumPy pytree whose id leaf holds every row's own index, so any
 batch can be checked (right rows, each once); gathering it costs what gathering
-labels costs. :func:`backend_data` turns it into a backend's arrays, and a
-:class:`Context` is what a variant's factory gets.
+labels costs. [`backend_data`][looptoolkit.bench.workloads.backend_data] turns it into a backend's
+arrays, and a [`Context`][looptoolkit.bench.workloads.Context] is what a variant's factory gets.
 """
 
 from __future__ import annotations

@@ -1,0 +1,310 @@
+"""Reads of store arrays for the Loader: whole chunks through a bounded cache, or sorted rows.
+
+Between the order and the batch, for the leaves that are
+[`StoreArray`][looptoolkit.stores.StoreArray]s (zarr, HDF5, Arrow). Two ways to read:
+
+- Chunks (an order that visits chunks whole: sequential, or the chunk-aware
+  grouped order): the chunks a batch needs that are not cached are read in one
+  call (several ranges at once: zarr decodes them concurrently) into one
+  segment, kept in a cache bounded in bytes, least recently used first out.
+  A batch is then one gather from its segment. With an order that uses each
+  chunk's rows while the chunk is cached, each chunk is read once per epoch.
+- Rows (a full shuffle, weights, any order that scatters): each batch's rows are
+  read sorted and deduplicated (h5py takes increasing indices only), then put
+  back in the batch's order. Every chunk a batch touches is decoded for it.
+
+The cache lives for one pass (a pass's reads run in its prefetch thread), so
+concurrent passes do not share it.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from looptoolkit.adapters import gather_rows
+from looptoolkit.order import DEFAULT_GROUP_SIZE
+from looptoolkit.stores import StoreArray
+
+__all__ = ["ChunkCache", "StoreReads"]
+
+# Batches are gathered from the cache in blocks of about this many bytes (at most
+# BLOCK_BATCHES batches): one gather per leaf per block, the batches views of it.
+GATHER_BYTES = 1 << 21
+BLOCK_BATCHES = 32
+
+
+class ChunkCache:
+    """Whole chunks of some store arrays, read on demand, bounded by ``budget`` bytes.
+
+    Attributes:
+        reads: read calls made; ``chunks_read``: chunks read, per leaf.
+    """
+
+    def __init__(self, leaves: Sequence[StoreArray], budget: int, unit: int) -> None:
+        self.leaves = list(leaves)
+        self.budget = budget
+        # A leaf's own chunks; for a leaf without chunks, blocks of the order's unit.
+        self.units = [leaf.chunk_rows or unit for leaf in self.leaves]
+        counts = [-(-len(leaf) // u) for leaf, u in zip(self.leaves, self.units, strict=True)]
+        self.where = [np.full(c, -1, dtype=np.intp) for c in counts]  # segment of each chunk
+        self.base = [np.zeros(c, dtype=np.intp) for c in counts]  # chunk's first row in it
+        # segment id -> (leaf, its chunks, its rows, bytes)
+        self.segments: OrderedDict[int, tuple[int, np.ndarray, np.ndarray, int]] = OrderedDict()
+        self.used = 0
+        self.peak = 0
+        self.reads = 0
+        self.chunks_read = [0] * len(self.leaves)
+        self._next = 0
+
+    def take(self, j: int, idx: np.ndarray) -> np.ndarray:
+        """Rows ``idx`` of leaf ``j``."""
+        unit = self.units[j]
+        chunk = idx // unit
+        seg = self.where[j][chunk]
+        missing = seg < 0
+        if missing.any():
+            self._read(j, np.unique(chunk[missing]), np.unique(seg[~missing]))
+            seg = self.where[j][chunk]
+        pos = self.base[j][chunk] + (idx - chunk * unit)
+        first = int(seg[0])
+        segments = self.segments
+        if (seg == first).all():
+            segments.move_to_end(first)
+            rows = segments[first][2]
+            start = int(pos[0])
+            if pos[-1] - start + 1 == len(pos) and (np.diff(pos) == 1).all():
+                return rows[start : start + len(pos)]  # consecutive rows: a view, no copy
+            return rows.take(pos, axis=0)
+        leaf = self.leaves[j]
+        out = np.empty((len(idx), *leaf.shape[1:]), dtype=leaf.dtype)
+        for s in np.unique(seg).tolist():
+            at = seg == s
+            segments.move_to_end(s)
+            out[at] = segments[s][2].take(pos[at], axis=0)
+        return out
+
+    def _read(self, j: int, chunks: np.ndarray, keep: np.ndarray) -> None:
+        leaf, unit = self.leaves[j], self.units[j]
+        n = len(leaf)
+        starts = chunks * unit
+        stops = np.minimum(starts + unit, n)
+        total = int(np.sum(stops - starts))
+        # Room for the chunks and for what the read holds while it decodes.
+        self._evict(total * leaf.row_bytes + leaf.transient_bytes(), set(keep.tolist()))
+        # Consecutive chunks make one range.
+        breaks = np.flatnonzero(np.diff(chunks) != 1) + 1
+        first = np.concatenate(([0], breaks))
+        last = np.concatenate((breaks - 1, [len(chunks) - 1]))
+        rows = np.empty((total, *leaf.shape[1:]), dtype=leaf.dtype)
+        leaf.read_ranges(starts[first], stops[last], rows)
+        sid = self._next
+        self._next += 1
+        offsets = np.concatenate(([0], np.cumsum(stops - starts)[:-1]))
+        self.where[j][chunks] = sid
+        self.base[j][chunks] = offsets
+        self.segments[sid] = (j, chunks, rows, rows.nbytes)
+        self.used += rows.nbytes
+        self.peak = max(self.peak, self.used)
+        self.reads += 1
+        self.chunks_read[j] += len(chunks)
+
+    def _evict(self, incoming: int, keep: set[int]) -> None:
+        """Drop least recently used segments (not those in ``keep``) to make room."""
+        for sid in list(self.segments):
+            if self.used + incoming <= self.budget:
+                return
+            if sid in keep:
+                continue
+            j, chunks, _, size = self.segments.pop(sid)
+            where = self.where[j]
+            mine = chunks[where[chunks] == sid]
+            where[mine] = -1
+            self.used -= size
+
+
+def sorted_take(leaf: StoreArray, idx: np.ndarray) -> np.ndarray:
+    """Rows ``idx`` of ``leaf``: read sorted and deduplicated, then put in ``idx``'s order."""
+    if len(idx) and (idx[1:] > idx[:-1]).all():
+        if idx[-1] - idx[0] + 1 == len(idx):
+            return leaf.read(int(idx[0]), int(idx[-1]) + 1)
+        return leaf.read_rows(idx)
+    rows, back = np.unique(idx, return_inverse=True)
+    return leaf.read_rows(rows).take(back, axis=0)
+
+
+class StoreReads:
+    """The reads of a Loader's store leaves: a backend-like group of its rows.
+
+    ``cache_bytes`` None: sorted row reads per batch. An int: whole chunks through
+    a [`ChunkCache`][looptoolkit._store_reads.ChunkCache] of that many bytes, one per pass
+    (and one, behind a lock, for single batches read with `take`).
+    """
+
+    name = "store"
+
+    def __init__(self, leaves: Sequence[StoreArray], n: int, unit: int) -> None:
+        self.leaves = list(leaves)
+        self.n = n
+        self.unit = unit
+        self.cache_bytes: int | None = None
+        self.block = 1  # batches gathered at once from the cache (set by `plan_reads`)
+        self.last: ChunkCache | None = None  # the cache of the pass that started last
+        self._shared: ChunkCache | None = None
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.update(last=None, _shared=None, _lock=None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def length(self, leaf: StoreArray) -> int:
+        return len(leaf)
+
+    def check(self) -> None:
+        """Raise if a store changed its length under the Loader."""
+        for leaf in self.leaves:
+            now = leaf.length_now()
+            if now != self.n:
+                raise RuntimeError(
+                    f"{leaf.path} changed under the Loader: it had {self.n} rows and now has "
+                    f"{now}. Make a new Loader for the new rows."
+                )
+
+    def _cache(self) -> ChunkCache:
+        assert self.cache_bytes is not None
+        return ChunkCache(self.leaves, self.cache_bytes, self.unit)
+
+    def take(self, leaves: Sequence[StoreArray], idx: np.ndarray) -> list[np.ndarray]:
+        if self.cache_bytes is None:
+            return [self._sorted(leaf, idx) for leaf in leaves]
+        with self._lock:
+            if self._shared is None:
+                self._shared = self._cache()
+            cache = self._shared
+            return [self._cached(cache, leaf, idx) for leaf in leaves]
+
+    @staticmethod
+    def _sorted(leaf: StoreArray, idx: np.ndarray) -> np.ndarray:
+        view = leaf.view()
+        return sorted_take(leaf, idx) if view is None else gather_rows(view, idx)
+
+    @staticmethod
+    def _cached(cache: ChunkCache, leaf: StoreArray, idx: np.ndarray) -> np.ndarray:
+        view = leaf.view()
+        return cache.take(cache.leaves.index(leaf), idx) if view is None else gather_rows(view, idx)
+
+    def take_batches(
+        self, leaves: Sequence[StoreArray], batches: Iterable[np.ndarray]
+    ) -> Iterator[list[np.ndarray]]:
+        self.check()
+        if self.cache_bytes is None:
+            for idx in batches:
+                yield [self._sorted(leaf, idx) for leaf in leaves]
+            return
+        cache = self.last = self._cache()
+        # A leaf that is a zero-copy view is gathered from it; the others through the cache.
+        views = [leaf.view() for leaf in leaves]
+        fetch = [
+            functools.partial(cache.take, cache.leaves.index(leaf))
+            if view is None
+            else functools.partial(gather_rows, view)
+            for leaf, view in zip(leaves, views, strict=True)
+        ]
+        batches = iter(batches)
+        while True:
+            block = list(itertools.islice(batches, self.block))
+            if len(block) <= 1:
+                if block:
+                    yield [f(block[0]) for f in fetch]
+                    continue
+                return
+            # One gather per leaf for the block; each batch a view of it.
+            idx = np.concatenate(block)
+            gathered = [f(idx) for f in fetch]
+            stop = 0
+            for idx in block:
+                start, stop = stop, stop + len(idx)
+                yield [x[start:stop] for x in gathered]
+
+
+# -- how a Loader reads its stores -------------------------------------------------
+
+# Default group of the grouped order over a store: this many chunks, fewer when a
+# group of all store leaves would pass STORE_GROUP_BYTES.
+STORE_GROUP_CHUNKS = 16
+STORE_GROUP_BYTES = 1 << 28
+
+
+def default_group_size(store: StoreReads) -> int:
+    """Rows per group of the grouped order over ``store`` when ``group_size`` is not given.
+
+    Leaves read through zero-copy views only (a plain contiguous HDF5 dataset, a
+    one-chunk Arrow column) decode nothing: their groups are the in-memory
+    default, [`DEFAULT_GROUP_SIZE`][looptoolkit.order.DEFAULT_GROUP_SIZE] rows
+    rounded up to whole blocks.
+    """
+    if all(leaf.view() is not None for leaf in store.leaves):
+        return -(-DEFAULT_GROUP_SIZE // store.unit) * store.unit
+    chunk = store.unit * sum(leaf.row_bytes for leaf in store.leaves)
+    k = max(1, min(STORE_GROUP_CHUNKS, STORE_GROUP_BYTES // max(1, chunk)))
+    return k * store.unit
+
+
+def block_batches(row_bytes: int, batch_size: int) -> int:
+    """Batches per block of gathers and of background hand-offs, for rows of ``row_bytes``."""
+    return max(1, min(BLOCK_BATCHES, GATHER_BYTES // max(1, row_bytes * batch_size)))
+
+
+def plan_reads(store: StoreReads, order: Any, cache_bytes: int | None) -> None:
+    """Read whole chunks through a cache when ``order`` visits them whole, else sorted rows.
+
+    Whole chunks: the chunk-grouped order, and the sequential one. The cache
+    holds, by default, two groups of chunks of every store leaf (plus a chunk
+    on each side of a group for leaves whose chunks are not aligned with it, and
+    the buffers a read decodes into), so that the reads' memory stays within it.
+
+    Raises:
+        ValueError: ``cache_bytes`` with an order that reads rows, or too small
+            for one group.
+    """
+    whole = order.chunk_rows is not None or (
+        order.shuffle == "none" and order.sampling.kind == "permutation"
+    )
+    if not whole:
+        if cache_bytes is not None:
+            raise ValueError(
+                "`cache_bytes` sizes the chunk cache of the orders that read a store's chunks "
+                'whole (`shuffle=False` or `"grouped"`); this order reads sorted rows per batch.'
+            )
+        store.cache_bytes = None
+        store.block = block_batches(sum(leaf.row_bytes for leaf in store.leaves), order.batch_size)
+        return
+    group = order.group_size if order.chunk_rows is not None else store.unit
+    need = sum(
+        (group + 2 * (leaf.chunk_rows or store.unit)) * leaf.row_bytes + leaf.transient_bytes()
+        for leaf in store.leaves
+    )
+    if cache_bytes is None:
+        cache_bytes = 2 * need
+    elif not isinstance(cache_bytes, int) or isinstance(cache_bytes, bool):
+        raise TypeError(f"`cache_bytes` must be an int, got {type(cache_bytes).__name__}.")
+    elif cache_bytes < need:
+        raise ValueError(
+            f"`cache_bytes` ({cache_bytes}) must hold one group of chunks of every store leaf "
+            f"({need} bytes for groups of {group} rows); pass more, or a smaller `group_size`."
+        )
+    store.cache_bytes = cache_bytes
+    # A block within a group's rows touches at most two groups' chunks: what the cache holds.
+    block = block_batches(sum(leaf.row_bytes for leaf in store.leaves), order.batch_size)
+    store.block = max(1, min(block, group // order.batch_size))

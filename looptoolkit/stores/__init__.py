@@ -1,0 +1,193 @@
+"""Chunked stores as data: zarr, HDF5 (h5py) and Arrow (pyarrow, HF ``datasets``).
+
+A store array in the Loader's data is wrapped in a [`StoreArray`][looptoolkit.stores.StoreArray]:
+one small protocol (its length, its chunk layout, a read of a row range, a read
+of sorted rows) that the Loader's reads (`looptoolkit._store_reads`) use
+whatever the format. A store container is a dict of its arrays: a zarr group or
+an HDF5 file or group (nested groups as nested dicts), an Arrow table, a HF
+``datasets.Dataset`` (its columns). Each format lives in its own module,
+imported only when such an object appears in the data (the formats' libraries
+are optional extras: ``looptoolkit[zarr]``, ``[hdf5]``, ``[arrow]``).
+
+Objects of these libraries, and of other table and lazy-array libraries
+(pandas, polars, dask, xarray), are never walked into as containers: the
+Loader's tree sees them as leaves, and one that is not supported is refused at
+once with a message naming what to pass instead.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import numpy as np
+
+__all__ = ["BLOCK_BYTES", "BLOCK_ROWS", "StoreArray", "is_store_type", "refusal", "wrap"]
+
+# Rows per block of a store without chunks of its own (contiguous HDF5, Arrow):
+# BLOCK_ROWS, or fewer so that a block of the widest leaf stays within BLOCK_BYTES.
+BLOCK_ROWS = 4096
+BLOCK_BYTES = 1 << 22
+
+# Top-level module of an object's type -> the looptoolkit module that wraps it.
+_FORMATS = {
+    "zarr": "looptoolkit.stores._zarr",
+    "h5py": "looptoolkit.stores._hdf5",
+    "pyarrow": "looptoolkit.stores._arrow",
+    "datasets": "looptoolkit.stores._arrow",
+}
+# Libraries whose objects are refused with a hint (never walked into).
+_OTHERS = {
+    "pandas": "pass NumPy arrays: `df.to_numpy()` or `{c: df[c].to_numpy() for c in df}`",
+    "polars": "pass NumPy arrays: `df.to_numpy()` or `{c: df[c].to_numpy() for c in df.columns}`",
+    "dask": "compute it first (`x.compute()`), or write it to zarr (`x.to_zarr(path)`) "
+    "and pass the zarr array",
+    "xarray": "pass its values (`da.values`), or the zarr store it was read from",
+}
+
+
+def is_store_type(cls: type) -> bool:
+    """Whether instances of ``cls`` come from a store, table or lazy-array library.
+
+    Such objects are leaves of the Loader's tree, never containers; decided by
+    the module of the type, without importing anything.
+    """
+    top = cls.__module__.partition(".")[0]
+    return top in _FORMATS or top in _OTHERS
+
+
+class StoreArray:
+    """One array of a store, as the Loader reads it.
+
+    Subclasses implement [`read`][looptoolkit.stores.StoreArray.read] and may
+    override the multi-range and sorted-row reads where their library does
+    better than a loop. Batches read from a store are NumPy arrays.
+
+    Attributes:
+        kind: the format's name, for messages.
+        path: where the array is (a file and a name, a column), for messages.
+        shape: the array's shape; ``shape[0]`` rows.
+        dtype: its NumPy dtype.
+        chunk_rows: rows per chunk of the store's own layout (zarr chunks or
+            shards, chunked HDF5), or None for a store without chunks of its own.
+
+    Examples:
+        A format of one's own: set ``shape`` and ``dtype``, implement ``read``;
+        the Loader takes an instance as it takes a zarr array.
+
+        >>> import numpy as np
+        >>> from looptoolkit import Loader
+        >>> class Blocks(StoreArray):
+        ...     kind, path = "blocks", "data['x']"
+        ...
+        ...     def __init__(self, values):
+        ...         self.values, self.shape, self.dtype = values, values.shape, values.dtype
+        ...
+        ...     def read(self, start, stop):
+        ...         return self.values[start:stop].copy()
+        >>> loader = Loader({"x": Blocks(np.arange(10.0))}, 4, shuffle=False)
+        >>> [batch["x"].tolist() for batch in loader]
+        [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0], [8.0, 9.0]]
+    """
+
+    kind = "store"
+    path = ""
+    shape: tuple[int, ...] = ()
+    dtype: np.dtype = np.dtype("float64")
+    chunk_rows: int | None = None
+
+    @property
+    def ndim(self) -> int:
+        """Dimensions of the array."""
+        return len(self.shape)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one row once read."""
+        return int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
+
+    def block_rows(self) -> int:
+        """Rows per block a reader reads at once: the store's chunk, or a fixed block."""
+        if self.chunk_rows is not None:
+            return self.chunk_rows
+        return max(1, min(BLOCK_ROWS, BLOCK_BYTES // max(1, self.row_bytes)))
+
+    def __getitem__(self, key: int | slice) -> np.ndarray:
+        """Row ``key``, or the rows of a slice with step 1 (as a NumPy array)."""
+        n = self.shape[0]
+        if isinstance(key, slice) and key.step in (None, 1):
+            start, stop, _ = key.indices(n)
+            return self.read(start, max(start, stop))
+        if isinstance(key, int | np.integer) and -n <= key < n:
+            i = int(key) % n
+            return self.read(i, i + 1)[0]
+        raise IndexError(f"{self.path} takes a row number or a slice with step 1, got {key!r}.")
+
+    def view(self) -> np.ndarray | None:
+        """The whole array as a zero-copy NumPy array (a memmap, an Arrow buffer), if it is one.
+
+        A leaf with a view is gathered from it directly, as a ``.npy`` memmap is:
+        reading it costs nothing, so there is nothing to cache.
+        """
+        return None
+
+    def length_now(self) -> int:
+        """The array's rows as the store says now (a store can change under the Loader)."""
+        return self.shape[0]
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """Rows ``[start, stop)``."""
+        raise NotImplementedError
+
+    def read_ranges(self, starts: np.ndarray, stops: np.ndarray, out: np.ndarray) -> None:
+        """Rows of the ranges ``[starts[i], stops[i])`` (increasing, disjoint) into ``out``."""
+        at = 0
+        for a, b in zip(starts.tolist(), stops.tolist(), strict=True):
+            out[at : at + b - a] = self.read(a, b)
+            at += b - a
+
+    def transient_bytes(self) -> int:
+        """Memory a read of ranges may hold besides ``out`` (buffers being decoded)."""
+        return 0
+
+    def read_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Rows ``rows`` (sorted, distinct), in that order."""
+        return np.concatenate([self.read(int(r), int(r) + 1) for r in rows])
+
+    def __repr__(self) -> str:
+        return f"<{self.kind} array {self.path} shape={self.shape} dtype={self.dtype}>"
+
+
+def refusal(obj: Any) -> str | None:
+    """The message refusing ``obj``, a store-like object the Loader does not take; else None."""
+    cls = type(obj)
+    top = cls.__module__.partition(".")[0]
+    hint = _OTHERS.get(top)
+    if hint is None:
+        return None
+    return f"a {cls.__module__}.{cls.__qualname__} is not data the Loader reads; {hint}."
+
+
+def wrap(obj: Any, path: str) -> StoreArray | dict[str, Any]:
+    """``obj`` as the Loader reads it: a [`StoreArray`][looptoolkit.stores.StoreArray] or a dict.
+
+    Args:
+        obj: an object of a store library ([`is_store_type`][looptoolkit.stores.is_store_type]).
+        path: where ``obj`` is in the data (``data['x']``), for messages.
+
+    Raises:
+        TypeError: ``obj`` is not supported (its type named, with what to pass instead).
+        ValueError: a closed file, a column with missing values or ragged rows.
+    """
+    cls = type(obj)
+    message = refusal(obj)
+    if message is None:
+        module = importlib.import_module(_FORMATS[cls.__module__.partition(".")[0]])
+        wrapped = module.wrap(obj, path)
+        if wrapped is not None:
+            return wrapped
+        message = module.refusal(obj)
+    raise TypeError(f"`data` cannot hold {path}: {message}")
