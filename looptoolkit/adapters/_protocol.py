@@ -76,9 +76,13 @@ class Required(Protocol):
     once per batch, not once per leaf.
 
     Examples:
-        >>> from looptoolkit.adapters import Required
-        >>> {"is_array", "take", "take_batches", "move", "cast"} <= set(dir(Required))
-        True
+        >>> import numpy as np
+        >>> from looptoolkit.adapters import get_backend
+        >>> numpy_backend = get_backend("numpy")
+        >>> numpy_backend.is_array(np.zeros(2)), numpy_backend.length(np.zeros((5, 2)))
+        (True, 5)
+        >>> numpy_backend.dtype_name(np.zeros(1, np.float16))
+        'float16'
     """
 
     name: str
@@ -123,7 +127,7 @@ class Required(Protocol):
         """Move leaves (of this framework, or NumPy leaves sent to it) to ``target``.
 
         Dtypes are not the move's business: the transfer layer
-        (`looptoolkit.device`) casts through ``cast`` before
+        (`looptoolkit.device.transfer`) casts through ``cast`` before
         or after it, on the side of the copy that moves fewer bytes.
         """
         ...
@@ -153,8 +157,9 @@ class Staging(Protocol):
     """Optional: a staged upload that beats a plain ``move`` per batch.
 
     Examples:
-        >>> from looptoolkit.adapters import BackendBase
-        >>> BackendBase().stager([], 1, None, 1) is None  # no staging: plain moves
+        >>> from looptoolkit.adapters import get_backend
+        >>> from looptoolkit.device import parse_device
+        >>> get_backend("numpy").stager([], 32, parse_device("cpu"), 2) is None  # none on NumPy
         True
     """
 
@@ -169,9 +174,9 @@ class Sharding(Protocol):
     """Optional: batches split across devices, and the process group of this process.
 
     Examples:
-        >>> from looptoolkit.adapters import BackendBase
-        >>> BackendBase().batch_shards(None, None), BackendBase().process_group()
-        (1, None)
+        >>> from looptoolkit.adapters import get_backend
+        >>> get_backend("numpy").process_group() is None  # NumPy has no process groups
+        True
     """
 
     def batch_shards(self, target: Target, leaf: Any) -> int:
@@ -187,9 +192,9 @@ class Containers(Protocol):
     """Optional: container types and objects (with their own ``.to``) of this framework.
 
     Examples:
-        >>> from looptoolkit.adapters import BackendBase
-        >>> BackendBase().owns_object(object())
-        False
+        >>> from looptoolkit.adapters import get_backend
+        >>> get_backend("numpy").container(dict) is None  # dicts are everybody's
+        True
     """
 
     def owns_object(self, obj: Any) -> bool:
@@ -217,9 +222,10 @@ class Native(Protocol):
     """Optional: device objects of this framework, and compiled batch functions.
 
     Examples:
-        >>> from looptoolkit.adapters import BackendBase
-        >>> BackendBase().native_target("cuda") is None  # no device objects of its own
-        True
+        >>> from looptoolkit.adapters import get_backend
+        >>> double = get_backend("numpy").compile_transform(lambda x: 2 * x)  # eager
+        >>> double(3)
+        6
     """
 
     def native_target(self, device: Any) -> Target | None:
@@ -237,7 +243,10 @@ class Backend(Required, Staging, Sharding, Containers, Native, Protocol):
 
     A backend class derives from [`BackendBase`][looptoolkit.adapters.BackendBase],
     which answers each optional capability for a framework that lacks it, and
-    implements [`Required`][looptoolkit.adapters.Required].
+    implements [`Required`][looptoolkit.adapters.Required]. A backend is a module
+    whose ``backend`` attribute implements this protocol, listed in ``BACKENDS``
+    (name, module, framework, pip extra) or added with
+    [`register_backend`][looptoolkit.adapters.register_backend].
 
     Examples:
         >>> import numpy as np
@@ -254,7 +263,7 @@ class Backend(Required, Staging, Sharding, Containers, Native, Protocol):
 class BackendBase:
     """Every optional capability, answered for a framework that has none of it.
 
-    Also ``length``, the same for every framework.
+    Also [`length`][looptoolkit.adapters.BackendBase.length], the same for every framework.
 
     Examples:
         >>> from looptoolkit.adapters import BackendBase

@@ -1,22 +1,22 @@
 """Hand-written NumPy and pure-Python loops, and the floors, for ``looptoolkit compare``.
 
 What a NumPy user writes by hand: a permutation per epoch, then one gather per
-leaf per batch, with ``take`` (`numpy_manual`, the fastest hand-written
-loop and the baseline of every ratio) or with fancy indexing
+leaf per batch, with ``take`` ([`numpy_manual`][looptoolkit.bench.native_numpy.numpy_manual], the
+fastest hand-written loop and the baseline of every ratio) or with fancy indexing
 (``numpy_manual(..., gather="index")``); one permutation of the whole epoch
-cut into batch views (`epoch_views`); and the pure Python loop
-(`pure_python`) of ``random.sample`` and list slices. Given an ``order``
-(an ``Order``, a ``Loader`` or a function of the epoch), `numpy_manual`
-yields exactly the Loader's batches.
+cut into batch views ([`epoch_views`][looptoolkit.bench.native_numpy.epoch_views]); and the pure
+Python loop ([`pure_python`][looptoolkit.bench.native_numpy.pure_python]) of ``random.sample`` and
+list slices. Given an ``order`` (an ``Order``, a ``Loader`` or a function of the epoch),
+[`numpy_manual`][looptoolkit.bench.native_numpy.numpy_manual] yields exactly the Loader's batches.
 
 The floors bound what any loop can reach on the same data:
-`contiguous_copies` copies each batch's bytes (the bandwidth limit) and
-`sequential_take` gathers with ``arange`` indices (a perfectly local
-order); ``numpy_manual(..., wrap=...)`` adds a framework's cheapest way to make
-each batch its own, and `chunked_manual` the chunked hand loop of
-frameworks whose per-call cost dominates (JAX, tf): gather a chunk of batches
-with ``take``, make one framework array per leaf, split it into its batches in
-one call.
+[`contiguous_copies`][looptoolkit.bench.native_numpy.contiguous_copies] copies each batch's bytes
+(the bandwidth limit) and [`sequential_take`][looptoolkit.bench.native_numpy.sequential_take]
+gathers with ``arange`` indices (a perfectly local order); ``numpy_manual(..., wrap=...)`` adds a
+framework's cheapest way to make each batch its own, and
+[`chunked_manual`][looptoolkit.bench.native_numpy.chunked_manual] the chunked hand loop of
+frameworks whose per-call cost dominates (JAX, tf): gather a chunk of batches with ``take``, make
+one framework array per leaf, split it into its batches in one call.
 """
 
 from __future__ import annotations
@@ -78,7 +78,8 @@ def numpy_manual(
             ``jax.device_put`` of the list, or ``torch.from_numpy`` per leaf).
 
     Returns:
-        An `EpochPipeline` of batches shaped like ``data``.
+        An [`EpochPipeline`][looptoolkit.bench.epochs.EpochPipeline] of batches shaped like
+        ``data``.
 
     Examples:
         >>> p = numpy_manual({"x": np.arange(5)}, 2, order=lambda e: np.arange(5))
@@ -260,7 +261,7 @@ def pure_python(
         drop_last: drop the last partial batch.
 
     Returns:
-        An `EpochPipeline` of lists.
+        An [`EpochPipeline`][looptoolkit.bench.epochs.EpochPipeline] of lists.
 
     Examples:
         >>> p = pure_python(range(5), 2)
@@ -294,8 +295,8 @@ def _host(data: Any) -> tuple[int, list[np.ndarray], Callable[[Sequence[Any]], A
 def sequential_take(data: Any, batch_size: int, *, drop_last: bool = False) -> EpochPipeline:
     """A floor: ``leaf.take(idx, axis=0)`` with the ``arange`` indices of each batch.
 
-    The same gather as `numpy_manual`, in a perfectly local order: what an
-    order with the most locality could reach.
+    The same gather as [`numpy_manual`][looptoolkit.bench.native_numpy.numpy_manual], in a perfectly
+    local order: what an order with the most locality could reach.
 
     Examples:
         >>> [b["x"].tolist() for b in sequential_take({"x": np.arange(5)}, 2)]

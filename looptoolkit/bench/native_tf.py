@@ -2,7 +2,7 @@
 
 ``from_tensor_slices(data).shuffle(N).batch(B).prefetch()``: per-sample
 elements shuffled in a buffer, then batched. The Loader's own tf.data pipeline
-is `looptoolkit.tf_data.loader_dataset`. `chunked_floor` is the tf
+is [`looptoolkit.tf_data.loader_dataset`][looptoolkit.loader_dataset]. `chunked_floor` is the tf
 floor: the chunked hand loop, one ``tf.convert_to_tensor`` per leaf per chunk
 of batches and one ``tf.split``.
 """

@@ -1,14 +1,14 @@
 """What a benchmark says while it runs: one line per stage, and frameworks imported quietly.
 
-`Progress` reports every stage of a run on stderr: on a terminal as a
-rich progress bar with the time left (removed before results are printed);
+[`Progress`][looptoolkit.bench.progress.Progress] reports every stage of a run on stderr: on a
+terminal as a rich progress bar with the time left (removed before results are printed);
 anywhere else (a log file, a pipe) as plain lines, one per stage, plus a line
 within a long stage whenever a couple of seconds have passed since the last one.
-Results go to stdout through `Progress.emit`, flushed at once, so that a
-log of ``2>&1`` keeps them in order.
+Results go to stdout through [`Progress.emit`][looptoolkit.bench.progress.Progress.emit], flushed at
+once, so that a log of ``2>&1`` keeps them in order.
 
-`quiet_import` imports a framework without the log lines its native code
-writes straight to the process's stderr (TensorFlow's absl and oneDNN notices
+[`quiet_import`][looptoolkit.bench.progress.quiet_import] imports a framework without the log lines
+its native code writes straight to the process's stderr (TensorFlow's absl and oneDNN notices
 come before its own log level is read); what was written is shown only when
 the import fails.
 """
@@ -40,7 +40,7 @@ QUIET_ENV: dict[str, str] = {
 
 
 def quiet_env() -> None:
-    """Set `QUIET_ENV` in ``os.environ`` where the user has not set it."""
+    """Set ``QUIET_ENV`` in ``os.environ`` where the user has not set it."""
     for key, value in QUIET_ENV.items():
         os.environ.setdefault(key, value)
 
@@ -68,7 +68,7 @@ def _captured_fds() -> Iterator[IO[bytes]]:
 
 
 def quiet_import(name: str) -> ModuleType:
-    """Import module ``name`` with `QUIET_ENV` set and its native log lines swallowed.
+    """Import module ``name`` with ``QUIET_ENV`` set and its native log lines swallowed.
 
     Raises:
         ImportError: as ``import`` does; what the import wrote is printed first.
@@ -100,7 +100,7 @@ class Progress:
         stream: where progress goes (default: ``sys.stderr``).
         live: a rich progress bar, redrawn in place (default: when ``stream`` is a terminal).
         every_s: in plain mode, the longest silence within a stage before a
-            `step` is printed.
+            [`step`][looptoolkit.bench.progress.Progress.step] is printed.
 
     Examples:
         >>> import io

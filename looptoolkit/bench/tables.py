@@ -1,10 +1,10 @@
 """The one table model of every report, rendered as Markdown and, by rich, for the terminal.
 
 A [`Table`][looptoolkit.bench.tables.Table] holds text cells.
-``Table.markdown`` renders a pipe table; ``Table.text`` has ``rich.table.Table``
-lay the same cells out within ``width`` characters (80 by default: column
-widths, wrapping inside a cell where it must). Notes under a table (a legend,
-footnotes) are wrapped to the same width.
+[`Table.markdown`][looptoolkit.bench.tables.Table.markdown] renders a pipe table;
+[`Table.text`][looptoolkit.bench.tables.Table.text] has ``rich.table.Table`` lay the same cells
+out within ``width`` characters (80 by default: column widths, wrapping inside a cell where it
+must). Notes under a table (a legend, footnotes) are wrapped to the same width.
 """
 
 from __future__ import annotations
