@@ -8,7 +8,7 @@ import pytest
 
 from looptoolkit.bench.check import ready_fn
 from looptoolkit.bench.epochs import EpochPipeline
-from looptoolkit.bench.rounds import Record, round_fn
+from looptoolkit.bench.rounds import Record, epoch_round
 
 
 class Counted(EpochPipeline):
@@ -38,27 +38,24 @@ def test_only_jax_batches_need_a_ready_call():
 def test_round_without_a_step_takes_whole_epochs_and_reports_every_field():
     pipeline = Counted(10)
     record = Record()
-    one_round = round_fn(pipeline, record, epochs=2, limit=None, num_batches=10, ready=None,
-                         step=None, sync=None)  # fmt: skip
-    one_round()
-    one_round()
+    one_round = epoch_round(pipeline, record, 2, None, 10)
+    epochs = [one_round(), one_round()]
     assert pipeline.taken == 40 and record.error is None
-    assert len(record.epoch_s) == len(record.wait_s) == len(record.total_s) == 2
-    assert all(s > 0 for s in record.epoch_s)
+    assert len(record.wait_s) == len(record.total_s) == 2
+    assert all(type(s) is float and s > 0 for s in epochs)
     # Without a step a batch is all wait.
     assert record.wait_s == record.total_s and record.step_s == [0.0, 0.0]
-    assert all(0 < w <= e for w, e in zip(record.wait_s, record.epoch_s, strict=True))
+    assert all(0 < w <= e for w, e in zip(record.wait_s, epochs, strict=True))
 
 
 def test_round_bounded_to_a_limit_is_scaled_to_an_epoch_and_readies_every_batch():
     pipeline = Counted(20, sleep=0.002)
     readied = []
     record = Record()
-    round_fn(pipeline, record, epochs=1, limit=4, num_batches=20, ready=readied.append,
-             step=None, sync=None)()  # fmt: skip
+    epoch = epoch_round(pipeline, record, 1, 4, 20, ready=readied.append)()
     assert pipeline.taken == 4 and readied == [0, 1, 2, 3]
     # 4 batches of >= 2 ms timed, scaled to the 20 of an epoch.
-    assert record.epoch_s[0] >= 20 * 0.002 * 0.9
+    assert epoch >= 20 * 0.002 * 0.9
     assert record.wait_s[0] >= 0.002 * 0.9
 
 
@@ -72,8 +69,7 @@ def test_round_with_a_step_times_wait_step_and_total_per_batch():
         time.sleep(0.002)
 
     record = Record()
-    round_fn(pipeline, record, epochs=1, limit=5, num_batches=10, ready=None, step=step,
-             sync=lambda: syncs.append(1), skip_first=True)()  # fmt: skip
+    epoch_round(pipeline, record, 1, 5, 10, step=step, sync=lambda: syncs.append(1))()
     assert pipeline.taken == 5 and len(steps) == 5 and len(syncs) == 1
     wait, stepped, total = record.wait_s[0], record.step_s[0], record.total_s[0]
     assert stepped >= 0.002 * 0.9 and wait >= 0.001 * 0.9
@@ -86,11 +82,19 @@ def test_round_records_an_error_and_stops_timing():
         raise RuntimeError("boom")
 
     record = Record()
-    one_round = round_fn(EpochPipeline(broken, 2), record, epochs=1, limit=None, num_batches=2,
-                         ready=None, step=None, sync=None)  # fmt: skip
+    one_round = epoch_round(EpochPipeline(broken, 2), record, 1, None, 2)
     one_round()
     one_round()
-    assert record.error == "RuntimeError: boom" and record.epoch_s == []
+    assert record.error == "RuntimeError: boom" and record.wait_s == []
+
+
+def test_interleave_records_what_a_self_timed_round_returns():
+    from looptoolkit.bench.timing import interleave
+
+    pipeline = Counted(20, sleep=0.001)
+    (timing,) = interleave([("c", epoch_round(pipeline, Record(), 1, 4, 20))], rounds=2)
+    # The round's own figure (4 batches scaled to 20), not the clock's (4 batches).
+    assert len(timing.rounds) == 2 and all(s >= 20 * 0.001 * 0.9 for s in timing.rounds)
 
 
 def test_sync_is_none_on_the_cpu_and_for_numpy_only():
@@ -119,7 +123,7 @@ def test_each_variant_waits_for_its_own_backend_once_per_epoch(monkeypatch):
                                epochs_per_round=1, warmup=1, max_epoch_s=0.0, slow_batches=5,
                                seed=0)  # fmt: skip
     entries = rounds.run_workload(make_workload("tabular", quick=True), settings)
-    names = sorted(e.variant.name for e in entries if e.record.epoch_s)
+    names = sorted(e.variant.name for e in entries if e.timing is not None)
     assert names == ["floor-torch", "loader-torch", "numpy-take"]
     # One sync per epoch of each variant (warm-up included), of that variant's backend only.
     assert calls.count("numpy") == 3 and calls.count("torch") == 6 and len(calls) == 9

@@ -35,7 +35,7 @@ from typing import Any
 from looptoolkit.bench import compare_report as report
 from looptoolkit.bench.progress import Progress, quiet_env, quiet_import
 from looptoolkit.bench.results import REFERENCE_HELP, results_dir, write_results
-from looptoolkit.bench.rounds import Settings, Step, close_entries, run_step, run_workload
+from looptoolkit.bench.rounds import Settings, Step, run_step, run_workload
 from looptoolkit.bench.tables import wrap
 from looptoolkit.bench.targets import BASELINE, evaluate
 from looptoolkit.bench.timing import machine_info
@@ -324,7 +324,7 @@ def run(argv: Sequence[str] | None = None) -> int:
             "batch_size": workload.batch_size,
             "batches_per_epoch": workload.num_batches,
             "bytes": workload.nbytes,
-            "variants": [e.summary(settings.warmup) for e in entries],
+            "variants": [e.summary() for e in entries],
         }
         report.add_ratios(result)
         results[name] = result
@@ -343,7 +343,8 @@ def run(argv: Sequence[str] | None = None) -> int:
             step_rows += [{"workload": name, **row} for row in rows]
             payload_step = {"step": step_rows, "settings": step_args}
             progress.emit("\n" + report.step_table(payload_step, name).text())
-        close_entries(entries)
+        for entry in entries:
+            entry.close()
         del entries, workload
         gc.collect()
     transfer = None

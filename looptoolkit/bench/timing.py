@@ -49,49 +49,29 @@ class Timing:
     rounds: list[float] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def median(self) -> float:
-        """Median seconds per round."""
-        return statistics.median(self.rounds)
-
-    @property
-    def min(self) -> float:
-        """Fastest round."""
-        return min(self.rounds)
-
-    @property
-    def max(self) -> float:
-        """Slowest round."""
-        return max(self.rounds)
+    median = property(lambda self: statistics.median(self.rounds), doc="Median seconds.")
+    min = property(lambda self: min(self.rounds), doc="Fastest round.")
+    max = property(lambda self: max(self.rounds), doc="Slowest round.")
 
     def summary(self) -> dict[str, Any]:
         """Name, median, min, max (seconds), the rounds and any extra fields."""
-        return {
-            "name": self.name,
-            "median_s": self.median,
-            "min_s": self.min,
-            "max_s": self.max,
-            "rounds_s": self.rounds,
-            **self.extra,
-        }
+        out = {"name": self.name, "median_s": self.median, "min_s": self.min, "max_s": self.max}
+        return {**out, "rounds_s": self.rounds, **self.extra}
 
 
 class Clock(Protocol):
-    """Reads the time of one call: ``start()`` before it, ``stop()`` after, in seconds."""
+    """Reads the time of one round: ``start()`` before it, ``stop()`` (seconds) after."""
 
-    def start(self) -> None:
-        """Mark the start (after synchronising the device, if any)."""
+    def start(self) -> None: ...  # noqa: D102
 
-    def stop(self) -> float:
-        """Seconds since ``start``, once the device has finished."""
+    def stop(self) -> float: ...  # noqa: D102
 
 
 class HostClock:
     """``time.perf_counter``, with an optional device synchronisation before each reading."""
 
     def __init__(self, sync: Callable[[], None] | None = None) -> None:
-        self.sync = sync
-        self._start = 0.0
+        self.sync, self._start = sync, 0.0
 
     def start(self) -> None:
         """Synchronise, then read the clock."""
@@ -107,18 +87,17 @@ class HostClock:
 
 
 class CudaEventClock:
-    """CUDA events recorded around the call on the current stream (needs torch with CUDA)."""
+    """CUDA events recorded around the round on the current stream (needs torch with CUDA)."""
 
     def __init__(self) -> None:
         import torch
 
-        self._torch = torch
-        self._begin = torch.cuda.Event(enable_timing=True)
-        self._end = torch.cuda.Event(enable_timing=True)
+        self._cuda = torch.cuda
+        self._begin, self._end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
 
     def start(self) -> None:
         """Wait for the device, then record the start event."""
-        self._torch.cuda.synchronize()
+        self._cuda.synchronize()
         self._begin.record()
 
     def stop(self) -> float:
@@ -141,62 +120,47 @@ def interleave(
 ) -> list[Timing]:
     """Time each ``(name, fn)`` for ``rounds`` rounds, interleaved, after ``warmup`` rounds.
 
-    Args:
-        variants: the calls to time, in the order each round runs them.
-        rounds: timed rounds.
-        warmup: untimed rounds first.
-        repeat: calls per round; the figures are per call.
-        clock: how a round is read (default: [`HostClock`][looptoolkit.bench.timing.HostClock]
-            without sync).
-        collect: leave the garbage collector on. Off, as ``timeit`` does, a
-            collection in one variant's round is not charged to it.
-        progress: where to report "round r/R" and the time left.
-        label: what the progress lines call this timing.
-
-    Returns:
-        One [`Timing`][looptoolkit.bench.timing.Timing] per variant, seconds per call, warm-up left
-        out.
+    A round calls ``fn`` ``repeat`` times between two readings of ``clock`` (default: a
+    [`HostClock`][looptoolkit.bench.timing.HostClock] without sync) and records seconds per call.
+    A ``fn`` that times itself (an epoch bounded to its first batches and scaled) returns its
+    seconds as a float, and that is what the round records. ``collect=False`` turns the garbage
+    collector off meanwhile (as ``timeit`` does). ``progress`` gets "round r/R" and the time left.
 
     Examples:
         >>> [t.name for t in interleave([("a", lambda: 1), ("b", lambda: 2)], rounds=3)]
         ['a', 'b']
+        >>> interleave([("own", lambda: 0.5)], rounds=2)[0].rounds
+        [0.5, 0.5]
     """
     clock = HostClock() if clock is None else clock
-    timings = [Timing(name) for name, _ in variants]
+    timings = [Timing(name, extra={"repeat": repeat} if repeat > 1 else {}) for name, _ in variants]
     enabled = gc.isenabled()
     if not collect:
         gc.collect()
         gc.disable()
     started = time.perf_counter()
     try:
-        for w in range(warmup):
+        for r in range(-warmup, rounds):
             if progress is not None:
-                progress.step(f"{label}: warm-up round {w + 1}/{warmup}")
-            for _, fn in variants:
-                for _ in range(repeat):
-                    fn()
-        timed_start = time.perf_counter()
-        per_round = (timed_start - started) / warmup if warmup else None
-        for r in range(rounds):
-            if progress is not None:
-                text = f"{label}: round {r + 1}/{rounds}"
-                if r:
-                    per_round = (time.perf_counter() - timed_start) / r
-                if per_round is not None:
-                    text += f", about {per_round * (rounds - r):.0f} s left"
-                progress.step(text, r, rounds)
+                done = time.perf_counter() - started
+                left = f", about {done / (r + warmup) * (rounds - r):.0f} s left" if r > 0 else ""
+                what = (
+                    f"warm-up round {r + warmup + 1}/{warmup}"
+                    if r < 0
+                    else f"round {r + 1}/{rounds}"
+                )
+                progress.step(f"{label}: {what}{left}", max(r, 0), rounds)
             for timing, (_, fn) in zip(timings, variants, strict=True):
                 clock.start()
                 for _ in range(repeat):
-                    fn()
-                timing.rounds.append(clock.stop() / repeat)
+                    own = fn()
+                seconds = clock.stop() / repeat
+                if r >= 0:
+                    timing.rounds.append(own if type(own) is float else seconds)
     finally:
         if enabled and not gc.isenabled():
             gc.enable()
-    for t in timings:
-        if repeat > 1:
-            t.extra["repeat"] = repeat
-    if progress is not None and time.perf_counter() - started > 0:
+    if progress is not None:
         progress.step(f"{label}: done in {time.perf_counter() - started:.0f} s")
     return timings
 
