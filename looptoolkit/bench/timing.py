@@ -151,12 +151,15 @@ def interleave(
                 )
                 progress.step(f"{label}: {what}{left}", max(r, 0), rounds)
             for timing, (_, fn) in zip(timings, variants, strict=True):
+                if r < 0:  # warm-up: no clock
+                    for _ in range(repeat):
+                        fn()
+                    continue
                 clock.start()
                 for _ in range(repeat):
                     own = fn()
                 seconds = clock.stop() / repeat
-                if r >= 0:
-                    timing.rounds.append(own if type(own) is float else seconds)
+                timing.rounds.append(own if type(own) is float else seconds)
     finally:
         if enabled and not gc.isenabled():
             gc.enable()
