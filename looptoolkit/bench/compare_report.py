@@ -150,63 +150,74 @@ def summary(payload: dict[str, Any]) -> list[str]:
 
 
 def _check_word(row: dict[str, Any]) -> str:
-    how = row.get("check", {}).get("how", "")
-    return "exact" if how.startswith("exact") else "cover"
+    return "exact" if row.get("check", {}).get("how", "").startswith("exact") else "cover"
 
 
 def variant_table(
-    name: str, result: dict[str, Any], device: str, epochs: int | None = None
+    name: str, result: dict[str, Any], device: str, epochs: int | None = None, *, full: bool = False
 ) -> Table:
-    """The table of one workload: one row per variant (text cells, fits 80 columns)."""
-    header = ["variant", "ms/epoch", "min-max", "vs best", "vs floor"]
-    header += [f"{epochs} epochs"] if epochs else []
-    header += ["check"]
+    """One workload's table, a row per variant: 80 columns on screen; ``full`` for Markdown.
+
+    ``full`` adds the backend, batches/s and each Loader row's floor, and says why a row was not
+    timed in the row itself rather than in a note.
+    """
+    ratio = lambda x: "" if x is None else f"{x:.2f}"  # noqa: E731
+    header = ["variant", *["backend"] * full, "ms/epoch", "min-max", *["batches/s"] * full]
+    header += [
+        "vs best",
+        *["floor"] * full,
+        "vs floor",
+        *[f"{epochs} epochs"] * bool(epochs),
+        "check",
+    ]
     rows: list[list[str]] = []
     notes: list[str] = []
-    blank = [""] * (len(header) - 2)
     bounded = set()
     for row in result["variants"]:
-        v = row["name"]
-        if "skipped" in row:
-            rows.append([v, *blank, "skip"])
-            notes.append(f"{v}: skipped, {row['skipped']}")
-            continue
+        v = f"`{row['name']}`" if full else row["name"]
         check = row.get("check", {})
-        if not check.get("ok", False):
-            rows.append([v, *blank, "FAIL"])
-            notes.append(f"{v}: FAILED the check, not timed: {check.get('detail', '')}")
+        why, word, note = "", "", ""
+        if "skipped" in row:
+            why, word, note = row["skipped"], "skip", f"skipped, {row['skipped']}"
+        elif not check.get("ok", False):
+            why, word = check.get("detail", ""), "FAIL"
+            note = f"FAILED the check, not timed: {why}"
+        elif "error" in row or "median_s" not in row:
+            why, word = row.get("error", ""), "error"
+            note = f"error while timing: {why}"
+        if word:
+            blank = [""] * (len(header) - 2 - full)
+            rows.append(
+                [v, *[row["backend"]] * full, *blank, f"not timed: {why}" if full else word]
+            )
+            notes += [] if full else [f"{row['name']}: {note}"]
             continue
-        if "error" in row:
-            rows.append([v, *blank, "error"])
-            notes.append(f"{v}: error while timing: {row['error']}")
-            continue
-        star = ""
-        if row.get("bounded_batches"):
-            star = "*"
-            bounded.add(row["bounded_batches"])
-        ratio, floor = row.get("vs_baseline"), row.get("vs_floor")
-        cells = [
-            v,
-            fmt_ms(row["ms_per_epoch"]) + star,
-            f"{fmt_ms(row['min_s'] * 1e3)}-{fmt_ms(row['max_s'] * 1e3)}",
-            f"{ratio:.2f}" if ratio is not None else "",
-            f"{floor:.2f}" if floor is not None else "",
+        bounded.add(row.get("bounded_batches") or 0)
+        scaled = row.get("bounded_batches") and (
+            f" (scaled from {row['bounded_batches']} batches)" if full else "*"
+        )
+        span = (fmt_ms(row["min_s"] * 1e3), fmt_ms(row["max_s"] * 1e3))
+        cells = [v, *[row["backend"]] * full, fmt_ms(row["ms_per_epoch"]) + (scaled or "")]
+        cells += [f"[{span[0]}, {span[1]}]" if full else "-".join(span)]
+        cells += [f"{row['batches_per_s']:,.0f}"] * full + [ratio(row.get("vs_baseline"))]
+        cells += [f"`{row['floor']}`" if row.get("floor") else ""] * full + [
+            ratio(row.get("vs_floor"))
         ]
-        if epochs:
-            cells.append(fmt_duration(row["median_s"] * epochs))
+        cells += [fmt_duration(row["median_s"] * epochs)] if epochs else []
         rows.append([*cells, _check_word(row)])
-    if bounded:
+    if max(bounded, default=0) and not full:
         notes.insert(
             0,
-            "* timed on the first batches of each epoch (at most "
-            f"{max(bounded)}) and scaled to a whole epoch.",
+            f"* timed on the first batches of each epoch (at most {max(bounded)}) and scaled to a "
+            "whole epoch.",
         )
-    if epochs:
+    if epochs and not full:
         notes.insert(0, f"{epochs} epochs: the median epoch times {epochs}, not a timed run.")
     title = (
         f"{name} ({device}): {result['description']}; {result['batches_per_epoch']} batches/epoch"
     )
-    return Table(title, header, rows, notes=notes)
+    align = "l" + "l" * full + "rr" + "r" * full + "r" + "l" * full + "r" + "r" * bool(epochs) + "l"
+    return Table("" if full else title, header, rows, align=align, notes=notes)
 
 
 def legend_text(variants: list[dict[str, Any]], width: int = 80) -> str:
@@ -325,33 +336,6 @@ def _settings_text(payload: dict[str, Any]) -> str:
     return text
 
 
-def _md_variants(result: dict[str, Any], epochs: int | None) -> Table:
-    header = ["variant", "backend", "ms/epoch", "[min, max]", "batches/s", "vs best manual"]
-    header += ["floor", "vs floor", *([f"{epochs} epochs"] if epochs else []), "check"]
-    rows = []
-    for row in result["variants"]:
-        cells = [f"`{row['name']}`", row["backend"]]
-        if "median_s" not in row or "error" in row:
-            why = row.get("skipped") or row.get("error") or row.get("check", {}).get("detail")
-            rows.append([*cells, *[""] * (len(header) - 3), f"not timed: {why}"])
-            continue
-        bounded = f" (scaled from {row['bounded_batches']} batches)" * bool(
-            row.get("bounded_batches")
-        )
-        cells += [
-            fmt_ms(row["ms_per_epoch"]) + bounded,
-            f"[{fmt_ms(row['min_s'] * 1e3)}, {fmt_ms(row['max_s'] * 1e3)}]",
-            f"{row['batches_per_s']:,.0f}",
-            f"{row['vs_baseline']:.2f}" if row.get("vs_baseline") is not None else "",
-            f"`{row['floor']}`" if row.get("floor") else "",
-            f"{row['vs_floor']:.2f}" if row.get("vs_floor") is not None else "",
-        ]
-        if epochs:
-            cells.append(fmt_duration(row["median_s"] * epochs))
-        rows.append([*cells, _check_word(row)])
-    return Table("", header, rows, align="ll" + "r" * 4 + "lr" + "r" * bool(epochs) + "l")
-
-
 def markdown(payload: dict[str, Any]) -> str:
     """The Markdown report of a run: headline first, then tables, legend, machine, charts."""
     m = payload["machine"]
@@ -383,7 +367,7 @@ def markdown(payload: dict[str, Any]) -> str:
             f"{result['batches_per_epoch']} batches of {result['batch_size']} per epoch, "
             f"{result['bytes'] / 1e6:.0f} MB.\n"
         )
-        out.append(_md_variants(result, epochs).markdown())
+        out.append(variant_table(name, result, payload["device"], epochs, full=True).markdown())
     for workload in step_workloads(payload):
         t = step_table(payload, workload)
         out.append(f"## {t.title}\n")
