@@ -1,0 +1,63 @@
+"""A backend registered from outside the harness shows up in `compare`, checked and timed."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from looptoolkit.adapters import BACKENDS, register_backend
+from looptoolkit.bench import compare, variants
+from looptoolkit.bench.variants import Kit, Variant
+
+
+def _take_loop(ctx):
+    """The baseline loop on ``ctx.data``: a permutation per epoch, one take per leaf per batch."""
+    data, size = ctx.data, ctx.batch_size
+    n = len(next(iter(data.values())))
+
+    class Loop:
+        epoch = 0
+
+        def __iter__(self):
+            idx = np.random.default_rng([ctx.seed, self.epoch]).permutation(n)
+            self.epoch += 1
+            for start in range(0, n, size):
+                rows = idx[start : start + size]
+                yield {k: v.take(rows, axis=0) for k, v in data.items()}
+
+    return Loop()
+
+
+def _wrong_loop(ctx):
+    """Batches that lose their last row: the check must stop it before it is timed."""
+    loop = _take_loop(ctx)
+    return ({k: v[:-1] for k, v in batch.items()} for batch in loop)
+
+
+def test_a_registered_backend_s_variants_are_checked_and_timed(tmp_path, monkeypatch):
+    monkeypatch.setitem(BACKENDS, "numpy2", BACKENDS["numpy"])  # restored after the test
+    register_backend("numpy2", "looptoolkit.adapters.numpy", framework="numpy")
+    kit = Kit(
+        "numpy2",
+        (
+            Variant(
+                "np2-take", "numpy2", "a second NumPy backend's take loop", _take_loop, shuffle=None
+            ),
+            Variant("np2-wrong", "numpy2", "a loop that drops rows", _wrong_loop, shuffle=None),
+        ),
+    )
+    monkeypatch.setitem(variants._KITS, "numpy2", kit)
+    code = compare.run(
+        ["--quick", "--workload", "tabular", "--backends", "numpy,numpy2", "--variants", "np2-*",
+         "--step-ms", "0", "--no-plot", "--out", str(tmp_path)]
+    )  # fmt: skip
+    assert code == 0
+    payload = json.loads((tmp_path / "compare-cpu.json").read_text())
+    rows = {r["name"]: r for r in payload["workloads"]["tabular"]["variants"]}
+    assert set(rows) == {"numpy-take", "np2-take", "np2-wrong"}
+    assert rows["np2-take"]["backend"] == "numpy2" and rows["np2-take"]["check"]["ok"]
+    assert rows["np2-take"]["median_s"] > 0 and rows["np2-take"]["vs_baseline"] > 0
+    assert not rows["np2-wrong"]["check"]["ok"] and "median_s" not in rows["np2-wrong"]
+    markdown = (tmp_path / "compare-cpu.md").read_text()
+    assert "| `np2-take` | numpy2 |" in markdown
