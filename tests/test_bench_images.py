@@ -92,7 +92,8 @@ def test_step_section_on_images_times_the_images_set_and_the_baseline(tmp_path):
 
 def test_sweep_has_one_row_per_dtype_and_batch_size():
     pytest.importorskip("jax")
-    from looptoolkit.bench.transfer_sweep import DTYPES, ROW_KEYS, sweep, sweep_table
+    from looptoolkit.bench.transfer import sweep_table
+    from looptoolkit.bench.transfer_sections import DTYPES, ROW_KEYS, sweep
 
     section = sweep(1, sizes=(4, 8))
     assert section["cpu_only"] and "host side" in section["measures"]
