@@ -229,33 +229,27 @@ def run(argv: Sequence[str] | None = None) -> int:
     """Run the transfer benchmark; print and write the results. Returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args, progress = parse_args(argv), Progress()
+
+    def fail(message: str, status: int = 1) -> int:
+        progress.clear()
+        print(message, file=sys.stderr)
+        return status
+
     try:
         out = results_dir(args.out, reference=args.reference) if args.write else None
         progress.stage("importing torch")
         torch = quiet_import("torch")
     except FileNotFoundError as e:
-        print(f"looptoolkit transfer: error: {e}", file=sys.stderr)
-        return 2
+        return fail(f"looptoolkit transfer: error: {e}", 2)
     except ImportError:
-        progress.clear()
-        print(
-            "torch is not installed; install it with `pip install 'looptoolkit[torch]'`.",
-            file=sys.stderr,
-        )
-        return 1
+        return fail("torch is not installed; install it with `pip install 'looptoolkit[torch]'`.")
     cuda = torch.cuda.is_available() if args.cuda is None else args.cuda
     if cuda and not torch.cuda.is_available():
-        progress.clear()
-        print("`--cuda` given, but torch sees no CUDA device.", file=sys.stderr)
-        return 1
+        return fail("`--cuda` given, but torch sees no CUDA device.")
     device = device_slug(torch.cuda.get_device_name()) if cuda else "cpu"
     where = f"; results go to {out}/" if out is not None else ""
-    progress.emit(
-        wrap(
-            f"looptoolkit transfer on {device}: {args.rounds} interleaved rounds of "
-            f"{args.repeat} calls per variant{where}."
-        )
-    )
+    text = f"{args.rounds} interleaved rounds of {args.repeat} calls per variant{where}."
+    progress.emit(wrap(f"looptoolkit transfer on {device}: {text}"))
     payload: dict[str, Any] = {
         "device": device,
         "command": " ".join(["looptoolkit transfer", *argv]),
@@ -265,17 +259,12 @@ def run(argv: Sequence[str] | None = None) -> int:
     }
     from looptoolkit.bench.transfer_cuda import cuda_sections
 
-    rounds, light = args.rounds, sec.light_repeat(args.repeat)
+    rounds, light, p = args.rounds, sec.light_repeat(args.repeat), progress
     steps = [
-        ("nested", "", args.nested, lambda: sec.nested_traversal(rounds, args.repeat, progress)),
-        (
-            "packing_cpu",
-            "cpu-only: ",
-            args.nested,
-            lambda: sec.packing_cpu(rounds, light, progress),
-        ),
-        ("images_cpu", "cpu-only: ", args.images, lambda: sec.images_cpu(rounds, light, progress)),
-        ("cuda", "cuda: ", cuda, lambda: cuda_sections(rounds, args.ref_mib, progress)),
+        ("nested", "", args.nested, lambda: sec.nested_traversal(rounds, args.repeat, p)),
+        ("packing_cpu", "cpu-only: ", args.nested, lambda: sec.packing_cpu(rounds, light, p)),
+        ("images_cpu", "cpu-only: ", args.images, lambda: sec.images_cpu(rounds, light, p)),
+        ("cuda", "cuda: ", cuda, lambda: cuda_sections(rounds, args.ref_mib, p)),
     ]
     for key, prefix, wanted, measure in steps:
         if wanted:
