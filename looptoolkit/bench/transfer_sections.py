@@ -191,28 +191,22 @@ def nested_traversal(rounds: int, repeat: int, progress: Progress | None = None)
             ),
         ]
 
-    parts = {
-        "torch": ("torch_to_cpu", rows(tt, lambda t: t.to(dev), "move", torch.Tensor)),
-        "numpy": (
-            "numpy_to_torch_cpu",
-            rows(host, torch.from_numpy, "torch.from_numpy", np.ndarray),
-        ),
-    }
-    parts["torch"][1].append(
-        Row("TensorDict.to (built)", "TensorDict (built once).to(dev)", lambda: td.to(dev))
-    )
-    parts["torch"][1].append(
+    tensordicts = [
+        Row("TensorDict.to (built)", "TensorDict (built once).to(dev)", lambda: td.to(dev)),
         Row(
             "TensorDict.from_dict.to",
             "TensorDict.from_dict(dicts).to(dev)",
             lambda: TensorDict.from_dict(plain).to(dev),
-        )
-    )
+        ),
+    ]
+    torch_rows = [*rows(tt, lambda t: t.to(dev), "move", torch.Tensor), *tensordicts]
+    numpy_rows = rows(host, torch.from_numpy, "torch.from_numpy", np.ndarray)
+    parts = [("torch", "torch_to_cpu", torch_rows), ("numpy", "numpy_to_torch_cpu", numpy_rows)]
     out: dict[str, Any] = {"leaves": len(optree.tree_leaves(tt)), "ratios": {}, "values": {}}
     check = functools.partial(check_same, kind=torch.Tensor)
-    for kind, (key, rows_) in parts.items():
+    for kind, key, section in parts:
         label = f"nested, {'torch' if kind == 'torch' else 'NumPy'} leaves"
-        out[key] = measure(label, rows_, tt, rounds, progress, repeat=repeat, check=check)
+        out[key] = measure(label, section, tt, rounds, progress, repeat=repeat, check=check)
         ours, optree_s, pytree_s, move_to_s = medians(out[key])[:4]
         out["ratios"][f"{key}: to_device / optree.tree_map"] = ours / optree_s
         out["ratios"][f"{key}: to_device / torch pytree"] = ours / pytree_s
