@@ -255,10 +255,10 @@ def test_compare_devices_follow_the_device_index(monkeypatch):
 def test_one_host_array_for_checks_images_and_the_sweep():
     import numpy as np
 
-    from looptoolkit.bench import check, native_images, transfer_sweep, workloads
+    from looptoolkit.bench import check, native_images, workloads
 
     assert check.host_array is workloads.host_array
-    assert native_images.host_array is transfer_sweep.host_array is workloads.host_array
+    assert native_images.host_array is workloads.host_array
     torch = pytest.importorskip("torch")
     x = torch.arange(4.0, requires_grad=True)
     got = workloads.host_array(x * 2)  # needs .detach() before .numpy()
@@ -268,13 +268,14 @@ def test_one_host_array_for_checks_images_and_the_sweep():
 def test_transfer_timing_host_rows_without_gc_clocked_rows_with_their_clock():
     import gc
 
-    from looptoolkit.bench.transfer_sections import timed
+    from looptoolkit.bench.transfer_sections import Row, measure
 
     seen: list[bool] = []
-    host = timed([("a", lambda: seen.append(gc.isenabled()))], rounds=3, repeat=4,
-                 label="host", progress=None)  # fmt: skip
-    assert seen == [False] * (2 + 3) * 4 and gc.isenabled()
-    assert host[0].extra == {"repeat": 4} and len(host[0].rounds) == 3
+    rows = [Row("a", "row a", lambda: seen.append(gc.isenabled()))]
+    host = measure("host", rows, None, 3, None, repeat=4, check=lambda *_: None)
+    assert seen == [True] + [False] * (2 + 3) * 4 and gc.isenabled()  # the check, then timed
+    assert host[0]["repeat"] == 4 and len(host[0]["rounds_s"]) == 3
+    assert (host[0]["name"], host[0]["label"]) == ("a", "row a")
 
     class Fixed:
         def start(self):
@@ -284,6 +285,33 @@ def test_transfer_timing_host_rows_without_gc_clocked_rows_with_their_clock():
             return 0.25
 
     seen.clear()
-    clocked = timed([("b", lambda: seen.append(gc.isenabled()))], rounds=3, label="clocked",
-                    progress=None, clock=Fixed())  # fmt: skip
-    assert seen == [True] * (2 + 3) and clocked[0].rounds == [0.25] * 3
+    clocked = measure("clocked", rows, None, 3, None, clock=Fixed(), check=lambda *_: None)
+    assert seen == [True] * (1 + 2 + 3) and clocked[0]["rounds_s"] == [0.25] * 3
+
+
+def test_transfer_checks_every_row_before_timing_it():
+    import numpy as np
+
+    from looptoolkit.bench.transfer_sections import Row, check_same, measure
+
+    calls: list[str] = []
+
+    def row(name: str, value: object, want: object = None) -> Row:
+        return Row(name, name, lambda: calls.append(name) or value, want)
+
+    want = {"a": np.arange(3), "b": [np.ones(2, np.float32)]}
+    good = row("good", {"a": np.arange(3), "b": [np.ones(2, np.float32)]})
+    wrong = [
+        row("values", {"a": np.arange(1, 4), "b": [np.ones(2, np.float32)]}),
+        row("dtype", {"a": np.arange(3), "b": [np.ones(2, np.float64)]}),
+        row("structure", {"a": np.arange(3), "b": (np.ones(2, np.float32),)}),
+        row("own reference", np.zeros(2), want=np.ones(2)),
+    ]
+    for bad in wrong:
+        calls.clear()
+        with pytest.raises(AssertionError, match=f"^{bad.name}: "):
+            measure("t", [good, bad], want, 2, None)
+        assert calls == ["good", bad.name]  # checked once each, never timed
+    assert len(measure("t", [good, row("own", 1.0, want=1.0)], want, 2, None)) == 2
+    with pytest.raises(AssertionError, match="not a float"):
+        check_same("kind", [np.zeros(1)], [np.zeros(1)], kind=float)

@@ -92,7 +92,8 @@ def test_step_section_on_images_times_the_images_set_and_the_baseline(tmp_path):
 
 def test_sweep_has_one_row_per_dtype_and_batch_size():
     pytest.importorskip("jax")
-    from looptoolkit.bench.transfer_sweep import DTYPES, ROW_KEYS, sweep, sweep_table
+    from looptoolkit.bench.transfer import sweep_table
+    from looptoolkit.bench.transfer_sections import DTYPES, ROW_KEYS, sweep
 
     section = sweep(1, sizes=(4, 8))
     assert section["cpu_only"] and "host side" in section["measures"]
@@ -119,3 +120,15 @@ def test_transfer_writes_the_sweep_with_its_chart(tmp_path):
     assert (tmp_path / "transfer-cpu-sweep.png").stat().st_size > 0
     markdown = (tmp_path / "transfer-cpu.md").read_text()
     assert "## images batch (3x64x64) moved with to_device by dtype (CPU only" in markdown
+
+
+def test_by_batch_size_times_both_dtype_paths_through_the_checked_rows():
+    from looptoolkit.bench.compare_report import transfer_table
+    from looptoolkit.bench.transfer_cuda import by_batch_size
+
+    result = by_batch_size("cpu", True, 0)
+    assert result["batch_sizes"] == [8, 32] and result["note"].startswith("host cast")
+    paths = result["ms_per_batch"]
+    assert list(paths) == ["uint8 copy, cast on the device", "cast to float16, then copy"]
+    assert all(len(ms) == 2 and min(ms) > 0 for ms in paths.values())
+    assert "A: uint8 copy, cast on the device" in transfer_table(result).text()

@@ -1,13 +1,9 @@
 """``looptoolkit transfer``: what ``to_device`` costs on top of the copies it has to make.
 
-The same harness as ``looptoolkit compare``: every variant's output is
-checked, then the variants are timed interleaved in one process (medians of
-``--rounds`` rounds of ``--repeat`` calls; CUDA rows with CUDA events), and
-the report (headline first, 80-column tables, Markdown, a chart, the targets)
-is written to ``./looptoolkit-results/`` or ``--out``. The sections are in
-[`looptoolkit.bench.transfer_sections`][looptoolkit.bench.transfer_sections] (host) and
-[`looptoolkit.bench.transfer_cuda`][looptoolkit.bench.transfer_cuda] (GPU); results are
-``transfer-<device>.{json,md,png}``.
+Every section's rows are checked, then timed interleaved in one process (medians
+of ``--rounds`` rounds; CUDA rows with CUDA events). The report (headline, tables,
+targets) is printed and written as ``transfer-<device>.{json,md,png}`` and the
+sweep's chart ``transfer-<device>-sweep.png``, to ``./looptoolkit-results/`` or ``--out``.
 """
 
 from __future__ import annotations
@@ -15,7 +11,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,33 +23,33 @@ from looptoolkit.bench.tables import Table, wrap
 from looptoolkit.bench.targets import evaluate
 from looptoolkit.bench.timing import load_text, machine_info
 
-__all__ = ["device_slug", "headline", "markdown", "parse_args", "plot", "run", "sections"]
+__all__ = ["headline", "markdown", "run", "section_table", "sections", "sweep_table"]
 
-# payload key -> (title, rows key or None for a list)
-SECTIONS = {
-    "torch_to_cpu": "nested: 1000 torch leaves to torch.device('cpu') (t.to(dev) returns t)",
-    "numpy_to_torch_cpu": "nested: 1000 NumPy leaves to torch (torch.from_numpy per leaf)",
-    "packing_cpu": "nested, CPU only: packing (one cat per dtype) vs 1000 per-leaf copies",
-    "images_cpu": "images, CPU only: the host cast, and the bytes each order copies",
-    "cuda_images": "images to CUDA, timed with CUDA events",
-    "cuda_nested": "nested to CUDA, timed with CUDA events",
+TITLES = {
+    (
+        "nested",
+        "torch_to_cpu",
+    ): "nested: 1000 torch leaves to torch.device('cpu') (t.to(dev) returns t)",
+    (
+        "nested",
+        "numpy_to_torch_cpu",
+    ): "nested: 1000 NumPy leaves to torch (torch.from_numpy per leaf)",
+    (
+        "packing_cpu",
+        "rows",
+    ): "nested, CPU only: packing (one cat per dtype) vs 1000 per-leaf copies",
+    ("images_cpu", "rows"): "images, CPU only: the host cast, and the bytes each order copies",
+    ("cuda", "images"): "images to CUDA, timed with CUDA events",
+    ("cuda", "nested"): "nested to CUDA, timed with CUDA events",
 }
+"""Where each section's rows are in the payload, and its title; in report order."""
+TO_DEVICE = "#dd8452"
 
 
 def sections(payload: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
     """``(title, rows)`` of every section the payload holds, in report order."""
-    found: dict[str, list[dict[str, Any]]] = {}
-    nested = payload.get("nested") or {}
-    for key in ("torch_to_cpu", "numpy_to_torch_cpu"):
-        if key in nested:
-            found[key] = nested[key]
-    for key in ("packing_cpu", "images_cpu"):
-        if payload.get(key):
-            found[key] = payload[key]["rows"]
-    cuda = payload.get("cuda") or {}
-    if cuda:
-        found["cuda_images"], found["cuda_nested"] = cuda["images"], cuda["nested"]
-    return [(SECTIONS[key], rows) for key, rows in found.items()]
+    held = [(title, (payload.get(a) or {}).get(b)) for (a, b), title in TITLES.items()]
+    return [(title, rows) for title, rows in held if rows]
 
 
 def _us(seconds: float) -> str:
@@ -62,98 +58,82 @@ def _us(seconds: float) -> str:
 
 def section_table(title: str, rows: list[dict[str, Any]]) -> Table:
     """One section: median and [min, max] in microseconds per call, ratio to the first row."""
-    first = rows[0]["median_s"]
-    header = ["variant", "median us", "min-max us", "vs first"]
-    cells = [
-        [
-            r["name"],
-            _us(r["median_s"]),
-            f"{_us(r['min_s'])}-{_us(r['max_s'])}",
-            f"{r['median_s'] / first:.2f}",
-        ]
-        for r in rows
-    ]
-    if "gb_per_s" in rows[0]:
-        header.append("GB/s")
-        for c, r in zip(cells, rows, strict=True):
-            c.append(f"{r['gb_per_s']:.1f} ({r['of_reference']:.0%})")
+    first, gb = rows[0]["median_s"], "gb_per_s" in rows[0]
+    cells = []
+    for r in rows:
+        cells.append([r["name"], _us(r["median_s"]), f"{_us(r['min_s'])}-{_us(r['max_s'])}"])
+        cells[-1].append(f"{r['median_s'] / first:.2f}")
+        cells[-1] += [f"{r['gb_per_s']:.1f} ({r['of_reference']:.0%})"] if gb else []
+    header = ["variant", "median us", "min-max us", "vs first", *(["GB/s"] if gb else [])]
     notes = [f"{r['name']}: {r['label']}" for r in rows if r["label"] != r["name"]]
     return Table(title, header, cells, notes=notes)
 
 
+def sweep_table(sweep: dict[str, Any]) -> Table:
+    """Milliseconds per batch and MB/s by batch size, one column per dtype."""
+    by = {(r["dtype"], r["batch_size"]): r for r in sweep["rows"]}
+    header = ["batch", *[f"{d} ms" for d in sec.DTYPES], *[f"{d} MB/s" for d in sec.DTYPES]]
+    cells = [
+        [str(s), *[f"{by[d, s]['ms_per_batch']:.3f}" for d in sec.DTYPES]]
+        + [f"{by[d, s]['mb_per_s']:,.0f}" for d in sec.DTYPES]
+        for s in sorted({size for _, size in by})
+    ]
+    title = f"images batch (3x64x64) moved with to_device by dtype ({sweep['measures']})"
+    note = f"median ms per batch over {sweep['rounds']} interleaved rounds; MB/s: the batch's "
+    note += f"bytes over that time; device {sweep['device']}."
+    return Table(title, header, cells, notes=[note])
+
+
 def targets_table(rows: list[dict[str, Any]], *, short: bool = True) -> Table:
     """The transfer targets: goal, measured, status."""
-    cells = [
-        [
-            t["key"] if short else t["text"],
-            t["goal"],
-            t["shown"] if t["value"] is not None else "-",
-            t["status"],
-        ]
-        for t in rows
-    ]
+    cells = []
+    for t in rows:
+        shown = t["shown"] if t["value"] is not None else "-"
+        cells.append([t["key"] if short else t["text"], t["goal"], shown, t["status"]])
     notes = [f"{t['key']}: {t['text']}" for t in rows] if short else []
     header = ["target", "goal", "measured", "status"]
     return Table("Targets (ratios from this run)", header, cells, align="lrrl", notes=notes)
 
 
 def headline(payload: dict[str, Any]) -> str:
-    """The run in a sentence: to_device against the bare traversals."""
-    values = payload.get("values", {})
-    parts = []
+    """The run in a sentence: to_device against the bare traversals, and the CUDA ratios."""
+    v, parts = payload.get("values", {}), []
     for kind, what in (("torch", "torch leaves"), ("numpy", "NumPy leaves to torch")):
-        ours = values.get(f"{kind}:to_device")
-        if ours is None:
-            continue
-        parts.append(
-            f"{what}: {ours / values[f'{kind}:optree']:.2f}x optree.tree_map and "
-            f"{ours / values[f'{kind}:move_to']:.2f}x a hand-written move_to"
-        )
+        if (ours := v.get(f"{kind}:to_device")) is not None:
+            parts.append(f"{what}: {ours / v[f'{kind}:optree']:.2f}x optree.tree_map and ")
+            parts[-1] += f"{ours / v[f'{kind}:move_to']:.2f}x a hand-written move_to"
     text = "to_device on 1000 small leaves, " + "; ".join(parts) + "." if parts else ""
-    cuda = payload.get("cuda")
-    if cuda:
-        r = cuda["ratios"]
-        text += (
-            f" On {cuda['device']}: the pinned batch at "
-            f"{r['to_device(pinned batch) bandwidth / reference']:.0%} of one large pinned "
-            f"copy's bandwidth; cast-then-copy "
-            f"{r['cast-then-copy / copy-then-cast (to_device)']:.2f}x copy-then-cast; "
-            f"per-leaf {r['per-leaf / packed (nested)']:.1f}x packed."
-        )
-    else:
-        text += " No CUDA device: the GPU rows were not measured."
-    return text.strip()
+    if not (cuda := payload.get("cuda")):
+        return (text + " No CUDA device: the GPU rows were not measured.").strip()
+    r = cuda["ratios"]
+    return (
+        f"{text} On {cuda['device']}: the pinned batch at "
+        f"{r['to_device(pinned batch) bandwidth / reference']:.0%} of one large pinned copy's "
+        f"bandwidth; cast-then-copy {r['cast-then-copy / copy-then-cast (to_device)']:.2f}x "
+        f"copy-then-cast; per-leaf {r['per-leaf / packed (nested)']:.1f}x packed."
+    ).strip()
 
 
 def markdown(payload: dict[str, Any]) -> str:
-    """The results as Markdown: headline, sections, targets, machine."""
-    m = payload["machine"]
-    v = ", ".join(f"{k} {val}" for k, val in m["versions"].items())
-    a = payload["args"]
-    lines = [
-        f"# looptoolkit transfer — {payload['device']}\n",
-        headline(payload) + "\n",
-        f"Command: `{payload['command']}`  ",
-        f"Machine: {m['cpu']}, {m['cores']} cores"
-        + (f", {m['gpu']}" if "gpu" in m else "")
-        + f" ({m['date']}{load_text(m)}); {v}.  ",
-        f"Medians over {a['rounds']} interleaved rounds after {sec.WARMUP} warm-up rounds; host "
-        f"rows average {a['repeat']} calls per round (packing and images: "
-        f"{sec.light_repeat(a['repeat'])}). Lower is better.\n",
-    ]
-    for title, rows in sections(payload):
-        table = section_table(title, rows)
-        lines += [f"## {title}\n", table.markdown()]
-    if payload.get("sweep"):
-        from looptoolkit.bench.transfer_sweep import sweep_table
-
-        table = sweep_table(payload["sweep"])
+    """The results as Markdown: headline, sections, sweep, targets, ratios, machine, charts."""
+    m, a = payload["machine"], payload["args"]
+    gpu = f", {m['gpu']}" if "gpu" in m else ""
+    versions = ", ".join(f"{k} {val}" for k, val in m["versions"].items())
+    lines = [f"# looptoolkit transfer — {payload['device']}\n", headline(payload) + "\n"]
+    lines.append(f"Command: `{payload['command']}`  ")
+    lines.append(f"Machine: {m['cpu']}, {m['cores']} cores{gpu} ({m['date']}{load_text(m)}); ")
+    lines[-1] += f"{versions}.  "
+    lines.append(f"Medians over {a['rounds']} interleaved rounds after {sec.WARMUP} warm-up ")
+    lines[-1] += f"rounds; host rows average {a['repeat']} calls per round (packing and images: "
+    lines[-1] += f"{sec.light_repeat(a['repeat'])}). Lower is better.\n"
+    tables = [section_table(title, rows) for title, rows in sections(payload)]
+    tables += [sweep_table(payload["sweep"])] if payload.get("sweep") else []
+    for table in tables:
         lines += [f"## {table.title}\n", table.markdown()]
     lines += ["## Targets\n", targets_table(payload["targets"], short=False).markdown()]
     lines += ["## Other ratios\n", "| ratio | value |", "|---|---:|"]
     lines += [f"| {name} | {value:.2f} |" for name, value in payload["ratios"].items()]
-    for chart in payload.get("charts", []):
-        lines.append(f"\n![{chart}]({chart})")
+    lines += [f"\n![{chart}]({chart})" for chart in payload.get("charts", [])]
     return "\n".join(lines) + "\n"
 
 
@@ -161,25 +141,40 @@ def plot(payload: dict[str, Any], path: Path) -> Path:
     """Bars of microseconds per call, one panel per section, each bar with its ratio."""
     panels = []
     for title, rows in sections(payload):
-        first = rows[0]["median_s"]
         bars = [
             Bar(
                 r["name"],
                 r["median_s"] * 1e6,
-                f"{r['median_s'] * 1e6:8,.1f} us {r['median_s'] / first:5.2f}x",
-                color="#dd8452" if "to_device" in r["name"] else FLOOR_COLOR,
+                f"{r['median_s'] * 1e6:8,.1f} us {r['median_s'] / rows[0]['median_s']:5.2f}x",
+                color=TO_DEVICE if "to_device" in r["name"] else FLOOR_COLOR,
             )
             for r in rows
         ]
-        panels.append(
-            Panel(title, bars, "microseconds per call (lower is better); ratios to the first row")
-        )
+        xlabel = "microseconds per call (lower is better); ratios to the first row"
+        panels.append(Panel(title, bars, xlabel))
+    legend = [("to_device", TO_DEVICE), ("others", FLOOR_COLOR)]
     return bar_chart(
-        panels,
-        path,
-        title=f"looptoolkit transfer, {payload['device']}",
-        legend=[("to_device", "#dd8452"), ("others", FLOOR_COLOR)],
+        panels, path, title=f"looptoolkit transfer, {payload['device']}", legend=legend
     )
+
+
+def plot_sweep(sweep: dict[str, Any], path: Path) -> Path:
+    """Bars of ms per batch by batch size, one panel per dtype, each bar with its MB/s."""
+    panels = []
+    for dtype in sec.DTYPES:
+        rows = [r for r in sweep["rows"] if r["dtype"] == dtype]
+        bars = [
+            Bar(
+                str(r["batch_size"]),
+                r["ms_per_batch"],
+                f"{r['ms_per_batch']:.3f} ms, {r['mb_per_s']:,.0f} MB/s",
+                color=TO_DEVICE,
+            )
+            for r in rows
+        ]
+        panels.append(Panel(f"{dtype} batches", bars, "ms per batch (lower is better)"))
+    title = f"to_device of an images batch by dtype and batch size; {sweep['measures']}"
+    return bar_chart(panels, path, title=title)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -193,51 +188,30 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add = parser.add_argument
     add("--rounds", type=int, default=50, help="interleaved rounds (50)")
     add("--repeat", type=int, default=20, help="calls per round for the host rows (20)")
-    add(
-        "--nested",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="time the nested traversal",
-    )
-    add(
-        "--images",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="time the images workload",
-    )
-    add(
-        "--sweep",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="time to_device of a uint8, float16 and float32 images batch by batch size "
-        "(32 to 1024), at most 15 rounds",
-    )
-    add(
-        "--cuda",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="time real transfers on CUDA (default: when torch sees CUDA)",
-    )
+    for flag, default, text in (
+        ("--nested", True, "time the nested traversal"),
+        ("--images", True, "time the images workload"),
+        (
+            "--sweep",
+            True,
+            "time to_device of a uint8, float16 and float32 images batch by "
+            "batch size (32 to 1024), at most 15 rounds",
+        ),
+        ("--cuda", None, "time real transfers on CUDA (default: when torch sees CUDA)"),
+    ):
+        add(flag, action=argparse.BooleanOptionalAction, default=default, help=text)
     add("--ref-mib", type=int, default=64, help="size of the pinned reference copy, MiB (64)")
     add(
         "--out",
         type=Path,
-        default=None,
         help="directory for transfer-<device>.{json,md,png} (default: ./looptoolkit-results)",
     )
     add("--reference", action="store_true", help=REFERENCE_HELP)
-    add(
-        "--write",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="write the results files",
-    )
-    add(
-        "--plot",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="write the PNG chart (needs matplotlib)",
-    )
+    for flag, text in (
+        ("--write", "write the results files"),
+        ("--plot", "write the PNG chart (needs matplotlib)"),
+    ):
+        add(flag, action=argparse.BooleanOptionalAction, default=True, help=text)
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.repeat < 1 or args.ref_mib < 1:
         parser.error("`--rounds`, `--repeat` and `--ref-mib` must be >= 1.")
@@ -254,36 +228,28 @@ def device_slug(name: str) -> str:
 def run(argv: Sequence[str] | None = None) -> int:
     """Run the transfer benchmark; print and write the results. Returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parse_args(argv)
-    progress = Progress()
+    args, progress = parse_args(argv), Progress()
+
+    def fail(message: str, status: int = 1) -> int:
+        progress.clear()
+        print(message, file=sys.stderr)
+        return status
 
     try:
         out = results_dir(args.out, reference=args.reference) if args.write else None
         progress.stage("importing torch")
         torch = quiet_import("torch")
     except FileNotFoundError as e:
-        print(f"looptoolkit transfer: error: {e}", file=sys.stderr)
-        return 2
+        return fail(f"looptoolkit transfer: error: {e}", 2)
     except ImportError:
-        progress.clear()
-        print(
-            "torch is not installed; install it with `pip install 'looptoolkit[torch]'`.",
-            file=sys.stderr,
-        )
-        return 1
-    use_cuda = torch.cuda.is_available() if args.cuda is None else args.cuda
-    if use_cuda and not torch.cuda.is_available():
-        progress.clear()
-        print("`--cuda` given, but torch sees no CUDA device.", file=sys.stderr)
-        return 1
-    device = device_slug(torch.cuda.get_device_name()) if use_cuda else "cpu"
+        return fail("torch is not installed; install it with `pip install 'looptoolkit[torch]'`.")
+    cuda = torch.cuda.is_available() if args.cuda is None else args.cuda
+    if cuda and not torch.cuda.is_available():
+        return fail("`--cuda` given, but torch sees no CUDA device.")
+    device = device_slug(torch.cuda.get_device_name()) if cuda else "cpu"
     where = f"; results go to {out}/" if out is not None else ""
-    progress.emit(
-        wrap(
-            f"looptoolkit transfer on {device}: {args.rounds} interleaved rounds of "
-            f"{args.repeat} calls per variant{where}."
-        )
-    )
+    text = f"{args.rounds} interleaved rounds of {args.repeat} calls per variant{where}."
+    progress.emit(wrap(f"looptoolkit transfer on {device}: {text}"))
     payload: dict[str, Any] = {
         "device": device,
         "command": " ".join(["looptoolkit transfer", *argv]),
@@ -291,78 +257,47 @@ def run(argv: Sequence[str] | None = None) -> int:
         "ratios": {},
         "values": {},
     }
-    shown = 0
+    from looptoolkit.bench.transfer_cuda import cuda_sections
 
-    def show_new() -> None:
-        nonlocal shown
-        for title, rows in sections(payload)[shown:]:
-            progress.emit("\n" + section_table(title, rows).text())
-            shown += 1
-
-    if args.nested:
-        payload["nested"] = sec.nested_traversal(args.rounds, args.repeat, progress)
-        payload["values"].update(payload["nested"]["values"])
-        for part, ratios in payload["nested"]["ratios"].items():
-            payload["ratios"].update({f"{part}: {k}": v for k, v in ratios.items()})
-        show_new()
-        payload["packing_cpu"] = sec.packing_cpu(
-            args.rounds, sec.light_repeat(args.repeat), progress
-        )
-        payload["ratios"].update(
-            {f"cpu-only: {k}": v for k, v in payload["packing_cpu"]["ratios"].items()}
-        )
-        show_new()
-    if args.images:
-        payload["images_cpu"] = sec.images_cpu(args.rounds, sec.light_repeat(args.repeat), progress)
-        payload["ratios"].update(
-            {f"cpu-only: {k}": v for k, v in payload["images_cpu"]["ratios"].items()}
-        )
-        show_new()
-    if use_cuda:
-        from looptoolkit.bench.transfer_cuda import cuda_sections
-
-        payload["cuda"] = cuda_sections(args.rounds, args.ref_mib, progress)
-        payload["values"].update(payload["cuda"]["values"])
-        payload["ratios"].update({f"cuda: {k}": v for k, v in payload["cuda"]["ratios"].items()})
-        show_new()
+    rounds, light, p = args.rounds, sec.light_repeat(args.repeat), progress
+    steps = [
+        ("nested", "", args.nested, lambda: sec.nested_traversal(rounds, args.repeat, p)),
+        ("packing_cpu", "cpu-only: ", args.nested, lambda: sec.packing_cpu(rounds, light, p)),
+        ("images_cpu", "cpu-only: ", args.images, lambda: sec.images_cpu(rounds, light, p)),
+        ("cuda", "cuda: ", cuda, lambda: cuda_sections(rounds, args.ref_mib, p)),
+    ]
+    for key, prefix, wanted, measure in steps:
+        if wanted:
+            shown = len(sections(payload))
+            payload[key] = measure()
+            payload["values"].update(payload[key].get("values", {}))
+            payload["ratios"].update({prefix + k: v for k, v in payload[key]["ratios"].items()})
+            for title, rows in sections(payload)[shown:]:
+                progress.emit("\n" + section_table(title, rows).text())
     if args.sweep:
-        from looptoolkit.bench.transfer_sweep import sweep, sweep_table
-
         try:
-            payload["sweep"] = sweep(min(args.rounds, 15), cuda=use_cuda, progress=progress)
+            payload["sweep"] = sec.sweep(min(rounds, 15), cuda=cuda, progress=progress)
         except ImportError as e:  # on the CPU the sweep moves batches to JAX's CPU device
             progress.emit(wrap(f"no batch-size sweep: {e}"))
         else:
             progress.emit("\n" + sweep_table(payload["sweep"]).text())
     payload["machine"] = machine_info()
-    payload["targets"] = evaluate("transfer", payload["values"], gpu=use_cuda)
+    payload["targets"] = evaluate("transfer", payload["values"], gpu=cuda)
     progress.emit("\n" + wrap(headline(payload)))
     progress.emit("\n" + targets_table(payload["targets"]).text())
     if out is None:
         return 0
-    stem = f"transfer-{device}"
-    paths = []
-    if args.plot and (sections(payload) or payload.get("sweep")):
+    stem, paths = f"transfer-{device}", []
+    charts: list[tuple[Callable[[dict[str, Any], Path], Path], dict[str, Any], str]] = []
+    charts += [(plot, payload, "")] if sections(payload) else []
+    charts += [(plot_sweep, payload["sweep"], "-sweep")] if payload.get("sweep") else []
+    if args.plot and charts:
         progress.stage("drawing the chart")
         try:
-            if sections(payload):
-                paths.append(plot(payload, out / f"{stem}.png"))
-            if payload.get("sweep"):
-                from looptoolkit.bench.transfer_sweep import plot_sweep
-
-                paths.append(plot_sweep(payload["sweep"], out / f"{stem}-sweep.png"))
+            paths = [draw(data, out / f"{stem}{suffix}.png") for draw, data, suffix in charts]
         except ImportError:
             progress.emit("matplotlib is not installed: no PNG written.")
     payload["charts"] = [p.name for p in paths]
     paths = write_results(out, stem, payload, markdown(payload)) + paths
     progress.emit("\n" + wrap(f"Wrote {', '.join(map(str, paths))} ({progress.elapsed():.0f} s)."))
     return 0
-
-
-def main() -> None:
-    """``python -m looptoolkit.bench.transfer``."""
-    raise SystemExit(run())
-
-
-if __name__ == "__main__":
-    main()

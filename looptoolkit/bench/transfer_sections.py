@@ -1,54 +1,38 @@
-"""The sections of ``looptoolkit transfer``: what ``to_device`` costs, checked, then timed.
+"""The host sections of ``looptoolkit transfer``, and `measure`, which every section goes through.
 
-- ``nested``: a dict of lists of namedtuples with ~1000 small leaves. The
-  traversal of ``to_device(tree, dev)`` against bare ``optree.tree_map(move, tree)``,
-  ``torch.utils._pytree.tree_map``, a hand-written recursive ``move_to`` and a
-  ``TensorDict``'s ``.to(dev)``, where every "move" is the same cheap per-leaf op on
-  the host (torch leaves to ``torch.device("cpu")``: ``t.to(dev)`` returns ``t``; NumPy
-  leaves to torch: ``torch.from_numpy``). On CPU it also weighs packing (one ``cat``
-  per dtype) against 1000 per-leaf copies; with CUDA, packed against per-leaf transfer.
-- ``images``: ``{"image": uint8 (256, 3, 64, 64), "label": int64 (256,)}``. On CPU
-  (rows marked *CPU-only*): the host cast uint8 -> float16 that cast-then-copy pays,
-  and host copies of 3 MiB (uint8) vs 6 MiB (float16), the bytes each order moves.
-
-The CUDA sections are in [`looptoolkit.bench.transfer_cuda`][looptoolkit.bench.transfer_cuda]. Every
-section checks its variants' outputs before timing them, and times them with
-[`looptoolkit.bench.timing.interleave`][looptoolkit.bench.timing.interleave].
+Workloads: ``nested`` (a dict of lists of namedtuples, 1000 small leaves of four
+dtypes) and ``images`` (uint8 (256, 3, 64, 64) images, int64 labels). A section
+declares its rows (`Row`: table name, one-line label, call); `measure` checks each
+row's output against its reference, then times the rows interleaved.
 """
 
 from __future__ import annotations
 
+import functools
+from collections import namedtuple
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from looptoolkit.bench.timing import Clock, CudaEventClock, Timing, interleave
+from looptoolkit.bench.timing import Clock, CudaEventClock, HostClock, interleave
 
 if TYPE_CHECKING:
     from looptoolkit.bench.progress import Progress
 
-__all__ = [
-    "SHORT",
-    "WARMUP",
-    "Sample",
-    "check_same",
-    "images_batch",
-    "images_cpu",
-    "light_repeat",
-    "move_to",
-    "nested",
-    "nested_traversal",
-    "packing_cpu",
-    "row",
-    "timed",
-]
-
-
-_GROUPS, _ITEMS = 10, 25  # the nested workload: 10 keys of 25 samples
+__all__ = ["Row", "check_same", "images_cpu", "measure", "nested_traversal", "packing_cpu", "sweep"]
 
 WARMUP = 2
-"""Untimed rounds before the timed ones, every section."""
+"""Untimed rounds before the timed ones."""
+SIZES, DTYPES = (32, 64, 128, 256, 512, 1024), ("uint8", "float16", "float32")
+"""The sweep's batch sizes (images of 3x64x64) and dtypes."""
+ROW_KEYS: tuple[str, ...] = ("dtype", "batch_size", "bytes", "median_s", "min_s", "max_s")
+ROW_KEYS += ("ms_per_batch", "mb_per_s")
+"""The keys of every sweep row, in order."""
+Sample = namedtuple(
+    "Sample", "x y mask score"
+)  # float32 (16,), int64 0-d, bool (16,), float16 (4,)
 
 
 def light_repeat(repeat: int) -> int:
@@ -56,43 +40,27 @@ def light_repeat(repeat: int) -> int:
     return max(1, repeat // 4)
 
 
-class Sample(NamedTuple):
-    """One record of the nested workload: four small leaves of four dtypes."""
-
-    x: Any  # float32 (16,)
-    y: Any  # int64, 0-d
-    mask: Any  # bool (16,)
-    score: Any  # float16 (4,)
-
-
 def nested() -> Any:
     """The ``nested`` workload: 10 keys of 25 samples, 4 NumPy leaves each (1000 leaves)."""
-    # Typed as Any: optree's stubs do not take a dict of lists of namedtuples as a PyTree.
     rng = np.random.default_rng(0)
-    tree: dict[str, list[Sample]] = {}
-    for g in range(_GROUPS):
-        tree[f"group{g}"] = [
+    return {
+        f"group{g}": [
             Sample(
                 rng.standard_normal(16, dtype=np.float32),
-                np.array(g * _ITEMS + i, dtype=np.int64),
+                np.array(g * 25 + i, dtype=np.int64),
                 rng.random(16) < 0.5,
                 rng.standard_normal(4).astype(np.float16),
             )
-            for i in range(_ITEMS)
+            for i in range(25)
         ]
-    return tree
+        for g in range(10)
+    }
 
 
 def images_batch(batch: int = 256) -> dict[str, np.ndarray]:
     """The ``images`` workload's batch: uint8 (batch, 3, 64, 64) images and int64 labels."""
-    rng = np.random.default_rng(0)
-    return {
-        "image": rng.integers(0, 256, size=(batch, 3, 64, 64), dtype=np.uint8),
-        "label": np.arange(batch, dtype=np.int64),
-    }
-
-
-# -- hand-written and library traversals to compare with ------------------------------------
+    image = np.random.default_rng(0).integers(0, 256, (batch, 3, 64, 64), dtype=np.uint8)
+    return {"image": image, "label": np.arange(batch, dtype=np.int64)}
 
 
 def move_to(x: Any, move: Callable[[Any], Any], array_type: type) -> Any:
@@ -109,146 +77,87 @@ def move_to(x: Any, move: Callable[[Any], Any], array_type: type) -> Any:
 
 
 def _as_dicts(tree: Any) -> Any:
-    """Lists and namedtuples as dicts: what ``TensorDict.from_dict`` can hold as tensors.
-
-    ``TensorDict.from_dict`` keeps a list of namedtuples as a ``NonTensorStack`` whose
-    leaves ``.to`` never moves, so the TensorDict rows time this equivalent tree.
-    """
-    if isinstance(tree, dict):
-        return {k: _as_dicts(v) for k, v in tree.items()}
+    """Lists and namedtuples as dicts: ``TensorDict.from_dict`` would not move namedtuples."""
     if isinstance(tree, tuple) and hasattr(tree, "_fields"):
-        return {k: _as_dicts(v) for k, v in zip(tree._fields, tree, strict=True)}
+        tree = dict(zip(tree._fields, tree, strict=True))
     if isinstance(tree, list):
-        return {str(i): _as_dicts(v) for i, v in enumerate(tree)}
-    return tree
+        tree = {str(i): v for i, v in enumerate(tree)}
+    return {k: _as_dicts(v) for k, v in tree.items()} if isinstance(tree, dict) else tree
 
 
-# -- checking outputs before timing them -------------------------------------------------------
+@dataclass(frozen=True)
+class Row:
+    """A row of a section: its table name, a one-line label, the call, its own reference."""
+
+    name: str
+    label: str
+    fn: Callable[[], Any]
+    want: Any = None  # None: the section's reference
 
 
-def _leaves(tree: Any) -> list[Any]:
+def check_same(name: str, got: Any, want: Any, kind: type | None = None) -> None:
+    """Raise AssertionError unless ``got`` has ``want``'s structure, dtypes and values.
+
+    Leaves of any framework and device are compared on the host; ``kind``: every leaf's type.
+    """
     import optree
 
-    from looptoolkit import tree as _tree
+    from looptoolkit.tree import NAMESPACE
 
-    if type(tree).__module__.startswith("tensordict"):
-        return [tree.get(k) for k in tree.keys(include_nested=True, leaves_only=True)]
-    return optree.tree_leaves(tree, none_is_leaf=True, namespace=_tree.NAMESPACE)
-
-
-def check_same(name: str, got: Any, want: Any, *, kind: Any) -> None:
-    """Raise when ``got`` does not hold the same leaves (type ``kind``, values) as ``want``."""
-    import torch
-
-    a, b = _leaves(got), _leaves(want)
-    if len(a) != len(b):
-        raise AssertionError(f"{name}: {len(a)} leaves, expected {len(b)}.")
-    # Sorted by content: a TensorDict lists its leaves in its own key order.
-    got_values = sorted(a, key=_content_key)
-    want_values = sorted(b, key=_content_key)
-    for x, y in zip(got_values, want_values, strict=True):
-        if type(x) is not kind:
-            raise AssertionError(f"{name}: a leaf is a {type(x).__name__}, not {kind.__name__}.")
-        if x.dtype != y.dtype or x.shape != y.shape or not torch.equal(x.cpu(), y.cpu()):
-            raise AssertionError(f"{name}: leaf values differ.")
+    if type(got).__module__.startswith("tensordict"):
+        got, want = got.to_dict(), _as_dicts(want)
+    a, spec = optree.tree_flatten(got, none_is_leaf=True, namespace=NAMESPACE)
+    b, want_spec = optree.tree_flatten(want, none_is_leaf=True, namespace=NAMESPACE)
+    if spec != want_spec:
+        raise AssertionError(f"{name}: structure {spec} is not {want_spec}.")
+    if kind is not None and any(type(x) is not kind for x in a):
+        raise AssertionError(f"{name}: a leaf is not a {kind.__name__}.")
+    for x, y in zip(a, b, strict=True):
+        x, y = (np.asarray(v.detach().cpu() if hasattr(v, "detach") else v) for v in (x, y))
+        if x.dtype != y.dtype or x.shape != y.shape or not np.array_equal(x, y):
+            raise AssertionError(f"{name}: leaves differ from the reference.")
 
 
-def _content_key(x: Any) -> tuple[str, int, float]:
-    return str(x.dtype), x.numel(), float(x.double().sum().item())
-
-
-def _check_structure(name: str, got: Any, want: Any) -> None:
-    import optree
-
-    from looptoolkit import tree as _tree
-
-    spec_got = optree.tree_structure(got, none_is_leaf=True, namespace=_tree.NAMESPACE)
-    spec_want = optree.tree_structure(want, none_is_leaf=True, namespace=_tree.NAMESPACE)
-    if spec_got != spec_want:
-        raise AssertionError(f"{name}: structure {spec_got} is not {spec_want}.")
-
-
-# -- timing --------------------------------------------------------------------------------------
-
-
-def timed(
-    variants: Sequence[tuple[str, Callable[[], Any]]],
-    *,
-    rounds: int,
+def measure(
     label: str,
+    rows: Sequence[Row],
+    want: Any,
+    rounds: int,
     progress: Progress | None,
+    *,
     repeat: int = 1,
     clock: Clock | None = None,
-) -> list[Timing]:
-    """Time checked ``variants`` interleaved after ``WARMUP`` warm-up rounds.
+    warmup: int = WARMUP,
+    check: Callable[[str, Any, Any], None] = check_same,
+) -> list[dict[str, Any]]:
+    """Check each row's output against its reference (``want``), then time the rows interleaved.
 
-    Host rows (no ``clock``): ``repeat`` calls per round, reported per call,
-    the garbage collector off meanwhile. CUDA rows (``clock`` a
-    [`CudaEventClock`][looptoolkit.bench.timing.CudaEventClock]): one call per round read by the
-    clock, the garbage collector left on; each row says ``"clock": "cuda events"``.
+    Host rows: ``repeat`` calls per round, the garbage collector off; rows read by
+    a device's clock (CUDA events) leave it on. Returns a JSON row per row: ``name``,
+    ``label``, ``median_s``, ``min_s``, ``max_s``, ``rounds_s`` (seconds per call).
+
+    Raises:
+        AssertionError: a row's output differs from its reference.
     """
-    if progress is not None:
-        progress.stage(f"transfer: {label}, {len(variants)} variants x {rounds} rounds")
+    for row in rows:
+        check(row.name, row.fn(), want if row.want is None else row.want)
     timings = interleave(
-        variants,
+        [(row.name, row.fn) for row in rows],
         rounds=rounds,
-        warmup=WARMUP,
+        warmup=warmup,
         repeat=repeat,
         clock=clock,
-        collect=clock is not None,
+        collect=clock is not None and not isinstance(clock, HostClock),
         progress=progress,
-        label=label,
+        label=f"transfer: {label}",
     )
-    if isinstance(clock, CudaEventClock):
-        for t in timings:
-            t.extra["clock"] = "cuda events"
-    return timings
+    extra = {"clock": "cuda events"} if isinstance(clock, CudaEventClock) else {}
+    return [{**t.summary(), **extra, "label": r.label} for t, r in zip(timings, rows, strict=True)]
 
 
-SHORT = {
-    "to_device(tree, dev)": "to_device",
-    "optree.tree_map(move, tree)": "optree.tree_map",
-    "torch.utils._pytree.tree_map(move, tree)": "torch pytree tree_map",
-    "recursive move_to(tree)": "move_to (recursive)",
-    "TensorDict (built once).to(dev)": "TensorDict.to (built)",
-    "TensorDict.from_dict(dicts).to(dev)": "TensorDict.from_dict.to",
-    "optree.tree_map(torch.from_numpy, tree)": "optree.tree_map",
-    "torch.utils._pytree.tree_map(torch.from_numpy, tree)": "torch pytree tree_map",
-    "per-leaf t.clone() (1000 copies)": "per-leaf clone",
-    "pack_copy(leaves, cpu) (one cat per dtype)": "pack_copy",
-    "to_device(tree, cpu, pack=True)": "to_device(pack=True)",
-    "host cast uint8 -> float16": "cast uint8->float16",
-    "host copy of the uint8 batch (3 MiB)": "copy uint8 (3 MiB)",
-    "host copy of the float16 batch (6 MiB)": "copy float16 (6 MiB)",
-    "cast-then-copy on the host (cast, copy 6 MiB)": "cast, then copy",
-    "copy-then-cast on the host (copy 3 MiB, cast)": "copy, then cast",
-    "to_device(batch, torch cpu, dtype={uint8: float16})": "to_device(dtype=...)",
-    "pageable uint8 image .to(cuda)": "pageable .to(cuda)",
-    "pinned uint8 image .to(cuda, non_blocking=True)": "pinned .to(cuda)",
-    "to_device(pinned batch, 'cuda')": "to_device(pinned)",
-    "to_device(pageable batch, 'cuda')": "to_device(pageable)",
-    "cast-then-copy: image.half() on host, then .to(cuda)": "cast, then copy",
-    "copy-then-cast: pinned uint8 .to(cuda), .half() on device": "copy, then cast",
-    "to_device(pinned batch, 'cuda', dtype={uint8: float16})": "to_device(dtype=...)",
-    "per-leaf: to_device(tree, 'cuda', pack=False)": "per-leaf to_device",
-    "packed: to_device(tree, 'cuda')": "packed to_device",
-    "optree.tree_map(lambda t: t.to(cuda), tree)": "optree.tree_map .to",
-}
-"""Short names (tables fit 80 columns) for the variants; the full name is the row's label."""
-
-
-def row(t: Timing, **extra: Any) -> dict[str, Any]:
-    """A timing as a JSON-ready row: its short name, its full name as ``label``, ``extra``."""
-    out = t.summary()
-    out.update(extra)
-    out["label"] = t.name
-    out["name"] = SHORT.get(
-        t.name, "reference pinned copy" if t.name.startswith("reference") else t.name
-    )
-    return out
-
-
-# -- sections ----------------------------------------------------------------------------------
+def medians(rows: list[dict[str, Any]]) -> list[float]:
+    """The rows' medians, in order."""
+    return [r["median_s"] for r in rows]
 
 
 def nested_traversal(rounds: int, repeat: int, progress: Progress | None = None) -> dict[str, Any]:
@@ -256,83 +165,55 @@ def nested_traversal(rounds: int, repeat: int, progress: Progress | None = None)
     import optree
     import torch
     from tensordict import TensorDict
-    from torch.utils import _pytree as torch_pytree
+    from torch.utils import _pytree
 
     from looptoolkit import to_device
 
-    dev = torch.device("cpu")
-    host = nested()
+    dev, host = torch.device("cpu"), nested()
     tt = optree.tree_map(torch.from_numpy, host)
+    td, plain = TensorDict.from_dict(_as_dicts(tt)), _as_dicts(tt)
 
-    def move(t: torch.Tensor) -> torch.Tensor:
-        return t.to(dev)
+    def rows(tree: Any, move: Callable[[Any], Any], what: str, kind: type) -> list[Row]:
+        return [
+            Row("to_device", "to_device(tree, dev)", lambda: to_device(tree, dev)),
+            Row(
+                "optree.tree_map",
+                f"optree.tree_map({what}, tree)",
+                lambda: optree.tree_map(move, tree),
+            ),
+            Row(
+                "torch pytree tree_map",
+                f"torch.utils._pytree.tree_map({what}, tree)",
+                lambda: _pytree.tree_map(move, tree),
+            ),
+            Row(
+                "move_to (recursive)", "recursive move_to(tree)", lambda: move_to(tree, move, kind)
+            ),
+        ]
 
-    td = TensorDict.from_dict(_as_dicts(tt))
-    plain = _as_dicts(tt)
-    variants: list[tuple[str, Callable[[], Any]]] = [
-        ("to_device(tree, dev)", lambda: to_device(tt, dev)),
-        ("optree.tree_map(move, tree)", lambda: optree.tree_map(move, tt)),
-        ("torch.utils._pytree.tree_map(move, tree)", lambda: torch_pytree.tree_map(move, tt)),
-        ("recursive move_to(tree)", lambda: move_to(tt, move, torch.Tensor)),
-        ("TensorDict (built once).to(dev)", lambda: td.to(dev)),
-        ("TensorDict.from_dict(dicts).to(dev)", lambda: TensorDict.from_dict(plain).to(dev)),
-    ]
-    for name, fn in variants[:4]:
-        out = fn()
-        _check_structure(name, out, tt)
-        check_same(name, out, tt, kind=torch.Tensor)
-    for name, fn in variants[4:]:
-        check_same(name, fn(), tt, kind=torch.Tensor)
-    torch_rows = timed(
-        variants, rounds=rounds, repeat=repeat, label="nested, torch leaves", progress=progress
-    )
-
-    np_variants: list[tuple[str, Callable[[], Any]]] = [
-        ("to_device(tree, dev)", lambda: to_device(host, dev)),
-        (
-            "optree.tree_map(torch.from_numpy, tree)",
-            lambda: optree.tree_map(torch.from_numpy, host),
+    tensordicts = [
+        Row("TensorDict.to (built)", "TensorDict (built once).to(dev)", lambda: td.to(dev)),
+        Row(
+            "TensorDict.from_dict.to",
+            "TensorDict.from_dict(dicts).to(dev)",
+            lambda: TensorDict.from_dict(plain).to(dev),
         ),
-        (
-            "torch.utils._pytree.tree_map(torch.from_numpy, tree)",
-            lambda: torch_pytree.tree_map(torch.from_numpy, host),
-        ),
-        ("recursive move_to(tree)", lambda: move_to(host, torch.from_numpy, np.ndarray)),
     ]
-    for name, fn in np_variants:
-        out = fn()
-        _check_structure(name, out, tt)
-        check_same(name, out, tt, kind=torch.Tensor)
-    numpy_rows = timed(
-        np_variants, rounds=rounds, repeat=repeat, label="nested, NumPy leaves", progress=progress
-    )
-    n_leaves = len(_leaves(tt))
-    return {
-        "leaves": n_leaves,
-        "torch_to_cpu": [row(t) for t in torch_rows],
-        "numpy_to_torch_cpu": [row(t) for t in numpy_rows],
-        "ratios": {
-            "torch_to_cpu": _ratios(torch_rows),
-            "numpy_to_torch_cpu": _ratios(numpy_rows),
-        },
-        "values": {
-            "torch:to_device": torch_rows[0].median,
-            "torch:optree": torch_rows[1].median,
-            "torch:move_to": torch_rows[3].median,
-            "numpy:to_device": numpy_rows[0].median,
-            "numpy:optree": numpy_rows[1].median,
-            "numpy:move_to": numpy_rows[3].median,
-        },
-    }
-
-
-def _ratios(rows: list[Timing]) -> dict[str, float]:
-    ours = rows[0].median
-    return {
-        "to_device / optree.tree_map": ours / rows[1].median,
-        "to_device / torch pytree": ours / rows[2].median,
-        "to_device / move_to": ours / rows[3].median,
-    }
+    torch_rows = [*rows(tt, lambda t: t.to(dev), "move", torch.Tensor), *tensordicts]
+    numpy_rows = rows(host, torch.from_numpy, "torch.from_numpy", np.ndarray)
+    parts = [("torch", "torch_to_cpu", torch_rows), ("numpy", "numpy_to_torch_cpu", numpy_rows)]
+    out: dict[str, Any] = {"leaves": len(optree.tree_leaves(tt)), "ratios": {}, "values": {}}
+    check = functools.partial(check_same, kind=torch.Tensor)
+    for kind, key, section in parts:
+        label = f"nested, {'torch' if kind == 'torch' else 'NumPy'} leaves"
+        out[key] = measure(label, section, tt, rounds, progress, repeat=repeat, check=check)
+        ours, optree_s, pytree_s, move_to_s = medians(out[key])[:4]
+        out["ratios"][f"{key}: to_device / optree.tree_map"] = ours / optree_s
+        out["ratios"][f"{key}: to_device / torch pytree"] = ours / pytree_s
+        out["ratios"][f"{key}: to_device / move_to"] = ours / move_to_s
+        values = {"to_device": ours, "optree": optree_s, "move_to": move_to_s}
+        out["values"].update({f"{kind}:{k}": v for k, v in values.items()})
+    return out
 
 
 def packing_cpu(rounds: int, repeat: int, progress: Progress | None = None) -> dict[str, Any]:
@@ -343,25 +224,28 @@ def packing_cpu(rounds: int, repeat: int, progress: Progress | None = None) -> d
     from looptoolkit import to_device
     from looptoolkit.adapters.torch import pack_copy
 
-    dev = torch.device("cpu")
-    tt = optree.tree_map(torch.from_numpy, nested())
+    dev, tt = torch.device("cpu"), optree.tree_map(torch.from_numpy, nested())
     leaves = optree.tree_leaves(tt)
-    variants: list[tuple[str, Callable[[], Any]]] = [
-        ("per-leaf t.clone() (1000 copies)", lambda: [t.clone() for t in leaves]),
-        ("pack_copy(leaves, cpu) (one cat per dtype)", lambda: pack_copy(leaves, dev)),
-        ("to_device(tree, cpu, pack=True)", lambda: to_device(tt, dev, pack=True)),
+    rows = [
+        Row(
+            "per-leaf clone",
+            "per-leaf t.clone() (1000 copies)",
+            lambda: [t.clone() for t in leaves],
+        ),
+        Row(
+            "pack_copy",
+            "pack_copy(leaves, cpu) (one cat per dtype)",
+            lambda: pack_copy(leaves, dev),
+        ),
+        Row(
+            "to_device(pack=True)",
+            "to_device(tree, cpu, pack=True)",
+            lambda: to_device(tt, dev, pack=True),
+            tt,
+        ),
     ]
-    for name, fn in variants:
-        out = fn()
-        got = out if isinstance(out, list) else optree.tree_leaves(out)
-        if not all(torch.equal(a, b) for a, b in zip(got, leaves, strict=True)):
-            raise AssertionError(f"{name}: values differ.")
-    rows = timed(variants, rounds=rounds, repeat=repeat, label="packing", progress=progress)
-    return {
-        "cpu_only": True,
-        "rows": [row(t) for t in rows],
-        "ratios": {"packed / per-leaf clone": rows[1].median / rows[0].median},
-    }
+    t = medians(out := measure("packing", rows, leaves, rounds, progress, repeat=repeat))
+    return {"cpu_only": True, "rows": out, "ratios": {"packed / per-leaf clone": t[1] / t[0]}}
 
 
 def images_cpu(rounds: int, repeat: int, progress: Progress | None = None) -> dict[str, Any]:
@@ -370,47 +254,109 @@ def images_cpu(rounds: int, repeat: int, progress: Progress | None = None) -> di
 
     from looptoolkit import to_device
 
-    batch = images_batch()
+    batch, dev, cast = images_batch(), torch.device("cpu"), {np.uint8: np.float16}
     image = torch.from_numpy(batch["image"])
-    image16 = image.to(torch.float16)
+    im16 = image.to(torch.float16)
     # Preallocated outputs: the rows time the work, not the page faults of fresh buffers.
-    u8, f16, staged16 = torch.empty_like(image), torch.empty_like(image16), image16.clone()
-
-    def cast_then_copy() -> None:
-        staged16.copy_(image)  # cast on the host
-        f16.copy_(staged16)  # then 6 MiB to copy
-
-    def copy_then_cast() -> None:
-        u8.copy_(image)  # 3 MiB to copy
-        f16.copy_(u8)  # then cast (on the device, with one)
-
-    variants: list[tuple[str, Callable[[], Any]]] = [
-        ("host cast uint8 -> float16", lambda: f16.copy_(image)),
-        ("host copy of the uint8 batch (3 MiB)", lambda: u8.copy_(image)),
-        ("host copy of the float16 batch (6 MiB)", lambda: f16.copy_(image16)),
-        ("cast-then-copy on the host (cast, copy 6 MiB)", cast_then_copy),
-        ("copy-then-cast on the host (copy 3 MiB, cast)", copy_then_cast),
-        (
+    u8, f16, staged16 = torch.empty_like(image), torch.empty_like(im16), im16.clone()
+    want = {"image": im16, "label": torch.from_numpy(batch["label"])}
+    rows = [
+        Row("cast uint8->float16", "host cast uint8 -> float16", lambda: f16.copy_(image)),
+        Row(
+            "copy uint8 (3 MiB)",
+            "host copy of the uint8 batch (3 MiB)",
+            lambda: u8.copy_(image),
+            image,
+        ),
+        Row(
+            "copy float16 (6 MiB)",
+            "host copy of the float16 batch (6 MiB)",
+            lambda: f16.copy_(im16),
+        ),
+        Row(
+            "cast, then copy",
+            "cast-then-copy on the host (cast, copy 6 MiB)",
+            lambda: f16.copy_(staged16.copy_(image)),
+        ),
+        Row(
+            "copy, then cast",
+            "copy-then-cast on the host (copy 3 MiB, cast)",
+            lambda: f16.copy_(u8.copy_(image)),
+        ),
+        Row(
+            "to_device(dtype=...)",
             "to_device(batch, torch cpu, dtype={uint8: float16})",
-            lambda: to_device(batch, torch.device("cpu"), dtype={np.uint8: np.float16}),
+            lambda: to_device(batch, dev, dtype=cast),
+            want,
         ),
     ]
-    out = variants[-1][1]()
-    if out["image"].dtype != torch.float16 or not torch.equal(out["image"], image16):
-        raise AssertionError("to_device with a dtype mapping gave wrong values.")
-    cast_then_copy()
-    if not torch.equal(f16, image16):
-        raise AssertionError("cast-then-copy gave wrong values.")
-    copy_then_cast()
-    if not torch.equal(f16, image16):
-        raise AssertionError("copy-then-cast gave wrong values.")
-    rows = timed(variants, rounds=rounds, repeat=repeat, label="images, host", progress=progress)
-    return {
-        "cpu_only": True,
-        "bytes": {"uint8": image.nbytes, "float16": image16.nbytes},
-        "rows": [row(t) for t in rows],
-        "ratios": {
-            "copy 6 MiB / copy 3 MiB": rows[2].median / rows[1].median,
-            "cast-then-copy / copy-then-cast (both on the host)": rows[3].median / rows[4].median,
-        },
-    }
+    t = medians(out := measure("images, host", rows, im16, rounds, progress, repeat=repeat))
+    ratios = {"copy 6 MiB / copy 3 MiB": t[2] / t[1]}
+    ratios["cast-then-copy / copy-then-cast (both on the host)"] = t[3] / t[4]
+    nbytes = {"uint8": image.nbytes, "float16": im16.nbytes}
+    return {"cpu_only": True, "bytes": nbytes, "rows": out, "ratios": ratios}
+
+
+def _unaligned(a: np.ndarray) -> np.ndarray:
+    """A copy of ``a`` 16 bytes past a 64-byte boundary, where NumPy's own allocations start."""
+    raw = np.empty(a.nbytes + 128, dtype=np.uint8)
+    start = (16 - raw.ctypes.data) % 64
+    out = raw[start : start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
+def sweep(
+    rounds: int,
+    *,
+    sizes: tuple[int, ...] = SIZES,
+    cuda: bool = False,
+    seed: int = 0,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Time ``to_device`` of an images batch per dtype and batch size; one row per pair.
+
+    With CUDA the batch goes to the GPU (torch). On the CPU it goes to JAX's CPU
+    device, whose ``device_put`` copies it (it would alias a 64-byte-aligned
+    buffer; these start 16 bytes off), so the sweep measures the host side of a
+    move. The check makes sure each move kept the values and dtype, and copied.
+    """
+    from looptoolkit import to_device
+
+    if cuda:
+        import torch
+
+        dev, sync, what = (
+            torch.device("cuda"),
+            torch.cuda.synchronize,
+            "host-to-device copies (torch)",
+        )
+    else:
+        import jax
+
+        dev, sync, what = (
+            jax.devices("cpu")[0],
+            None,
+            "CPU only: the host side, a copy into JAX's CPU buffer",
+        )
+
+    def check(name: str, got: Any, want: np.ndarray) -> None:
+        check_same(name, got, want)
+        if not cuda and np.shares_memory(np.asarray(got), want):
+            raise AssertionError(f"to_device of a {name} batch did not copy it.")
+
+    def move(image: np.ndarray) -> Any:
+        out = to_device({"image": image}, dev)["image"]
+        return out.block_until_ready() if hasattr(out, "block_until_ready") else out
+
+    pool = np.random.default_rng(seed).integers(0, 256, (max(sizes), 3, 64, 64), dtype=np.uint8)
+    rows = []
+    for size in sizes:
+        images = {d: _unaligned(pool[:size].astype(d)) for d in DTYPES}
+        calls = [Row(d, d, functools.partial(move, a), a) for d, a in images.items()]
+        label, clock = f"sweep, batch of {size}", HostClock(sync)
+        for r in measure(label, calls, None, rounds, progress, clock=clock, check=check):
+            n, s = images[r["name"]].nbytes, r["median_s"]
+            got = (r["name"], size, n, s, r["min_s"], r["max_s"], s * 1e3, n / s / 1e6)
+            rows.append(dict(zip(ROW_KEYS, got, strict=True)))
+    return dict(device=str(dev), measures=what, cpu_only=not cuda, rounds=rounds, rows=rows)
