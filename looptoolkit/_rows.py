@@ -173,12 +173,15 @@ class Rows:
     def built(self, gathered: Iterator[Sequence[Any]]) -> Iterator[Any]:
         """The batches of gathered leaf sequences, built by C-level iterators where possible.
 
-        A plain dict of arrays (the common batch) is rebuilt with ``dict(zip(...))``
-        in its insertion order, a tuple or list of arrays with its constructor,
-        anything else by the treespec: ``PyTreeSpec.unflatten`` costs twice as much
-        per batch as ``dict(zip(...))``, as much as a tenth of a 300-row gather.
+        A single array is its one leaf, a plain dict of arrays (the common batch)
+        is rebuilt with ``dict(zip(...))`` in its insertion order, a tuple or list
+        of arrays with its constructor, anything else by the treespec:
+        ``PyTreeSpec.unflatten`` costs twice as much per batch as
+        ``dict(zip(...))``, as much as a tenth of a 300-row gather.
         """
         spec = self.spec
+        if self._batched is None and spec.is_leaf():
+            return map(operator.itemgetter(0), gathered)
         if self._batched is None and spec.num_nodes == spec.num_leaves + 1:
             kind = spec.type
             if kind is dict and self._data_keys:

@@ -197,3 +197,57 @@ def test_torch_batches_of_one_chunk_do_not_overlap():
     np.testing.assert_array_equal(
         np.concatenate([b["y"].numpy() for b in batches]), Loader(data, 100, seed=0).indices(0)
     )
+
+
+_TF_DTYPES = ["float32", "float16", "float64", "int64", "int8", "uint8", "bool", "complex64"]
+
+
+@SETTINGS
+@given(
+    n=st.integers(1, 500),
+    batch_size=st.integers(1, 70),
+    dtypes=st.lists(st.sampled_from([*_TF_DTYPES, "bfloat16"]), min_size=1, max_size=3),
+    width=st.integers(0, 3),
+    chunk_bytes=st.sampled_from([1, 2_000, 4 << 20]),
+    seed=st.integers(0, 5),
+)
+def test_tf_adopted_chunks_equal_the_plain_gather(n, batch_size, dtypes, width, chunk_bytes, seed):
+    # Chunks gathered into aligned arrays that tf adopts (numeric dtypes) or
+    # converts (bfloat16), split by count or by sizes, chunks of one batch.
+    from unittest import mock
+
+    tf = pytest.importorskip("tensorflow")
+    rng = np.random.default_rng(seed)
+    shape = (n,) if width == 0 else (n, width, 2)
+    leaves = [
+        tf.cast(tf.convert_to_tensor(rng.integers(0, 100, shape) * (-1) ** i), d)
+        for i, d in enumerate(dtypes)
+    ]
+    data = (*leaves, tf.range(n, dtype=tf.int64))
+    with mock.patch("looptoolkit.adapters._host.CHUNK_BYTES", chunk_bytes):
+        loader = Loader(data, batch_size, seed=seed)
+        for epoch in range(2):
+            check_epoch(loader, data, epoch)
+        for batch in loader:
+            for leaf, want in zip(batch, data, strict=True):
+                assert leaf.dtype == want.dtype and leaf.device.endswith("CPU:0")
+
+
+def test_tf_chunks_are_adopted_aligned_and_not_reused():
+    tf = pytest.importorskip("tensorflow")
+    from looptoolkit.adapters import get_backend
+    from looptoolkit.adapters._host import aligned_gather
+    from looptoolkit.adapters.tf import _adopt
+
+    backend = get_backend("tf")
+    x = tf.reshape(tf.range(6000, dtype=tf.float32), (3000, 2))
+    order = np.random.default_rng(0).permutation(3000)
+    rows = [aligned_gather(np.asarray(leaf))(order[:700]) for leaf in (x, tf.range(3000))]
+    assert all(r.ctypes.data % 64 == 0 for r in rows)
+    for tensor, r in zip(_adopt(rows), rows, strict=True):  # taken over, not copied
+        assert np.shares_memory(np.asarray(tensor), r)
+    idx = [order[i : i + 100] for i in range(0, 3000, 100)]
+    got = list(backend.take_batches([x, tf.range(3000)], iter(idx)))
+    for (a, b), i in zip(got, idx, strict=True):  # every batch still holds its rows
+        np.testing.assert_array_equal(a.numpy(), backend.take([x], i)[0].numpy())
+        np.testing.assert_array_equal(b.numpy(), i)

@@ -2,7 +2,8 @@
 
 Shared by the backends whose leaves live on the host, or can be viewed there
 without a copy: [`row_gather`][looptoolkit.adapters.row_gather] picks the cheapest
-gather for an array's layout, [`zip_gathers`][looptoolkit.adapters.zip_gathers] runs
+gather for an array's layout (``aligned_gather``: into memory that a framework
+adopts without a copy), [`zip_gathers`][looptoolkit.adapters.zip_gathers] runs
 a batch stream through several of them in C, and
 [`host_chunks`][looptoolkit.adapters.host_chunks] /
 [`split_chunks`][looptoolkit.adapters.split_chunks] gather many batches at once, so
@@ -19,8 +20,10 @@ from typing import Any, TypeVar
 import numpy as np
 
 __all__ = [
+    "ALIGN",
     "CHUNK_BYTES",
     "CHUNK_MAX_BATCHES",
+    "aligned_gather",
     "chunked",
     "gather_rows",
     "host_chunks",
@@ -49,6 +52,33 @@ def row_gather(view: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
     return view.__getitem__
 
 
+# The buffer alignment that tf and XLA assume (Eigen's): arrays that start
+# elsewhere (NumPy's large ones start 16 bytes past it) are copied on the way in.
+ALIGN = 64
+
+
+def aligned_gather(view: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """``row_gather(view)``, into new arrays that start on an ``ALIGN``-byte boundary.
+
+    For a framework that adopts aligned host memory without a copy; a view that
+    is not C-contiguous gets ``row_gather`` (fancy indexing, not aligned).
+    """
+    if not view.flags.c_contiguous:
+        return row_gather(view)
+    take, dtype, tail = view.take, view.dtype, view.shape[1:]
+    row_bytes = dtype.itemsize * int(np.prod(tail))
+
+    def gather(idx: np.ndarray) -> np.ndarray:
+        nbytes = len(idx) * row_bytes
+        raw = np.empty(nbytes + ALIGN, np.uint8)
+        start = -raw.ctypes.data % ALIGN
+        out = raw[start : start + nbytes].view(dtype).reshape(len(idx), *tail)
+        take(idx, 0, out, "clip")
+        return out
+
+    return gather
+
+
 def gather_rows(view: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """Rows ``idx`` (negative ones counting from the end) of a host array, at a batch's cost."""
     return view.take(idx, axis=0) if view.flags.c_contiguous else view[idx]
@@ -74,17 +104,19 @@ CHUNK_MAX_BATCHES = 64
 
 
 def host_chunks(
-    views: Sequence[np.ndarray], batches: Iterable[np.ndarray]
+    views: Sequence[np.ndarray],
+    batches: Iterable[np.ndarray],
+    gather: Callable[[np.ndarray], Callable[[np.ndarray], np.ndarray]] = row_gather,
 ) -> Iterator[tuple[list[int], list[np.ndarray]]]:
     """Gather consecutive batches together: ``(batch sizes, one gathered array per view)``.
 
-    Each chunk is one batch-sized-cost gather per view
-    ([`row_gather`][looptoolkit.adapters.row_gather]) of the concatenated indices
-    of up to ``CHUNK_MAX_BATCHES`` batches and about ``CHUNK_BYTES`` bytes. A
-    backend wraps each chunk once and splits it into its batches in one call,
-    instead of paying its per-call cost per batch.
+    Each chunk is one batch-sized-cost gather per view (``gather(view)``, by
+    default [`row_gather`][looptoolkit.adapters.row_gather]) of the concatenated
+    indices of up to ``CHUNK_MAX_BATCHES`` batches and about ``CHUNK_BYTES``
+    bytes. A backend wraps each chunk once and splits it into its batches in one
+    call, instead of paying its per-call cost per batch.
     """
-    gathers = [row_gather(v) for v in views]
+    gathers = [gather(v) for v in views]
     row_bytes = sum(v.itemsize * int(np.prod(v.shape[1:])) for v in views) or 1
     stream = iter(batches)
     first = next(stream, None)
@@ -101,29 +133,26 @@ def split_chunks(
     batches: Iterable[np.ndarray],
     wrap: Callable[[list[np.ndarray]], _T],
     split: Callable[[_T, list[int]], Iterable[Any]],
+    gather: Callable[[np.ndarray], Callable[[np.ndarray], np.ndarray]] = row_gather,
 ) -> Iterator[Any]:
     """The batches of ``host_chunks``: each chunk wrapped once, then split into batches.
 
     ``wrap`` turns a chunk's gathered rows (one array per view) into the
     framework's arrays in one go; ``split(arrays, sizes)`` cuts them into one
     sequence of leaves per batch (a list or a tuple: the backend's batches). A
-    chunk of one batch is yielded as wrapped.
+    chunk of one batch is yielded as wrapped. ``gather`` as in ``host_chunks``.
+    Python runs once per chunk; ``chain`` steps through each chunk's batches in C.
     """
-    for sizes, rows in host_chunks(views, batches):
+
+    def batches_of(chunk: tuple[list[int], list[np.ndarray]]) -> Iterable[Any]:
+        sizes, rows = chunk
         wrapped = wrap(rows)
-        if len(sizes) == 1:
-            yield wrapped
-        else:
-            yield from split(wrapped, sizes)
+        return (wrapped,) if len(sizes) == 1 else split(wrapped, sizes)
+
+    return itertools.chain.from_iterable(map(batches_of, host_chunks(views, batches, gather)))
 
 
 def chunked(items: Iterable[np.ndarray], size: int) -> Iterator[list[np.ndarray]]:
-    """Consecutive lists of ``size`` items (the last one shorter)."""
-    chunk: list[np.ndarray] = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
+    """Consecutive lists of ``size`` items (the last one shorter), each built in C."""
+    stream = iter(items)
+    return iter(lambda: list(itertools.islice(stream, size)), [])

@@ -13,7 +13,13 @@ import numpy as np
 import tensorflow as tf
 
 from looptoolkit._dtypes import as_numpy_dtype
-from looptoolkit.adapters._host import gather_rows, split_chunks
+from looptoolkit.adapters._host import (
+    ALIGN,
+    aligned_gather,
+    gather_rows,
+    row_gather,
+    split_chunks,
+)
 from looptoolkit.adapters._protocol import BackendBase
 
 if TYPE_CHECKING:
@@ -50,6 +56,44 @@ def _from_numpy(rows: list[np.ndarray]) -> list[tf.Tensor]:
         return [tf.convert_to_tensor(r) for r in rows]
     with tf.device("/CPU:0"):
         return [tf.convert_to_tensor(r) for r in rows]
+
+
+# `convert_to_tensor` copies every NumPy array, then copies it again, slowly, when
+# it does not start on tf's 64-byte boundary (NumPy's large arrays start 16 bytes
+# past one). Chunks gathered into aligned arrays are adopted instead (DLPack).
+_adoptable: dict[np.dtype, bool] = {}
+
+
+def _can_adopt(dtype: np.dtype) -> bool:
+    """Whether tf takes arrays of ``dtype`` over through DLPack, with their dtype."""
+    ok = _adoptable.get(dtype)
+    if ok is None:
+        try:
+            probe = tf.experimental.dlpack.from_dlpack(np.zeros(1, dtype).__dlpack__())
+            ok = probe.dtype.as_numpy_dtype == dtype.type
+        except Exception:  # no DLPack for this dtype (bfloat16, strings) or this NumPy
+            ok = False
+        _adoptable[dtype] = ok
+    return ok
+
+
+def _chunk_gather(view: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """``aligned_gather(view)`` where tf can adopt the result, else ``row_gather(view)``."""
+    return aligned_gather(view) if _can_adopt(view.dtype) else row_gather(view)
+
+
+def _adopt(rows: list[np.ndarray]) -> list[tf.Tensor]:
+    """Host tensors of freshly gathered arrays: aligned ones adopted without a copy (DLPack)."""
+    if all(r.ctypes.data % ALIGN == 0 and _can_adopt(r.dtype) for r in rows):
+        from_dlpack = tf.experimental.dlpack.from_dlpack
+        return [from_dlpack(r.__dlpack__()) for r in rows]
+    return _from_numpy(rows)
+
+
+def _split(tensors: list[tf.Tensor], sizes: list[int]) -> Iterable[Sequence[tf.Tensor]]:
+    """One ``tf.split`` per leaf into batches of ``sizes``; equal sizes given as a count."""
+    parts: Any = len(sizes) if sizes[0] == sizes[-1] else sizes
+    return zip(*(tf.split(t, parts) for t in tensors), strict=True)
 
 
 def device_name(target: Target) -> str:
@@ -106,21 +150,15 @@ class TfBackend(BackendBase):
         """``take(leaves, idx)`` for each ``idx`` of ``batches``, lazily.
 
         Host leaves are viewed as NumPy arrays once, gathered by NumPy a chunk of
-        batches at a time ([`host_chunks`][looptoolkit.adapters.host_chunks]), and each
-        chunk becomes one tensor per leaf, split into its batches by one
+        batches at a time ([`host_chunks`][looptoolkit.adapters.host_chunks]) into
+        64-byte-aligned arrays that tf adopts without a copy (DLPack; numeric
+        dtypes), and each chunk's tensor is split into its batches by one
         ``tf.split``: two eager tf ops per leaf per chunk, not per batch.
         """
         views = _host_views(leaves)
         if views is None:
-            for idx in batches:
-                yield self.take(leaves, idx)
-            return
-        yield from split_chunks(
-            views,
-            batches,
-            _from_numpy,
-            lambda tensors, sizes: zip(*(tf.split(t, sizes) for t in tensors), strict=True),
-        )
+            return (self.take(leaves, idx) for idx in batches)
+        return split_chunks(views, batches, _adopt, _split, _chunk_gather)
 
     def move(
         self,

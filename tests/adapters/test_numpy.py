@@ -41,3 +41,31 @@ def test_as_numpy_dtype_knows_ml_dtypes():
     x = np.ones(2, np.float32)
     out = transfer(backend, [x], parse_device("cpu"), ["bfloat16"])[0]
     assert out.dtype.name == "bfloat16"
+
+
+def test_host_chunks_cut_gather_and_split_every_batch_once():
+    from looptoolkit.adapters import chunked, split_chunks
+
+    assert [len(c) for c in chunked(iter(range(7)), 3)] == [3, 3, 1]
+    assert list(chunked(iter([]), 3)) == []
+    x = np.arange(40).reshape(20, 2)
+    batches = [np.array([5, 1, 19]), np.array([0]), np.array([7, 7]), np.array([3, 2, 4])]
+    seen = []
+
+    def gather(view):  # a gather of the caller's choosing, one per view
+        seen.append(view.shape)
+        return lambda idx: view[idx] * 10
+
+    out = split_chunks(
+        [x, x[:, 0]],
+        iter(batches),
+        lambda rows: rows,
+        lambda rows, sizes: zip(*(np.split(r, np.cumsum(sizes)[:-1]) for r in rows), strict=True),
+        gather,
+    )
+    got = list(out)
+    assert seen == [(20, 2), (20,)]
+    assert len(got) == len(batches)
+    for (a, b), idx in zip(got, batches, strict=True):
+        np.testing.assert_array_equal(a, x[idx] * 10)
+        np.testing.assert_array_equal(b, x[idx, 0] * 10)
