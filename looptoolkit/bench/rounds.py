@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from looptoolkit.bench.check import Check, check_batches, host_leaves, ready_fn
+from looptoolkit.bench.check import Check, check_batches, host_leaves
 from looptoolkit.bench.timing import Timing, interleave
-from looptoolkit.bench.variants import BASELINE, VARIANTS, Variant
-from looptoolkit.bench.workloads import Context, Workload, backend_data
+from looptoolkit.bench.variants import BASELINE, Context, Variant, kit, variants
+from looptoolkit.bench.workloads import Workload
 
 if TYPE_CHECKING:
     from looptoolkit.bench.progress import Progress
@@ -360,9 +360,8 @@ def run_workload(
     accelerated = settings.device != "cpu"
     chosen = [
         v
-        for v in VARIANTS
-        if v.backend in settings.backends
-        and _selected(v, settings.patterns, settings.skip)
+        for v in variants(settings.backends)
+        if _selected(v, settings.patterns, settings.skip)
         and (v.workloads is None or workload.name in v.workloads)
         and not (v.accelerator and not accelerated)  # listed once in the results instead
     ]
@@ -378,7 +377,7 @@ def run_workload(
             entry.skipped = missing
             continue
         if variant.backend not in data_by_backend:
-            data = backend_data(workload.data, variant.backend, settings.device)
+            data = kit(variant.backend).data(workload.data, settings.device)
             data_by_backend[variant.backend] = (data, host_leaves(data))
         data, reference = data_by_backend[variant.backend]
         ctx = Context(workload, data, settings.device, settings.seed)
@@ -398,7 +397,7 @@ def run_workload(
             # The check includes compilation and checking; a probe epoch, stopped at
             # the time budget, says whether a warm epoch fits.
             try:
-                done = probe(entry.pipeline, ready_fn(variant.backend), settings.max_epoch_s)
+                done = probe(entry.pipeline, kit(variant.backend).ready, settings.max_epoch_s)
             except Exception as e:
                 entry.record.error = f"{type(e).__name__}: {e}"
                 done = 0
@@ -417,7 +416,7 @@ def run_workload(
                 epochs=settings.epochs_per_round,
                 limit=e.limit,
                 num_batches=workload.num_batches,
-                ready=ready_fn(e.variant.backend),
+                ready=kit(e.variant.backend).ready,
                 step=None,
                 sync=syncs[e.variant.backend],
             ),
@@ -471,7 +470,7 @@ def run_step(
                 epochs=1,
                 limit=batches,
                 num_batches=workload.num_batches,
-                ready=ready_fn(e.variant.backend),
+                ready=kit(e.variant.backend).ready,
                 step=step,
                 sync=syncs[e.variant.backend],
                 skip_first=True,
