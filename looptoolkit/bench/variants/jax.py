@@ -1,10 +1,6 @@
-"""JAX input loops, and the JAX kit of ``looptoolkit compare``.
+"""The JAX kit: host gather + ``device_put``, resident jitted gathers, naive loop, chunked floor.
 
-The loops JAX users write: a host gather then one ``jax.device_put`` (to a device or a
-``Sharding``); data and epoch order on the device with one jitted gather per batch; the naive
-``jax.random.permutation`` + ``jnp.take``; and the floor, the chunked hand loop (one
-``device_put`` and one jitted split per chunk of batches). Given an ``order``, the first two yield
-exactly the Loader's batches.
+Given an ``order``, the first two yield exactly the Loader's batches.
 """
 
 from __future__ import annotations

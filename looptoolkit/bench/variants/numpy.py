@@ -1,10 +1,7 @@
-"""NumPy and pure-Python loops, the floors, and the NumPy kit.
+"""The NumPy kit: hand-written NumPy and pure-Python loops, and the floors.
 
-What a NumPy user writes by hand: a permutation per epoch, then one gather per leaf per batch
-(`numpy_manual` with ``take`` is the fastest, the baseline of every ratio); the whole epoch
-permuted and cut into views (`epoch_views`); pure Python (`pure_python`). The floors bound what any
-loop can reach: a memcpy of each batch, ``take`` in ``arange`` order, and, for frameworks whose
-per-call cost dominates, the chunked hand loop (`chunked_manual`).
+The fastest hand loop, `numpy_manual` with ``take``, is the baseline of every ratio; the floors
+bound what any loop can reach on the same data.
 """
 
 from __future__ import annotations
@@ -69,10 +66,9 @@ def numpy_manual(
 ) -> EpochPipeline:
     """The NumPy manual loop: a permutation per epoch, then one gather per leaf per batch.
 
-    The permutation is ``np.random.default_rng([seed, epoch]).permutation(n)``, or with ``order``
-    (an ``Order``, a ``Loader``, a function of the epoch) the Loader's: then the batches are the
-    Loader's. ``gather`` is ``"take"`` (``leaf.take(idx, axis=0)``) or ``"index"``
-    (``leaf[idx]``); ``wrap`` is applied to each batch's list of gathered leaves.
+    The permutation is ``default_rng([seed, epoch]).permutation(n)``, or the Loader's ``order``
+    (then the batches are the Loader's). ``gather``: ``"take"`` (``leaf.take(idx, axis=0)``) or
+    ``"index"`` (``leaf[idx]``); ``wrap`` is applied to each batch's list of gathered leaves.
 
     Examples:
         >>> p = numpy_manual({"x": np.arange(5)}, 2, order=lambda e: np.arange(5))
@@ -122,11 +118,8 @@ def chunked_manual(
 ) -> EpochPipeline:
     """The chunked hand loop: a chunk of batches gathered with ``take``, wrapped once, split.
 
-    A permutation per epoch (as `numpy_manual`); then for every ``chunk`` batches (default: about
-    4 MiB of rows, 1 to 64 batches) one ``take`` per leaf, ``wrap`` of the gathered leaves (one
-    framework array each) and ``split(arrays, sizes)`` into the batches' leaves in one call; a
-    chunk of one batch is not split. What a careful user of a framework with a high per-call
-    cost writes.
+    Per ``chunk`` batches (default: about 4 MiB of rows, 1 to 64): one ``take`` per leaf, one
+    ``wrap`` (a framework array per leaf), one ``split(arrays, sizes)`` into the batches' leaves.
     """
     n, leaves, _, rebuild = _host(data)
     if chunk is None:
@@ -187,11 +180,7 @@ def contiguous_copies(data: Any, batch_size: int, *, drop_last: bool = False) ->
 def epoch_views(
     data: Any, batch_size: int, *, seed: int = 0, drop_last: bool = False
 ) -> EpochPipeline:
-    """One permutation of the whole epoch, then batch views of it.
-
-    On one 1-D array: ``for batch in rng.permutation(x).reshape(-1, B)`` (the last partial batch
-    too unless ``drop_last``); several leaves are permuted together (one ``take`` each).
-    """
+    """One permutation of the epoch, then views: ``rng.permutation(x).reshape(-1, B)`` on 1-D."""
     n, leaves, _, rebuild = _host(data)
     length, full = batch_count(n, batch_size, drop_last), (n // batch_size) * batch_size
 

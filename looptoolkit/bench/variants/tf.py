@@ -1,10 +1,4 @@
-"""tf input loops, and the tf kit of ``looptoolkit compare``.
-
-tf.data's classic pipeline, ``from_tensor_slices(data).shuffle(N).batch(B).prefetch()``, and the
-tf floor, the chunked hand loop (one ``tf.convert_to_tensor`` per leaf and one ``tf.split`` per
-chunk of batches). The Loader's own tf.data pipeline is
-[`looptoolkit.tf_data.loader_dataset`][looptoolkit.loader_dataset].
-"""
+"""The tf kit: tf.data's classic pipeline, the chunked floor, the Loader's ``loader_dataset``."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""PyTorch's own input loops, and the torch kit.
+"""The torch kit: ``DataLoader`` as PyTorch users run it, randperm loops, the on-device gather.
 
-``DataLoader`` as PyTorch users run it: per-sample ``__getitem__`` + ``default_collate`` (the
-default), or over ``looptoolkit.GetItemsDataset`` (one ``__getitems__`` gather per batch);
-``torch.randperm`` + ``x[idx]`` or ``index_select``; the bare device-resident ``index_select``.
-Given an ``order``, the DataLoaders and the resident gather yield exactly the Loader's batches.
+Given an ``order``, the DataLoaders and the gather yield exactly the Loader's batches.
 """
 
 from __future__ import annotations
@@ -34,11 +31,7 @@ def _tensors(data: Any) -> tuple[list[torch.Tensor], Any]:
 
 
 class PerSampleDataset(Dataset):
-    """``TensorDataset`` for any pytree of tensors or NumPy arrays: one row per ``__getitem__``.
-
-    Without ``__getitems__``, ``DataLoader`` calls it once per sample and ``default_collate``
-    stacks the rows: the path users run by default.
-    """
+    """``TensorDataset`` for any pytree: one row per ``__getitem__`` (DataLoader's default path)."""
 
     def __init__(self, data: Any) -> None:
         self._n = Rows(data).n
@@ -52,11 +45,7 @@ class PerSampleDataset(Dataset):
 
 
 class OrderSampler(Sampler[int]):
-    """The epoch orders of an ``Order``, a ``Loader`` or a function of the epoch, as a sampler.
-
-    Which epoch each ``iter()`` runs is the Loader's rule (the one epoch cursor); ``set_epoch``
-    chooses the next one, like ``DistributedSampler``'s.
-    """
+    """The epoch orders of an ``Order``, a ``Loader`` or a function, by the Loader's epoch rule."""
 
     def __init__(self, order: Any, n: int) -> None:
         self.order, self.n, self.cursor = order, n, EpochCursor()
