@@ -6,9 +6,8 @@ import time
 
 import pytest
 
-from looptoolkit.bench.check import ready_fn
-from looptoolkit.bench.epochs import EpochPipeline
 from looptoolkit.bench.rounds import Record, epoch_round
+from looptoolkit.bench.variants import EpochPipeline, kit
 
 
 class Counted(EpochPipeline):
@@ -28,9 +27,12 @@ class Counted(EpochPipeline):
 
 
 def test_only_jax_batches_need_a_ready_call():
-    assert ready_fn("numpy") is None and ready_fn("torch") is None and ready_fn("tf") is None
+    assert kit("numpy").ready is None
+    for name, module in (("torch", "torch"), ("tf", "tensorflow")):
+        pytest.importorskip(module)
+        assert kit(name).ready is None
     jax = pytest.importorskip("jax")
-    ready = ready_fn("jax")
+    ready = kit("jax").ready
     assert ready is not None
     ready(jax.numpy.arange(3))
 
@@ -135,7 +137,7 @@ def _unflatten_loop(data, batch_size, *, seed=0, order=None, gather="take", wrap
 
     from looptoolkit import tree
     from looptoolkit._rows import Rows
-    from looptoolkit.bench.epochs import split_batches
+    from looptoolkit.bench.variants import split_batches
     from looptoolkit.order import epoch_indices
 
     n = Rows(data).n
@@ -171,7 +173,7 @@ def _same_batch(got, want):
 def test_baseline_loop_yields_the_batches_of_the_tree_spec_loop(shape, gather, how):
     import numpy as np
 
-    from looptoolkit.bench.native_numpy import numpy_manual
+    from looptoolkit.bench.variants.numpy import numpy_manual
 
     rng = np.random.default_rng(3)
     n = 23
@@ -201,7 +203,7 @@ def test_floors_and_epoch_views_keep_the_data_shape(shape):
     import numpy as np
 
     from looptoolkit import tree
-    from looptoolkit.bench.native_numpy import contiguous_copies, epoch_views, sequential_take
+    from looptoolkit.bench.variants.numpy import contiguous_copies, epoch_views, sequential_take
 
     n = 23
     ids = np.arange(n, dtype=np.int64)
@@ -232,33 +234,35 @@ def test_floors_and_epoch_views_keep_the_data_shape(shape):
     assert sorted(seen) == ids.tolist()
 
 
-def test_compare_devices_follow_the_device_index(monkeypatch):
-    from looptoolkit.bench.workloads import tf_device
-
-    assert [tf_device(d) for d in ("cpu", "cuda", "cuda:0", "cuda:1", "cuda:3")] == [
-        "/CPU:0", "/GPU:0", "/GPU:0", "/GPU:1", "/GPU:3"
+def test_compare_devices_are_each_backends_own(monkeypatch):
+    tf = pytest.importorskip("tensorflow")
+    tf_kit = kit("tf")
+    assert tf_kit.device("cpu") == "/CPU:0"
+    monkeypatch.setattr(tf.config, "list_logical_devices", lambda kind=None: [kind] * 4)
+    assert [tf_kit.device(d) for d in ("cuda", "cuda:0", "cuda:1", "cuda:3")] == [
+        "/GPU:0", "/GPU:0", "/GPU:1", "/GPU:3"
     ]  # fmt: skip
     with pytest.raises(ValueError):
-        tf_device("cuda:x")
+        tf_kit.device("cuda:x")
     jax = pytest.importorskip("jax")
-    from looptoolkit.bench.workloads import jax_device
-
-    assert jax_device("cpu") == jax.devices("cpu")[0]
+    jax_kit = kit("jax")
+    assert jax_kit.device("cpu") == jax.devices("cpu")[0]
     real = jax.devices
     gpus = ["gpu0", "gpu1", "gpu2"]
     monkeypatch.setattr(jax, "devices", lambda backend=None: gpus if backend == "gpu" else real())
-    assert [jax_device(d) for d in ("cuda", "cuda:0", "cuda:1", "cuda:2")] == [
+    assert [jax_kit.device(d) for d in ("cuda", "cuda:0", "cuda:1", "cuda:2")] == [
         "gpu0", "gpu0", "gpu1", "gpu2"
     ]  # fmt: skip
+    assert kit("numpy").device("cpu") == "cpu"
 
 
 def test_one_host_array_for_checks_images_and_the_sweep():
     import numpy as np
 
-    from looptoolkit.bench import check, native_images, workloads
+    from looptoolkit.bench import check, variants, workloads
 
     assert check.host_array is workloads.host_array
-    assert native_images.host_array is workloads.host_array
+    assert variants.host_array is workloads.host_array
     torch = pytest.importorskip("torch")
     x = torch.arange(4.0, requires_grad=True)
     got = workloads.host_array(x * 2)  # needs .detach() before .numpy()
@@ -315,3 +319,30 @@ def test_transfer_checks_every_row_before_timing_it():
     assert len(measure("t", [good, row("own", 1.0, want=1.0)], want, 2, None)) == 2
     with pytest.raises(AssertionError, match="not a float"):
         check_same("kind", [np.zeros(1)], [np.zeros(1)], kind=float)
+
+
+def test_an_extra_backend_kit_is_listed_after_the_built_in_ones(monkeypatch):
+    import numpy as np
+
+    from looptoolkit.adapters import BACKENDS, register_backend
+    from looptoolkit.bench import variants
+    from looptoolkit.bench.variants import Context, Kit, Variant, loop, register_kit
+    from looptoolkit.bench.variants.numpy import numpy_manual
+    from looptoolkit.bench.workloads import make_workload
+
+    monkeypatch.setattr(variants, "_KITS", dict(variants._KITS))  # restored afterwards
+    monkeypatch.setitem(BACKENDS, "numpy2", BACKENDS["numpy"])
+    register_backend("numpy2", "looptoolkit.adapters.numpy", framework="numpy")
+    take = Variant("numpy2-take", "numpy2", "the baseline loop again", loop(numpy_manual),
+                   shuffle=None)  # fmt: skip
+    register_kit(Kit("numpy2", (take,)))
+    assert kit("numpy2").variants == (take,)
+    listed = variants.variants(["numpy2", "numpy"])
+    assert listed[-1] is take and listed[:-1] == list(kit("numpy").variants)
+    assert take not in variants.variants(["numpy"])
+    workload = make_workload("index", quick=True)
+    ctx = Context(workload, kit("numpy2").data(workload.data, "cpu"), "cpu")
+    rows = np.concatenate(list(take.factory(ctx)))
+    assert sorted(rows.tolist()) == list(range(workload.n))
+    with pytest.raises(ValueError, match="no variants for backend 'nope'"):
+        variants.variants(["nope"])

@@ -9,10 +9,16 @@ import pytest
 
 from looptoolkit.bench import compare, transfer
 from looptoolkit.bench.check import check_batches, host_leaves
-from looptoolkit.bench.epochs import split_batches
-from looptoolkit.bench.native_images import to_uint8
-from looptoolkit.bench.variants import BASELINE, VARIANTS, Variant
-from looptoolkit.bench.workloads import Context, backend_data, make_workload
+from looptoolkit.bench.variants import (
+    BASELINE,
+    VARIANTS,
+    Context,
+    Variant,
+    kit,
+    split_batches,
+    to_uint8,
+)
+from looptoolkit.bench.workloads import make_workload
 from looptoolkit.order import epoch_indices
 
 IMAGES = [v for v in VARIANTS if v.name.startswith("img-")]
@@ -26,7 +32,7 @@ def workload():
 def _context(workload, variant):
     if variant.missing():
         pytest.skip(variant.missing())
-    data = backend_data(workload.data, variant.backend, "cpu")
+    data = kit(variant.backend).data(workload.data, "cpu")
     return Context(workload, data, "cpu", seed=3), host_leaves(data)
 
 
@@ -67,7 +73,7 @@ def test_the_check_fails_a_batch_that_was_not_normalised(workload):
 
 
 def test_to_uint8_inverts_the_normalisation_exactly():
-    from looptoolkit.bench.native_images import normalizer
+    from looptoolkit.bench.variants import normalizer
 
     image = np.arange(256, dtype=np.uint8).repeat(3 * 4).reshape(-1, 3, 2, 2)
     batch = normalizer()({"image": image, "label": np.arange(len(image))})

@@ -15,8 +15,8 @@ from looptoolkit.bench.check import check_batches, host_leaves
 from looptoolkit.bench.progress import Progress, quiet_import
 from looptoolkit.bench.tables import Table
 from looptoolkit.bench.timing import interleave
-from looptoolkit.bench.variants import BASELINE, VARIANTS, Variant
-from looptoolkit.bench.workloads import Context, make_workload
+from looptoolkit.bench.variants import BASELINE, VARIANTS, Context, Variant
+from looptoolkit.bench.workloads import make_workload
 
 
 def timed_rows(payload):
@@ -387,14 +387,14 @@ def test_default_results_directory_ignores_itself(tmp_path, monkeypatch):
 
 
 def _wrong_order(ctx: Context):
-    from looptoolkit.bench.native_numpy import numpy_manual
+    from looptoolkit.bench.variants.numpy import numpy_manual
 
     # Its own permutation, while claiming to reproduce the Loader's.
     return numpy_manual(ctx.data, ctx.batch_size, seed=99)
 
 
 def _misaligned(ctx: Context):
-    from looptoolkit.bench.epochs import EpochPipeline
+    from looptoolkit.bench.variants import EpochPipeline
 
     def epoch(e):
         for start in range(0, ctx.workload.n, ctx.batch_size):

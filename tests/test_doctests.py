@@ -17,9 +17,9 @@ NEEDS = {
     "looptoolkit.adapters._torch_cuda": "torch",
     "looptoolkit.adapters.jax": "jax",
     "looptoolkit.adapters.tf": "tensorflow",
-    "looptoolkit.bench.native_torch": "torch",
-    "looptoolkit.bench.native_jax": "jax",
-    "looptoolkit.bench.native_tf": "tensorflow",
+    "looptoolkit.bench.variants.torch": "torch",
+    "looptoolkit.bench.variants.jax": "jax",
+    "looptoolkit.bench.variants.tf": "tensorflow",
 }
 # Modules whose public functions show how they are used: they must have examples.
 WITH_EXAMPLES = {

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from looptoolkit import Loader
-from looptoolkit.bench.epochs import EpochPipeline, order_length, split_batches
-from looptoolkit.bench.native_numpy import (
+from looptoolkit.bench.variants.epochs import EpochPipeline, order_length, split_batches
+from looptoolkit.bench.variants.numpy import (
     contiguous_copies,
     epoch_views,
     numpy_manual,
@@ -184,7 +184,7 @@ def test_drop_last_matches_the_loader():
 @pytest.mark.parametrize("shuffle", SHUFFLES)
 def test_torch_dataloaders_yield_the_loaders_batches(shuffle):
     torch = pytest.importorskip("torch")
-    from looptoolkit.bench.native_torch import per_sample_dataloader, resident_gather
+    from looptoolkit.bench.variants.torch import per_sample_dataloader, resident_gather
 
     data = {k: torch.from_numpy(v) for k, v in make_data().items()}
     expected = loader_epochs(data, shuffle)
@@ -195,7 +195,7 @@ def test_torch_dataloaders_yield_the_loaders_batches(shuffle):
 @pytest.mark.torch
 def test_getitems_dataloader_yields_the_loaders_batches():
     torch = pytest.importorskip("torch")
-    from looptoolkit.bench.native_torch import getitems_dataloader
+    from looptoolkit.bench.variants.torch import getitems_dataloader
 
     data = {k: torch.from_numpy(v) for k, v in make_data().items()}
     expected = loader_epochs(data, True)
@@ -207,7 +207,7 @@ def test_getitems_dataloader_yields_the_loaders_batches():
 @pytest.mark.torch
 def test_torch_loops_with_their_own_order_cover_every_row():
     torch = pytest.importorskip("torch")
-    from looptoolkit.bench.native_torch import OrderSampler, per_sample_dataloader, randperm_loop
+    from looptoolkit.bench.variants.torch import OrderSampler, per_sample_dataloader, randperm_loop
 
     data = {k: torch.from_numpy(v) for k, v in make_data().items()}
     assert_covers(list(per_sample_dataloader(data, B, seed=1)))
@@ -231,7 +231,7 @@ def test_torch_loops_with_their_own_order_cover_every_row():
 @pytest.mark.slow
 def test_per_sample_dataloader_with_workers_yields_the_loaders_batches():
     torch = pytest.importorskip("torch")
-    from looptoolkit.bench.native_torch import per_sample_dataloader
+    from looptoolkit.bench.variants.torch import per_sample_dataloader
 
     data = {k: torch.from_numpy(v).clone() for k, v in make_data().items()}
     expected = loader_epochs(data, True)
@@ -253,7 +253,7 @@ def test_per_sample_dataloader_with_workers_yields_the_loaders_batches():
 @pytest.mark.parametrize("shuffle", SHUFFLES)
 def test_jax_pipelines_yield_the_loaders_batches(shuffle):
     jax = pytest.importorskip("jax")
-    from looptoolkit.bench.native_jax import host_gather_device_put, resident_gather
+    from looptoolkit.bench.variants.jax import host_gather_device_put, resident_gather
 
     data = make_data()
     jax_data = jax.device_put(data)
@@ -267,7 +267,7 @@ def test_jax_pipelines_place_batches_on_a_device_or_sharding():
     jax = pytest.importorskip("jax")
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    from looptoolkit.bench.native_jax import host_gather_device_put, naive_loop, resident_gather
+    from looptoolkit.bench.variants.jax import host_gather_device_put, naive_loop, resident_gather
 
     mesh = Mesh(np.array(jax.devices()[:1]), ("batch",))
     sharding = NamedSharding(mesh, PartitionSpec("batch"))
@@ -328,7 +328,7 @@ def test_loader_dataset_from_a_loader_and_with_drop_last():
 @pytest.mark.tf
 def test_classic_dataset_covers_every_row_and_reshuffles():
     pytest.importorskip("tensorflow")
-    from looptoolkit.bench.native_tf import classic_dataset
+    from looptoolkit.bench.variants.tf import classic_dataset
 
     ds = classic_dataset(make_data(), B, seed=1)
     first, second = list(ds), list(ds)

@@ -11,35 +11,18 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from looptoolkit import tree as _tree
-from looptoolkit.bench.epochs import split_batches
-from looptoolkit.bench.variants import Variant
-from looptoolkit.bench.workloads import Context, host_array
+from looptoolkit.bench.variants import Context, Variant, kit, split_batches
+from looptoolkit.bench.workloads import host_array
 from looptoolkit.order import epoch_indices
 
-__all__ = ["Check", "check_batches", "host_array", "host_leaves", "ready_fn"]
-
-
-def ready_fn(backend: str) -> Callable[[Any], None] | None:
-    """Blocks until a batch of ``backend`` is computed, or None where a batch is ready as given.
-
-    Only JAX dispatches asynchronously (``jax.block_until_ready``); the loops
-    skip the call altogether for the other backends.
-    """
-    if backend == "jax":
-        import jax
-
-        def ready(batch: Any) -> None:
-            jax.block_until_ready(batch)
-
-        return ready
-    return None
+__all__ = ["Check", "check_batches", "host_array", "host_leaves"]
 
 
 def host_leaves(tree: Any) -> dict[str, np.ndarray]:
@@ -140,7 +123,7 @@ def check_batches(
     loop's own time (its ``next()`` and the batch's conversion to NumPy), not
     the comparisons.
     """
-    ready = ready_fn(variant.backend)
+    ready = kit(variant.backend).ready
     convert = variant.convert
     shuffle = variant.shuffle
     exact = shuffle is not None

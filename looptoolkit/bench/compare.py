@@ -39,7 +39,7 @@ from looptoolkit.bench.rounds import Settings, Step, run_step, run_workload
 from looptoolkit.bench.tables import wrap
 from looptoolkit.bench.targets import BASELINE, evaluate
 from looptoolkit.bench.timing import machine_info
-from looptoolkit.bench.variants import VARIANTS
+from looptoolkit.bench.variants import variants
 from looptoolkit.bench.workloads import WORKLOADS, make_workload
 
 __all__ = ["PRESETS", "main", "parse_args", "run"]
@@ -372,7 +372,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     )
     info = machine_info()
     info["command"] = " ".join(["looptoolkit compare", *argv])
-    accelerator_only = [v.name for v in VARIANTS if v.accelerator and v.backend in backends]
+    accelerator_only = [v.name for v in variants(backends) if v.accelerator]
     run_settings = {
         "rounds": settings.rounds,
         "epochs_per_round": settings.epochs_per_round,

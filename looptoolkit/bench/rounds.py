@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from looptoolkit.bench.check import Check, check_batches, host_leaves, ready_fn
+from looptoolkit.bench.check import Check, check_batches, host_leaves
 from looptoolkit.bench.timing import Timing, interleave
-from looptoolkit.bench.variants import BASELINE, VARIANTS, Variant
-from looptoolkit.bench.workloads import Context, Workload, backend_data
+from looptoolkit.bench.variants import BASELINE, Context, Variant, kit, variants
+from looptoolkit.bench.workloads import Workload
 
 if TYPE_CHECKING:
     from looptoolkit.bench.progress import Progress
@@ -262,7 +262,7 @@ def _check(entry: Entry, workload: Workload, settings: Settings, data: dict[str,
     """Build and check ``entry``'s loop; bound it when its epoch is long."""
     variant = entry.variant
     if variant.backend not in data:
-        tree = backend_data(workload.data, variant.backend, settings.device)
+        tree = kit(variant.backend).data(workload.data, settings.device)
         data[variant.backend] = (tree, host_leaves(tree))
     tree, reference = data[variant.backend]
     ctx = Context(workload, tree, settings.device, settings.seed)
@@ -280,7 +280,7 @@ def _check(entry: Entry, workload: Workload, settings: Settings, data: dict[str,
         # The check includes compilation: a probe epoch, stopped at the budget, says whether a
         # warm epoch fits. Nearly a whole epoch in budget: time whole epochs.
         try:
-            done = probe(entry.pipeline, ready_fn(variant.backend), settings.max_epoch_s)
+            done = probe(entry.pipeline, kit(variant.backend).ready, settings.max_epoch_s)
         except Exception as e:
             entry.record.error, done = f"{type(e).__name__}: {e}", 0
         if done < 0.75 * workload.num_batches:
@@ -307,7 +307,7 @@ def _time(
     for e, record in zip(entries, records, strict=True):
         b, n = e.variant.backend, workload.num_batches
         fn = epoch_round(
-            e.pipeline, record, epochs, batches or e.limit, n, ready_fn(b), step, syncs[b]
+            e.pipeline, record, epochs, batches or e.limit, n, kit(b).ready, step, syncs[b]
         )
         calls.append((e.variant.name, fn))
     if progress is not None and calls:
@@ -333,9 +333,8 @@ def run_workload(
     """Build, check and time every applicable variant on ``workload``."""
     chosen = [
         v
-        for v in VARIANTS
-        if v.backend in settings.backends
-        and selected(v.name, settings.patterns, settings.skip)
+        for v in variants(settings.backends)
+        if selected(v.name, settings.patterns, settings.skip)
         and (v.workloads is None or workload.name in v.workloads)
         and (settings.device != "cpu" or not v.accelerator)  # listed once in the results instead
     ]

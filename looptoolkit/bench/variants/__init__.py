@@ -1,0 +1,278 @@
+"""The loops ``looptoolkit compare`` checks and times, declared as data, one module per backend.
+
+Each backend module (``variants.numpy``, ``.torch``, ``.jax``, ``.tf``) holds its loops beside its
+`Kit`: its `Variant` records in table order, how it copies a workload's data and how a batch is
+made ready. `kit` imports a kit on first use, `register_kit` adds one and `variants` lists them, so
+the harness never asks which framework a variant belongs to. Every loop is an iterable over epochs
+by the Loader's rule (`EpochPipeline`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from looptoolkit import tree as _tree
+from looptoolkit.adapters import get_backend
+from looptoolkit.bench.targets import BASELINE as BASELINE
+from looptoolkit.bench.variants.epochs import EpochPipeline as EpochPipeline
+from looptoolkit.bench.variants.epochs import split_batches as split_batches
+from looptoolkit.bench.workloads import Workload, host_array
+from looptoolkit.device import parse_device
+from looptoolkit.order import Order
+
+Factory = Callable[["Context"], Iterable[Any]]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One loop to time.
+
+    Attributes:
+        name: short name (``--variants`` filters on it; at most 18 characters).
+        backend: whose arrays it runs on (its kit's ``name``).
+        label: what it is, in one line.
+        factory: builds the loop from a `Context` (an iterable over epochs).
+        shuffle: the Loader order it reproduces exactly (``"full"``, ``"grouped"``), or None
+            for a loop with its own order (checked for coverage and alignment).
+        workloads: the workloads it applies to (None: all).
+        slow: checked on its first batches and always timed on a bounded number of them.
+        accelerator: runs only when the device is an accelerator.
+        convert: turns a batch into the workload's structure (pure Python yields lists).
+        requires: modules that must import for it to run.
+        floor: the variant that bounds this one from below (Loader rows report their ratio to it).
+    """
+
+    name: str
+    backend: str
+    label: str
+    factory: Factory
+    shuffle: str | None = "full"
+    workloads: tuple[str, ...] | None = None
+    slow: bool = False
+    accelerator: bool = False
+    convert: Callable[[Any], Any] | None = None
+    requires: tuple[str, ...] = ()
+    floor: str | None = None
+
+    @property
+    def is_floor(self) -> bool:
+        """Whether this variant is a floor rather than a loop to choose."""
+        return self.name.startswith("floor-")
+
+    def missing(self) -> str | None:
+        """Why this variant cannot run here (a module that does not import), or None."""
+        for module in self.requires:
+            try:
+                importlib.import_module(module)
+            except ImportError as e:
+                return f"needs {module} ({e})"
+        return None
+
+
+def variant(
+    backend: str, labels: dict[str, str], name: str, factory: Factory, **options: Any
+) -> Variant:
+    """A kit's row: the `Variant` ``name`` of ``backend``, labelled from its kit's ``labels``."""
+    return Variant(name, backend, labels[name], factory, **options)
+
+
+@dataclass
+class Context:
+    """What a variant's factory gets.
+
+    The workload, its data as the backend's arrays (`Kit.data`), the compare device
+    (``"cpu"``, ``"cuda:1"``) and the seed of every order.
+    """
+
+    workload: Workload
+    data: Any
+    device: str
+    seed: int = 0
+    _orders: dict[str, Order] = field(default_factory=dict)
+
+    @property
+    def batch_size(self) -> int:
+        """Rows per batch."""
+        return self.workload.batch_size
+
+    @property
+    def accelerated(self) -> bool:
+        """Whether the compare device is an accelerator."""
+        return self.device != "cpu"
+
+    def order(self, shuffle: str) -> Order:
+        """The Loader's ``Order`` for this workload and seed (``"full"`` or ``"grouped"``)."""
+        if shuffle not in self._orders:
+            n, seed = self.workload.n, self.seed
+            self._orders[shuffle] = Order(n, self.batch_size, shuffle=shuffle, seed=seed)
+        return self._orders[shuffle]
+
+
+@dataclass(frozen=True)
+class Kit:
+    """One backend's variants, and what the harness needs to run them.
+
+    Attributes:
+        name: the backend's name in ``looptoolkit.adapters.BACKENDS``.
+        variants: its variants, in table order.
+        leaves: ``(host leaves, compare device)`` -> the backend's arrays (None: NumPy as is).
+        ready: blocks until a batch is computed (JAX dispatches asynchronously), or None
+            where a batch is ready as it is handed out.
+    """
+
+    name: str
+    variants: tuple[Variant, ...]
+    leaves: Callable[[list[np.ndarray], str], list[Any]] | None = None
+    ready: Callable[[Any], Any] | None = None
+
+    def data(self, host: Any, device: str) -> Any:
+        """The workload's host data (a NumPy tree) as this backend's arrays."""
+        if self.leaves is None:
+            return host
+        leaves, spec = _tree.flatten(host)
+        return _tree.unflatten(spec, self.leaves(leaves, device))
+
+    def device(self, device: str) -> Any:
+        """This backend's device for a compare ``--device``: its ``resolve_device``."""
+        return get_backend(self.name).resolve_device(parse_device(device))
+
+
+_KITS: dict[str, Kit | str] = {b: f"{__name__}.{b}" for b in ("numpy", "torch", "jax", "tf")}
+
+
+def register_kit(kit: Kit) -> None:
+    """Add a backend's kit (listed after the built-in ones), or replace the one of its name."""
+    _KITS[kit.name] = kit
+
+
+def kit(name: str) -> Kit:
+    """The kit of backend ``name``; a built-in one's module (its ``KIT``) is imported on first use.
+
+    Raises:
+        ValueError: no kit of that name is registered.
+    """
+    entry = _KITS.get(name)
+    if entry is None:
+        raise ValueError(f"no variants for backend {name!r}; kits: {', '.join(_KITS)}.")
+    if isinstance(entry, str):
+        entry = _KITS[name] = importlib.import_module(entry).KIT
+    return entry
+
+
+def variants(backends: Iterable[str] | None = None) -> list[Variant]:
+    """The variants of ``backends`` (default: every kit), in table order: numpy, torch, jax, tf."""
+    chosen = [kit(name).name for name in (_KITS if backends is None else backends)]
+    return [v for name in _KITS if name in chosen for v in kit(name).variants]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "VARIANTS":  # every kit's variants: imports every framework
+        return variants()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def loop(
+    fn: Callable[..., Iterable[Any]],
+    *,
+    host: bool = False,
+    order: bool = False,
+    seed: bool = True,
+    device_of: str | None = None,
+    gpu_only: bool = False,
+    **kwargs: Any,
+) -> Factory:
+    """A factory: ``fn(data, batch_size, **kwargs)``, with what the context supplies.
+
+    ``data`` is the backend's (``host``: the NumPy data); ``order=`` the Loader's full-shuffle
+    order, or else ``seed=`` (if ``seed``); ``device=`` the ``device_of`` backend's device
+    (``gpu_only``: None on the CPU).
+    """
+
+    def factory(ctx: Context) -> Iterable[Any]:
+        extra = dict(kwargs)
+        if order:
+            extra["order"] = ctx.order("full")
+        elif seed:
+            extra["seed"] = ctx.seed
+        if device_of is not None:
+            on = ctx.accelerated or not gpu_only
+            extra["device"] = kit(device_of).device(ctx.device) if on else None
+        return fn(ctx.workload.data if host else ctx.data, ctx.batch_size, **extra)
+
+    return factory
+
+
+# -- the images set: where the uint8 -> float32 work of an image batch runs ----------------------
+
+MEAN, STD, CHANNELS = 127.5, 64.0, 3  # x * 64 + 127.5 recovers uint8 exactly in float32
+_WAYS = {
+    "host": "normalise on the host (NumPy), then to_device float32",
+    "step": "Loader(device=dev) copies uint8; normalise in the consumer's thread",
+    "trans": "Loader(device=dev, transform=normalize(...)): uint8 copy + normalise, prefetched",
+}
+
+
+def normalizer() -> Callable[[Any], Any]:
+    """The images workload's transform: ``batch["image"]`` as float32, ``(x - 127.5) / 64``."""
+    from looptoolkit import normalize
+
+    return normalize([MEAN] * CHANNELS, [STD] * CHANNELS, key="image", dtype="float32")
+
+
+def to_uint8(batch: Any) -> dict[str, Any]:
+    """A normalised batch mapped back to the workload's structure (uint8 images), exactly.
+
+    Raises:
+        TypeError: the image is not float32 (not normalised; the check reports it).
+    """
+    image = host_array(batch["image"])
+    if image.dtype != np.float32:
+        raise TypeError(f"the image is {image.dtype}, not normalised float32.")
+    image = (image * np.float32(STD) + np.float32(MEAN)).astype(np.uint8)
+    return {"image": image, "label": batch["label"]}
+
+
+def images(backend: str, compiled: str = "") -> tuple[Variant, ...]:
+    """The ``img-*`` variants of ``backend`` (images workload, the Loader's order).
+
+    ``host``: each batch of the Loader over the host data normalised in NumPy, then moved float32
+    with ``to_device``; ``step``: ``Loader(device=dev)`` copies uint8, each batch normalised in
+    the consumer's thread by the backend's ``compile_transform`` (named by ``compiled``);
+    ``trans``: copy and normalisation in the Loader's prefetch thread.
+    """
+    labels = {f"img-{way}-{backend}": text for way, text in _WAYS.items()}
+    labels[f"img-step-{backend}"] += compiled
+    options = {"workloads": ("images",), "convert": to_uint8}
+    return tuple(
+        variant(backend, labels, name, partial(_images, backend, way), **options)
+        for name, way in zip(labels, _WAYS, strict=True)
+    )
+
+
+def _images(backend: str, way: str, ctx: Context) -> Iterable[Any]:
+    """One images loop: ``way`` of feeding normalised float32 images to ``backend``."""
+    from looptoolkit import Loader, to_device
+
+    dev, norm, data = kit(backend).device(ctx.device), normalizer(), ctx.workload.data
+    if way == "trans":
+        return Loader(data, ctx.batch_size, seed=ctx.seed, device=dev, transform=norm)
+    if way == "host":
+        loader, fn = Loader(data, ctx.batch_size, seed=ctx.seed), lambda b: to_device(norm(b), dev)
+    else:
+        loader = Loader(data, ctx.batch_size, seed=ctx.seed, device=dev)
+        fn = get_backend(backend).compile_transform(norm)
+
+    def epoch(_: int) -> Iterator[Any]:
+        iterator = iter(loader)  # the epoch the Loader's cursor points at
+        try:
+            yield from map(fn, iterator)
+        finally:
+            iterator.close()
+
+    return EpochPipeline(epoch, len(loader), name=f"img-{way}-{backend}")

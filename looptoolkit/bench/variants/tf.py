@@ -1,0 +1,65 @@
+"""The tf kit: tf.data's classic pipeline, the chunked floor, the Loader's ``loader_dataset``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from functools import partial
+from typing import Any
+
+import tensorflow as tf
+
+from looptoolkit import Loader
+from looptoolkit.bench.variants import Kit, images, loop, variant
+from looptoolkit.bench.variants.epochs import EpochPipeline
+from looptoolkit.bench.variants.numpy import chunked_manual, each, numpy_manual
+from looptoolkit.tf_data import as_structure, loader_dataset
+
+
+def classic_dataset(
+    data: Any, batch_size: int, *, seed: int = 0, drop_last: bool = False, prefetch: bool = True
+) -> tf.data.Dataset:
+    """The classic tf.data pipeline: ``from_tensor_slices(data).shuffle(N).batch(B).prefetch()``.
+
+    A buffer of every sample (a full shuffle, tf's order), reshuffled every iteration, then
+    batched (``drop_remainder=drop_last``), ending with ``prefetch(AUTOTUNE)`` if ``prefetch``.
+    """
+    structure, n = as_structure(data)
+    ds = tf.data.Dataset.from_tensor_slices(structure)
+    ds = ds.shuffle(n, seed=seed, reshuffle_each_iteration=True)
+    ds = ds.batch(batch_size, drop_remainder=drop_last)
+    return ds.prefetch(tf.data.AUTOTUNE) if prefetch else ds
+
+
+def chunked_floor(
+    data: Any, batch_size: int, *, seed: int = 0, chunk: int | None = None
+) -> EpochPipeline:
+    """The tf floor: `chunked_manual` with one tensor and one ``tf.split`` per leaf a chunk."""
+    split = tf.split
+
+    def cut(tensors: list[tf.Tensor], sizes: list[int]) -> Iterable[Sequence[tf.Tensor]]:
+        return zip(*(split(t, sizes) for t in tensors), strict=True)
+
+    wrap = each(tf.convert_to_tensor)
+    return chunked_manual(data, batch_size, seed=seed, chunk=chunk, wrap=wrap, split=cut)
+
+
+NAME = "tf"
+LABELS = {
+    "floor-tf": "floor: chunks of batches gathered with take, one tf.convert_to_tensor per leaf, "
+    "one tf.split",
+    "tf-convert": "best manual loop + tf.convert_to_tensor per leaf per batch",
+    "tf-classic": "tf.data: from_tensor_slices.shuffle(N).batch.prefetch",
+    "tf-loader-dataset": "tf.data in the Loader's order, one gather per batch, prefetch",
+    "loader-tf": "Loader on tf data",
+}
+_v = partial(variant, NAME, LABELS)
+VARIANTS = (
+    _v("floor-tf", loop(chunked_floor, host=True), shuffle=None),
+    _v("tf-convert", loop(numpy_manual, host=True, wrap=each(tf.convert_to_tensor)), shuffle=None),
+    _v("tf-classic", loop(classic_dataset), shuffle=None),
+    _v("tf-loader-dataset", loop(loader_dataset, order=True, device_of=NAME, gpu_only=True)),
+    _v("loader-tf", loop(Loader), floor="floor-tf"),
+    *images(NAME, " (tf.function)"),
+)
+KIT = Kit(NAME, VARIANTS, leaves=lambda leaves, _: [tf.convert_to_tensor(x) for x in leaves])
+"""The tf loops, on the workload as tensors."""

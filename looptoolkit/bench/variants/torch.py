@@ -1,0 +1,187 @@
+"""The torch kit: ``DataLoader`` as PyTorch users run it, randperm loops, the on-device gather.
+
+Given an ``order``, the DataLoaders and the gather yield exactly the Loader's batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import partial
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from looptoolkit import Loader, tree
+from looptoolkit._epochs import EpochCursor, pass_over
+from looptoolkit._rows import Rows
+from looptoolkit.adapters.torch import from_numpy
+from looptoolkit.bench.variants import Context, Kit, images, loop, variant
+from looptoolkit.bench.variants.epochs import EpochPipeline, batch_slices, order_length
+from looptoolkit.bench.variants.numpy import each, numpy_manual
+from looptoolkit.order import batch_count, epoch_indices
+from looptoolkit.torch_data import GetItemsDataset, keep_batch, make_dataloader
+
+
+def _tensors(data: Any) -> tuple[list[torch.Tensor], Any]:
+    """The leaves as tensors (NumPy arrays zero-copy) and the tree spec."""
+    leaves, spec = tree.flatten(data)
+    return [x if isinstance(x, torch.Tensor) else from_numpy(np.asarray(x)) for x in leaves], spec
+
+
+class PerSampleDataset(Dataset):
+    """``TensorDataset`` for any pytree: one row per ``__getitem__`` (DataLoader's default path)."""
+
+    def __init__(self, data: Any) -> None:
+        self._n = Rows(data).n
+        self._leaves, self._spec = _tensors(data)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: int) -> Any:
+        return tree.unflatten(self._spec, [leaf[i] for leaf in self._leaves])
+
+
+class OrderSampler(Sampler[int]):
+    """The epoch orders of an ``Order``, a ``Loader`` or a function, by the Loader's epoch rule."""
+
+    def __init__(self, order: Any, n: int) -> None:
+        self.order, self.n, self.cursor = order, n, EpochCursor()
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make ``epoch`` the one the next ``iter()`` yields."""
+        self.cursor.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[int]:
+        return pass_over(self.cursor, lambda epoch: epoch_indices(self.order, epoch).tolist())
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def dataloader(
+    dataset: Any,
+    batch_size: int,
+    *,
+    order: Any = None,
+    shuffle: bool = True,
+    seed: int = 0,
+    **kwargs: Any,
+) -> DataLoader:
+    """A ``DataLoader`` over ``dataset``: in ``order`` (an `OrderSampler`), or in its own.
+
+    Without ``order``, ``shuffle`` is DataLoader's, its generator seeded with ``seed``; other
+    keywords (``drop_last``, ``num_workers``, ...) go to ``DataLoader``. A pass run to the end
+    moves it to the next epoch.
+    """
+    sampler = None if order is None else OrderSampler(order, len(dataset))
+    shuffle = shuffle and order is None
+    generator = torch.Generator().manual_seed(seed) if shuffle else None
+    return DataLoader(dataset, batch_size, shuffle, sampler, generator=generator, **kwargs)
+
+
+def per_sample_dataloader(data: Any, batch_size: int, **kwargs: Any) -> DataLoader:
+    """`dataloader` over a `PerSampleDataset` of ``data``: one ``__getitem__`` per sample."""
+    return dataloader(PerSampleDataset(data), batch_size, **kwargs)
+
+
+def getitems_dataloader(data: Any, batch_size: int, **kwargs: Any) -> DataLoader:
+    """`dataloader` over ``GetItemsDataset(data)``: lists of ints, one gather per batch."""
+    kwargs.setdefault("collate_fn", keep_batch)
+    return dataloader(GetItemsDataset(data), batch_size, **kwargs)
+
+
+def randperm_loop(
+    data: Any, batch_size: int, *, seed: int = 0, drop_last: bool = False, gather: str = "index"
+) -> EpochPipeline:
+    """``torch.randperm`` per epoch (torch's order), then one gather per leaf per batch.
+
+    ``gather="index"``: ``leaf[idx]`` (torch's indexing, OpenMP threads); ``"index_select"``.
+    """
+    if gather not in ("index", "index_select"):
+        raise ValueError(f"`gather` must be 'index' or 'index_select', got {gather!r}.")
+    tensors, spec = _tensors(data)
+    n, device, select = int(tensors[0].shape[0]), tensors[0].device, gather == "index_select"
+    generator = torch.Generator(device=device if device.type == "cuda" else "cpu")
+    generator.manual_seed(seed)
+
+    def epoch_fn(epoch: int) -> Iterator[Any]:
+        perm = torch.randperm(n, generator=generator, device=generator.device)
+        for idx in batch_slices(perm, batch_size, drop_last):
+            yield tree.unflatten(
+                spec, [t.index_select(0, idx) if select else t[idx] for t in tensors]
+            )
+
+    length = batch_count(n, batch_size, drop_last)
+    return EpochPipeline(epoch_fn, length, name=f"randperm_loop[{gather}]")
+
+
+def resident_gather(
+    data: Any, batch_size: int, *, order: Any, device: Any = None, drop_last: bool = False
+) -> EpochPipeline:
+    """The bare on-device gather, the reference of a resident Loader.
+
+    The data on ``device`` once, each epoch's order copied there once, then one
+    ``index_select`` per leaf per batch.
+    """
+    tensors, spec = _tensors(data)
+    tensors = tensors if device is None else [t.to(device) for t in tensors]
+    on, n = tensors[0].device, int(tensors[0].shape[0])
+
+    def epoch_fn(epoch: int) -> Iterator[Any]:
+        indices = torch.from_numpy(epoch_indices(order, epoch).astype(np.int64)).to(on)
+        for idx in batch_slices(indices, batch_size, drop_last):
+            yield tree.unflatten(spec, [t.index_select(0, idx) for t in tensors])
+
+    length = order_length(order, n, batch_size, drop_last)
+    return EpochPipeline(epoch_fn, length, name="resident_gather")
+
+
+def _workers(ctx: Context) -> DataLoader:
+    """The per-sample DataLoader with 2 persistent workers, over clones of the tensors."""
+    # forkserver, not fork: jax and tf have started threads in this process, and forking a
+    # threaded process can deadlock. Clones: torch moves them to shared memory for the workers.
+    tensors, spec = _tensors(ctx.data)
+    data = tree.unflatten(spec, [t.clone() for t in tensors])
+    options = {"multiprocessing_context": "forkserver", "persistent_workers": True}
+    return per_sample_dataloader(
+        data, ctx.batch_size, order=ctx.order("full"), num_workers=2, **options
+    )
+
+
+NAME = "torch"
+LABELS = {
+    "floor-torch": "floor: best manual loop + torch.from_numpy per leaf",
+    "torch-index": "torch.randperm + x[idx] per leaf (torch's indexing)",
+    "torch-index-select": "torch.randperm + index_select per leaf",
+    "dl-per-sample": "DataLoader: per-sample __getitem__ + default_collate, 0 workers",
+    "dl-per-sample-w2": "the same DataLoader with 2 workers (persistent, forkserver)",
+    "dl-getitems": "DataLoader over GetItemsDataset: lists of ints to __getitems__",
+    "dl-getitems-arrays": "make_dataloader: GetItemsDataset + batches of index arrays",
+    "loader-torch": "Loader on torch data (on a GPU: pinned, non-blocking copies)",
+    "loader-torch-res": "Loader, data resident on the GPU",
+    "torch-res-gather": "bare on-device index_select (the GPU reference)",
+}
+_v = partial(variant, NAME, LABELS)
+VARIANTS = (
+    _v("floor-torch", loop(numpy_manual, host=True, wrap=each(torch.from_numpy)), shuffle=None),
+    _v("torch-index", loop(randperm_loop, gather="index"), shuffle=None),
+    _v("torch-index-select", loop(randperm_loop, gather="index_select"), shuffle=None),
+    _v("dl-per-sample", loop(per_sample_dataloader, order=True)),
+    _v("dl-per-sample-w2", _workers, slow=True),
+    _v("dl-getitems", loop(getitems_dataloader, order=True)),
+    _v("dl-getitems-arrays", loop(make_dataloader, shuffle=True)),
+    _v("loader-torch", loop(Loader, device_of=NAME, gpu_only=True), floor="floor-torch"),
+    *images(NAME),
+    _v(
+        "loader-torch-res",
+        loop(Loader, device_of=NAME, resident=True),
+        accelerator=True,
+        floor="torch-res-gather",
+    ),
+    _v("torch-res-gather", loop(resident_gather, order=True, device_of=NAME), accelerator=True),
+)
+KIT = Kit(NAME, VARIANTS, leaves=lambda leaves, _: [torch.from_numpy(x) for x in leaves])
+"""The torch loops, on zero-copy CPU tensors of the workload (the GPU variants move them)."""
