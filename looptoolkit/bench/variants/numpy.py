@@ -115,11 +115,13 @@ def chunked_manual(
     split: Callable[[Any, list[int]], Iterable[Sequence[Any]]],
     seed: int = 0,
     chunk: int | None = None,
+    take: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
 ) -> EpochPipeline:
     """The chunked hand loop: a chunk of batches gathered with ``take``, wrapped once, split.
 
-    Per ``chunk`` batches (default: about 4 MiB of rows, 1 to 64): one ``take`` per leaf, one
-    ``wrap`` (a framework array per leaf), one ``split(arrays, sizes)`` into the batches' leaves.
+    Per ``chunk`` batches (default: about 4 MiB of rows, 1 to 64): one ``take(leaf, idx)`` per
+    leaf (default ``leaf.take(idx, axis=0)``), one ``wrap`` (a framework array per leaf), one
+    ``split(arrays, sizes)`` into the batches.
     """
     n, leaves, _, rebuild = _host(data)
     if chunk is None:
@@ -133,7 +135,7 @@ def chunked_manual(
             idx = indices[start : start + step]
             full, rest = divmod(len(idx), batch_size)
             sizes = [batch_size] * full + ([rest] if rest else [])
-            wrapped = wrap([x.take(idx, axis=0) for x in leaves])
+            wrapped = wrap([take(x, idx) if take else x.take(idx, axis=0) for x in leaves])
             if len(sizes) == 1:  # a chunk of one batch (large rows) is that batch
                 yield rebuild(wrapped)
             else:
