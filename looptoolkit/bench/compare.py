@@ -39,7 +39,7 @@ from looptoolkit.bench.rounds import Settings, Step, run_step, run_workload
 from looptoolkit.bench.tables import wrap
 from looptoolkit.bench.targets import BASELINE, evaluate
 from looptoolkit.bench.timing import machine_info
-from looptoolkit.bench.variants import variants
+from looptoolkit.bench.variants import kit, variants
 from looptoolkit.bench.workloads import WORKLOADS, make_workload
 
 __all__ = ["PRESETS", "main", "parse_args", "run"]
@@ -186,25 +186,22 @@ def _split(text: str | None) -> list[str] | None:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
-def best_device() -> str:
-    """``"cuda"`` when torch or JAX (already imported) sees a GPU, else ``"cpu"``."""
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available():
-        return "cuda"
-    jax = sys.modules.get("jax")
-    if jax is not None:
+def best_device(backends: list[str]) -> str:
+    """``"cuda"`` when one of ``backends`` (imported) sees a CUDA GPU, else ``"cpu"``."""
+    for name in backends:
+        gpu = kit(name).gpu
         with contextlib.suppress(RuntimeError):
-            if any(d.platform == "gpu" for d in jax.devices()):
+            if gpu is not None and gpu():
                 return "cuda"
     return "cpu"
 
 
-def _check_device(device: str) -> str:
+def _check_device(device: str, backends: list[str]) -> str:
     name, _, index = device.partition(":")
     if name not in ("cpu", "cuda") or (index and not index.isdigit()):
         raise ValueError(f"`--device` must be cpu, cuda or cuda:N, got {device!r}.")
-    if name == "cuda" and best_device() != "cuda":
-        raise ValueError("`--device cuda`: no CUDA GPU is visible to torch or JAX here.")
+    if name == "cuda" and best_device(backends) != "cuda":
+        raise ValueError(f"`--device cuda`: none of {', '.join(backends)} sees a CUDA GPU here.")
     return device
 
 
@@ -278,7 +275,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         return 2
     backends, skipped_backends = load_backends(_split(args.backends), progress)
     try:
-        device = _check_device(args.device) if args.device else best_device()
+        device = _check_device(args.device, backends) if args.device else best_device(backends)
     except ValueError as e:
         progress.clear()
         print(f"looptoolkit compare: error: {e}", file=sys.stderr)

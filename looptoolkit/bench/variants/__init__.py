@@ -124,12 +124,14 @@ class Kit:
         leaves: ``(host leaves, compare device)`` -> the backend's arrays (None: NumPy as is).
         ready: blocks until a batch is computed (JAX dispatches asynchronously), or None
             where a batch is ready as it is handed out.
+        gpu: whether the framework sees a CUDA GPU (None: never; the default ``--device``).
     """
 
     name: str
     variants: tuple[Variant, ...]
     leaves: Callable[[list[np.ndarray], str], list[Any]] | None = None
     ready: Callable[[Any], Any] | None = None
+    gpu: Callable[[], bool] | None = None
 
     def data(self, host: Any, device: str) -> Any:
         """The workload's host data (a NumPy tree) as this backend's arrays."""

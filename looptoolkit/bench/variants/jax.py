@@ -141,6 +141,7 @@ KIT = Kit(
     NAME,
     VARIANTS,
     leaves=lambda leaves, device: jax.device_put(leaves, placement(device)),
+    gpu=lambda: any(d.platform == "gpu" for d in jax.devices()),
     ready=jax.block_until_ready,
 )
 """The JAX loops, on the workload on JAX's device (int64 held as int32 without x64)."""

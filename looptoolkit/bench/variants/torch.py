@@ -183,5 +183,10 @@ VARIANTS = (
     ),
     _v("torch-res-gather", loop(resident_gather, order=True, device_of=NAME), accelerator=True),
 )
-KIT = Kit(NAME, VARIANTS, leaves=lambda leaves, _: [torch.from_numpy(x) for x in leaves])
+KIT = Kit(
+    NAME,
+    VARIANTS,
+    leaves=lambda leaves, _: [torch.from_numpy(x) for x in leaves],
+    gpu=torch.cuda.is_available,
+)
 """The torch loops, on zero-copy CPU tensors of the workload (the GPU variants move them)."""
