@@ -29,11 +29,11 @@ __all__ = ["Entry", "Record", "Settings", "Step", "epoch_round", "run_step", "ru
 
 
 def sync_fn(device: str, backends: Iterable[str]) -> Callable[[], None] | None:
-    """Waits for these backends' accelerator before a clock is read (None on the CPU, for NumPy)."""
+    """Waits for these backends' accelerator before a clock is read (None on the CPU)."""
     from looptoolkit.adapters import get_backend
     from looptoolkit.device import parse_device
 
-    loaded = [get_backend(b) for b in backends if b != "numpy"] if device != "cpu" else []
+    loaded = [get_backend(b) for b in backends] if device != "cpu" else []
     if not loaded:
         return None
     target = parse_device(device)
