@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
 from looptoolkit.bench import compare, transfer
 from looptoolkit.bench.check import check_batches, host_leaves
+from looptoolkit.bench.results import Run
 from looptoolkit.bench.variants import (
     BASELINE,
     VARIANTS,
@@ -85,9 +84,9 @@ def test_step_section_on_images_times_the_images_set_and_the_baseline(tmp_path):
     argv = ["--quick", "--workload", "images", "--backends", "numpy,torch", "--no-plot",
             "--out", str(tmp_path)]  # fmt: skip
     assert compare.run(argv) == 0
-    payload = json.loads((tmp_path / "compare-cpu.json").read_text())
-    assert payload["settings"]["step_workload"] == "images"
-    rows = payload["step"]
+    run = Run.load(tmp_path / "compare-cpu.json")
+    assert run.settings["step_workload"] == "images"
+    rows = run.extras["step"]
     assert {r["name"] for r in rows} == {BASELINE, "img-host-torch", "img-step-torch",
                                          "img-trans-torch"}  # fmt: skip
     for row in rows:
@@ -118,11 +117,11 @@ def test_transfer_writes_the_sweep_with_its_chart(tmp_path):
     pytest.importorskip("jax")
     argv = ["--no-nested", "--no-images", "--rounds", "1", "--out", str(tmp_path)]
     assert transfer.run(argv) == 0
-    payload = json.loads((tmp_path / "transfer-cpu.json").read_text())
-    rows = payload["sweep"]["rows"]
-    assert len(rows) == 18
+    run = Run.load(tmp_path / "transfer-cpu.json")
+    rows = run.extras["sweep"]["rows"]
+    assert len(rows) == 18 and run.groups == []
     assert {r["batch_size"] for r in rows} == {32, 64, 128, 256, 512, 1024}
-    assert payload["charts"] == ["transfer-cpu-sweep.png"]
+    assert run.charts == ["transfer-cpu-sweep.png"]
     assert (tmp_path / "transfer-cpu-sweep.png").stat().st_size > 0
     markdown = (tmp_path / "transfer-cpu.md").read_text()
     assert "## images batch (3x64x64) moved with to_device by dtype (CPU only" in markdown

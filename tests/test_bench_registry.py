@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 
 from looptoolkit.adapters import BACKENDS, register_backend
 from looptoolkit.bench import compare, variants
+from looptoolkit.bench.results import Run
 from looptoolkit.bench.variants import Kit, Variant
 
 
@@ -53,11 +52,11 @@ def test_a_registered_backend_s_variants_are_checked_and_timed(tmp_path, monkeyp
          "--step-ms", "0", "--no-plot", "--out", str(tmp_path)]
     )  # fmt: skip
     assert code == 0
-    payload = json.loads((tmp_path / "compare-cpu.json").read_text())
-    rows = {r["name"]: r for r in payload["workloads"]["tabular"]["variants"]}
+    group = Run.load(tmp_path / "compare-cpu.json").group("tabular")
+    rows = {r.name: r for r in group.rows}
     assert set(rows) == {"numpy-take", "np2-take", "np2-wrong"}
-    assert rows["np2-take"]["backend"] == "numpy2" and rows["np2-take"]["check"]["ok"]
-    assert rows["np2-take"]["median_s"] > 0 and rows["np2-take"]["vs_baseline"] > 0
-    assert not rows["np2-wrong"]["check"]["ok"] and "median_s" not in rows["np2-wrong"]
+    assert rows["np2-take"].backend == "numpy2" and rows["np2-take"].check.startswith("coverage")
+    assert rows["np2-take"].timed and group.ratio(rows["np2-take"]) > 0
+    assert rows["np2-wrong"].status == "failed" and not rows["np2-wrong"].timed
     markdown = (tmp_path / "compare-cpu.md").read_text()
     assert "| `np2-take` | numpy2 |" in markdown

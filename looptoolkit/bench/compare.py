@@ -33,8 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from looptoolkit.bench import compare_report as report
+from looptoolkit.bench import render
 from looptoolkit.bench.progress import Progress, quiet_env, quiet_import
-from looptoolkit.bench.results import REFERENCE_HELP, results_dir, write_results
+from looptoolkit.bench.results import REFERENCE_HELP, Group, Run, results_dir
 from looptoolkit.bench.rounds import Settings, Step, run_step, run_workload
 from looptoolkit.bench.tables import wrap
 from looptoolkit.bench.targets import BASELINE, evaluate
@@ -273,7 +274,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as e:
         print(f"looptoolkit compare: error: {e}", file=sys.stderr)
         return 2
-    backends, skipped_backends = load_backends(_split(args.backends), progress)
+    backends, skipped = load_backends(_split(args.backends), progress)
     try:
         device = _check_device(args.device, backends) if args.device else best_device(backends)
     except ValueError as e:
@@ -282,7 +283,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         return 2
     gpu = device != "cpu"
     progress.emit(_intro(args, device, out, backends))
-    for name, why in skipped_backends.items():
+    for name, why in skipped.items():
         progress.emit(wrap(f"backend {name} skipped: {why}"))
     rounds, epochs_per_round = args.rounds, 1
     if args.epochs is not None:
@@ -300,125 +301,82 @@ def run(argv: Sequence[str] | None = None) -> int:
         slow_batches=args.slow_batches,
         seed=args.seed,
     )
-    results: dict[str, dict[str, Any]] = {}
-    step_rows: list[dict[str, Any]] = []
     step_workloads = [w for w in _split(args.step_workload) or [] if w in workload_names]
-    if not step_workloads and workload_names:
-        step_workloads = [workload_names[-1]]
-    step_args = {
+    step_workloads = step_workloads or workload_names[-1:]
+    run_settings = {
+        **{k: getattr(settings, k) for k in ("rounds", "epochs_per_round", "warmup", "seed")},
+        **{k: getattr(settings, k) for k in ("max_epoch_s", "slow_batches")},
         "step_ms": args.step_ms,
-        "step_workload": ",".join(step_workloads),
+        "step_workload": ",".join(step_workloads) if args.step_ms > 0 else None,
         "step_batches": args.step_batches,
+        **{k: getattr(args, k) for k in ("quick", "preset", "project_epochs")},
     }
-    legend_shown = False
+    accelerator_only = [] if gpu else [v.name for v in variants(backends) if v.accelerator]
+    extras: dict[str, Any] = {
+        "step": [],
+        "skipped_backends": skipped,
+        "accelerator_only": accelerator_only,
+    }
+    command = " ".join(["looptoolkit compare", *argv])
+    result = Run("compare", device, command, {}, run_settings, [], extras=extras)
     for name in workload_names:
         progress.stage(f"{name}: building the data")
         workload = make_workload(name, quick=args.quick, seed=args.seed)
         entries = run_workload(workload, settings, progress)
-        result: dict[str, Any] = {
-            "description": workload.description,
-            "n": workload.n,
-            "batch_size": workload.batch_size,
-            "batches_per_epoch": workload.num_batches,
-            "bytes": workload.nbytes,
-            "variants": [e.summary() for e in entries],
-        }
-        report.add_ratios(result)
-        results[name] = result
-        if not legend_shown:
-            progress.emit("\n" + report.legend_text(result["variants"]))
-            legend_shown = True
-        progress.emit("\n" + wrap(report.headline(name, result, args.project_epochs)))
-        table = report.variant_table(name, result, device, args.project_epochs)
-        progress.emit("\n" + table.text())
+        title = f"{name} ({device}): {workload.description}; {workload.num_batches} batches/epoch"
+        info = {"description": workload.description, "n": workload.n, "bytes": workload.nbytes}
+        group = Group(
+            name, title, [e.row() for e in entries], "epoch", BASELINE, workload.num_batches, info
+        )
+        result.groups.append(group)
+        if len(result.groups) == 1:
+            progress.emit(f"\n{render.legend(result.groups)}\n{wrap(report.CHECK_LEGEND)}")
+        progress.emit("\n" + wrap(report.headline(group, args.project_epochs)))
+        progress.emit("\n" + render.group_table(group, epochs=args.project_epochs).text())
         if args.step_ms > 0 and name in step_workloads:
-            step = Step(args.step_ms, device)
             focus = STEP_FOCUS.get(name) if settings.patterns is None else None
-            rows = run_step(
-                workload, entries, settings, step, args.step_batches, progress, patterns=focus
-            )
-            step_rows += [{"workload": name, **row} for row in rows]
-            payload_step = {"step": step_rows, "settings": step_args}
-            progress.emit("\n" + report.step_table(payload_step, name).text())
+            step = Step(args.step_ms, device)
+            rows = run_step(workload, entries, settings, step, args.step_batches, progress, focus)
+            extras["step"] += [{"workload": name, **row} for row in rows]
+            progress.emit("\n" + report.step_table(result, name).text())
         for entry in entries:
             entry.close()
         del entries, workload
         gc.collect()
-    transfer = None
     if args.transfer or (args.transfer is None and gpu):
         from looptoolkit.bench.transfer_cuda import by_batch_size
 
         progress.stage("transfer of an images batch by batch size")
-        transfer = by_batch_size(device, args.quick, args.seed, progress)
-        progress.emit("\n" + report.transfer_table(transfer).text())
-    memory = None
+        extras["transfer"] = by_batch_size(device, args.quick, args.seed, progress)
+        progress.emit("\n" + report.transfer_table(extras["transfer"]).text())
     if args.memmap_gb > 0:
-        from looptoolkit.bench import memory as memory_section
+        from looptoolkit.bench import memory
 
-        memory = memory_section.measure(args.memmap_gb, progress)
-        progress.emit("\n" + memory_section.table(memory).text())
-    values: dict[str, float] = {}
-    for result in results.values() if "tabular" not in results else [results["tabular"]]:
-        values.update({r["name"]: r["median_s"] for r in result["variants"] if "median_s" in r})
-    for row in step_rows:
-        if "error" not in row and row["workload"] == "tabular":
-            values[f"wait:{row['name']}"] = row["wait_ms_per_batch"]
-            values[f"step:{row['name']}"] = row["step_ms_per_batch"]
-    targets = (
-        evaluate("compare", values, gpu=gpu, judged=not args.quick) if "tabular" in results else []
-    )
-    info = machine_info()
-    info["command"] = " ".join(["looptoolkit compare", *argv])
-    accelerator_only = [v.name for v in variants(backends) if v.accelerator]
-    run_settings = {
-        "rounds": settings.rounds,
-        "epochs_per_round": settings.epochs_per_round,
-        "warmup": settings.warmup,
-        "max_epoch_s": settings.max_epoch_s,
-        "slow_batches": settings.slow_batches,
-        **step_args,
-        "seed": settings.seed,
-        "quick": args.quick,
-        "preset": args.preset,
-        "project_epochs": args.project_epochs,
-    }
-    payload: dict[str, Any] = {
-        "suite": "compare",
-        "device": device,
-        "machine": info,
-        "settings": run_settings,
-        "baseline": BASELINE,
-        "skipped_backends": skipped_backends,
-        "accelerator_only": [] if gpu else accelerator_only,
-        "workloads": results,
-        "step": step_rows,
-        "transfer": transfer,
-        "memory": memory,
-        "targets": targets,
-        "wall_s": progress.elapsed(),
-    }
-    if not step_rows:
-        payload["settings"]["step_workload"] = None
-    if targets:
-        progress.emit("\n" + report.targets_table(payload).text())
+        extras["memory"] = memory.measure(args.memmap_gb, progress)
+        progress.emit("\n" + memory.table(extras["memory"]).text())
+    if any(g.name == "tabular" for g in result.groups):
+        values = {r.name: r.median_s for r in result.group("tabular").rows if r.timed}
+        for row in extras["step"]:
+            if "error" not in row and row["workload"] == "tabular":
+                values[f"wait:{row['name']}"] = row["wait_ms_per_batch"]
+                values[f"step:{row['name']}"] = row["step_ms_per_batch"]
+        result.verdicts = evaluate("compare", values, gpu=gpu, judged=not args.quick)
+        progress.emit("\n" + render.targets_table(result.verdicts).text())
+    result.machine = machine_info()
     # A preset's results sit beside the default run's, not over them.
     stem = "-".join(["compare", *([args.preset] if args.preset else []), device.replace(":", "")])
     charts: list[Path] = []
     if args.plot:
         progress.stage("drawing the chart")
         try:
-            charts = report.plot(payload, out, stem)
+            charts = report.plot(result, out, stem)
         except ImportError as e:
             progress.emit(f"no chart: {e}")
-    payload["charts"] = [p.name for p in charts]
-    files = write_results(out, stem, payload, report.markdown(payload))
-    progress.emit("\n" + "\n".join(wrap(line, indent="  ") for line in report.summary(payload)))
-    progress.emit(
-        "\n"
-        + wrap(
-            f"Wrote {', '.join(str(p) for p in [*files, *charts])} ({progress.elapsed():.0f} s)."
-        )
-    )
+    result.charts, result.wall_s = [p.name for p in charts], progress.elapsed()
+    files = result.save(out, stem, report.markdown(result))
+    progress.emit("\n" + "\n".join(wrap(line, indent="  ") for line in report.summary(result)))
+    wrote = ", ".join(str(p) for p in [*files, *charts])
+    progress.emit("\n" + wrap(f"Wrote {wrote} ({progress.elapsed():.0f} s)."))
     return 0
 
 

@@ -1,20 +1,19 @@
-"""Where a benchmark's results go, how they are written (JSON, Markdown, PNG) and read back.
+"""A benchmark run as typed results: written to JSON and read back by the same code.
 
-By default a run writes to ``./looptoolkit-results/`` (a directory of the
-user's, ignored by git: it holds its own ``.gitignore``), or to ``--out DIR``.
-The reference results committed with the project, under
-``benchmarks/results/`` of a source checkout, are rewritten only on purpose
-(``--reference``, or ``make reference``).
-
-Every JSON file carries a ``schema`` version ([`SCHEMA`][looptoolkit.bench.results.SCHEMA]);
-``looptoolkit report`` reads one back as a typed [`Run`][looptoolkit.bench.results.Run]
-and refuses a file of another version, naming it.
+A [`Run`][looptoolkit.bench.results.Run] holds [`Group`][looptoolkit.bench.results.Group]s (the
+variants timed together: a workload of ``compare``, a section of ``transfer``), each a list of
+[`Row`][looptoolkit.bench.results.Row]s (a variant: how it was checked, its timed rounds), and the
+[`Verdict`][looptoolkit.bench.results.Verdict]s of the targets. The JSON carries a ``schema``
+version; [`Run.load`][looptoolkit.bench.results.Run.load] refuses another, naming it. Results go to
+``./looptoolkit-results/`` (ignored by git) or ``--out``; the reference results committed under
+``benchmarks/results/`` change only with ``--reference`` (``make reference``).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+import statistics
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +23,15 @@ __all__ = [
     "SCHEMA",
     "Group",
     "ResultsError",
+    "Row",
     "Run",
-    "Timing",
     "Verdict",
-    "reference_dir",
     "results_dir",
     "write_results",
 ]
 
-SCHEMA = 2
-"""Version of the results JSON. 1: files written before the version was recorded."""
+SCHEMA = 3
+"""Version of the results JSON. 1: before the version was recorded; 2: untyped workloads."""
 
 DEFAULT_OUT = Path("looptoolkit-results")
 """The default results directory, relative to the current directory."""
@@ -44,113 +42,167 @@ REFERENCE_HELP = (
 )
 
 
-def reference_dir() -> Path:
-    """``benchmarks/results/`` of the source checkout this package runs from.
-
-    Raises:
-        FileNotFoundError: the package is not running from a source checkout.
-    """
-    root = Path(__file__).resolve().parents[2]
-    path = root / "benchmarks" / "results"
-    if not path.is_dir():
-        raise FileNotFoundError(
-            f"`--reference`: no benchmarks/results/ beside this package ({root}); "
-            "it is only in a source checkout."
-        )
-    return path
+class ResultsError(ValueError):
+    """A results file this version cannot read (another schema, not a results file)."""
 
 
 def results_dir(out: str | Path | None, *, reference: bool = False) -> Path:
     """The directory to write to, created; the default one ignores itself in git.
 
-    Args:
-        out: ``--out`` (None: [`DEFAULT_OUT`][looptoolkit.bench.results.DEFAULT_OUT]).
-        reference: write to [`reference_dir`][looptoolkit.bench.results.reference_dir] instead.
+    Raises:
+        FileNotFoundError: ``reference`` outside a source checkout.
     """
     if reference:
-        return reference_dir()
+        path = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+        if not path.is_dir():
+            raise FileNotFoundError(
+                f"`--reference`: no {path} beside this package; it is only in a source checkout."
+            )
+        return path
     path = Path(DEFAULT_OUT if out is None else out)
     path.mkdir(parents=True, exist_ok=True)
-    if out is None:
-        ignore = path / ".gitignore"
-        if not ignore.exists():
-            ignore.write_text("# results of looptoolkit compare / transfer, not source\n*\n")
+    if out is None and not (path / ".gitignore").exists():
+        (path / ".gitignore").write_text("# results of looptoolkit compare / transfer\n*\n")
     return path
 
 
-def write_results(
-    directory: str | Path, stem: str, payload: dict[str, Any], markdown: str
-) -> list[Path]:
-    """Write ``<stem>.json`` and ``<stem>.md`` under ``directory``; return the paths."""
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
-    json_path = out / f"{stem}.json"
-    md_path = out / f"{stem}.md"
+def write_results(out: str | Path, stem: str, payload: dict[str, Any], text: str) -> list[Path]:
+    """Write ``<stem>.json`` (``payload`` with ``schema`` and ``suite``) and ``<stem>.md``."""
+    json_path, md_path = Path(out) / f"{stem}.json", Path(out) / f"{stem}.md"
     payload = {"schema": SCHEMA, "suite": stem.split("-")[0], **payload}
-    json_path.write_text(json.dumps(payload, indent=2, default=_jsonable) + "\n")
-    md_path.write_text(markdown)
+    json_path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    md_path.write_text(text)
     return [json_path, md_path]
 
 
-def _jsonable(obj: Any) -> Any:
-    summary = getattr(obj, "summary", None)
-    if callable(summary):
-        return summary()
-    if hasattr(obj, "__dataclass_fields__"):
-        return asdict(obj)
-    return str(obj)
+@dataclass
+class Row:
+    """One variant in a group: what it is, how it was checked, its timed rounds (seconds).
 
-
-class ResultsError(ValueError):
-    """A results file this version cannot read (another schema, not a results file)."""
-
-
-@dataclass(frozen=True)
-class Timing:
-    """One variant's timing: median, min and max seconds over the interleaved rounds."""
+    ``status`` is ``"ok"``, ``"skipped"`` (could not run here), ``"failed"`` (its check) or
+    ``"error"`` (while timing), with ``detail`` saying why. ``bounded``: the batches of each epoch
+    that were timed, scaled to the whole epoch. ``extra``: a suite's own figures (GB/s, ...).
+    """
 
     name: str
-    median_s: float
-    min_s: float
-    max_s: float
     label: str = ""
     backend: str = ""
+    floor: str | None = None
+    rounds_s: list[float] = field(default_factory=list)
+    check: str = ""
+    status: str = "ok"
+    detail: str = ""
+    bounded: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def timed(self) -> bool:
+        """Whether the row has timings."""
+        return self.status == "ok" and bool(self.rounds_s)
+
+    median_s = property(lambda self: statistics.median(self.rounds_s), doc="Median seconds.")
+    min_s = property(lambda self: min(self.rounds_s), doc="Fastest round.")
+    max_s = property(lambda self: max(self.rounds_s), doc="Slowest round.")
 
 
-@dataclass(frozen=True)
+@dataclass
 class Group:
-    """The variants timed together in one interleaved run: a workload, a transfer section."""
+    """Variants timed together, interleaved: a workload, a section.
+
+    ``unit``: what a round is (``"epoch"`` or ``"call"``); ratios are to ``baseline`` (None: the
+    first row); ``batches``: batches per epoch; ``info``: sizes and other context.
+    """
 
     name: str
-    description: str
-    timings: tuple[Timing, ...]
+    title: str
+    rows: list[Row]
+    unit: str = "epoch"
+    baseline: str | None = None
+    batches: int = 0
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def timed(self) -> dict[str, Row]:
+        """The timed rows by name."""
+        return {r.name: r for r in self.rows if r.timed}
+
+    def ratio(self, row: Row, to: str | None = None) -> float | None:
+        """``row``'s median over ``to``'s (default: the baseline); None unless both are timed."""
+        timed = self.timed()
+        name = to or self.baseline or (self.rows[0].name if self.rows else "")
+        other = timed.get(name)
+        return row.median_s / other.median_s if row.timed and other and other.median_s else None
 
 
-@dataclass(frozen=True)
+@dataclass
 class Verdict:
-    """A target's verdict: its goal, the measured ratio (None: not measured) and the status."""
+    """A target set against a run: the measured ratio (None: not measured) and the status."""
 
     key: str
+    text: str
     goal: str
-    value: float | None
+    variant: str
     status: str
+    value: float | None = None
+    shown: str = ""
+    floor: float | None = None
+    floor_name: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass
 class Run:
-    """One results file: the suite, where and how it ran, its timings and verdicts.
+    """One run of a suite (``compare``, ``transfer``): where and how it ran, what it measured.
 
-    ``payload`` is the file's whole content, for the renderers of its suite.
+    ``extras`` holds a suite's other sections by name (the step section, the sweep, ...).
     """
 
     suite: str
-    schema: int
     device: str
     command: str
-    groups: tuple[Group, ...]
-    verdicts: tuple[Verdict, ...]
-    payload: dict[str, Any]
+    machine: dict[str, Any]
+    settings: dict[str, Any]
+    groups: list[Group]
+    verdicts: list[Verdict] = field(default_factory=list)
+    extras: dict[str, Any] = field(default_factory=dict)
+    charts: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def group(self, name: str) -> Group:
+        """The group called ``name``."""
+        return next(g for g in self.groups if g.name == name)
 
     def medians(self) -> dict[tuple[str, str], float]:
-        """``(group, variant) -> median seconds`` of every timed variant."""
-        return {(g.name, t.name): t.median_s for g in self.groups for t in g.timings}
+        """``(group, variant) -> median seconds`` of every timed row."""
+        return {(g.name, r.name): r.median_s for g in self.groups for r in g.rows if r.timed}
+
+    def save(self, out: str | Path, stem: str, text: str) -> list[Path]:
+        """Write ``<stem>.json`` and the Markdown ``text`` as ``<stem>.md``; return the paths."""
+        payload = asdict(self)
+        del payload["suite"]
+        return write_results(out, stem, payload, text)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Run:
+        """Read a results JSON written by ``looptoolkit compare`` or ``looptoolkit transfer``.
+
+        Raises:
+            ResultsError: not JSON, not a results file, or of another schema version.
+        """
+        try:
+            payload = json.loads(Path(path).read_text())
+        except json.JSONDecodeError as e:
+            raise ResultsError(f"{path}: not a JSON file ({e}).") from None
+        if not isinstance(payload, dict):
+            raise ResultsError(f"{path}: not a looptoolkit results file.")
+        schema = payload.pop("schema", 1)
+        if schema != SCHEMA:
+            raise ResultsError(
+                f"{path}: results schema version {schema}; this looptoolkit reads version "
+                f"{SCHEMA}. Run the benchmark again to write it in version {SCHEMA}."
+            )
+        if payload.get("suite") not in ("compare", "transfer"):
+            raise ResultsError(f"{path}: not a looptoolkit results file (no known `suite`).")
+        payload["groups"] = [
+            Group(**{**g, "rows": [Row(**r) for r in g["rows"]]}) for g in payload["groups"]
+        ]
+        payload["verdicts"] = [Verdict(**v) for v in payload["verdicts"]]
+        return cls(**payload)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from looptoolkit.bench.check import Check, check_batches, host_leaves
+from looptoolkit.bench.results import Row
 from looptoolkit.bench.timing import Timing, interleave
 from looptoolkit.bench.variants import BASELINE, Context, Variant, kit, variants
 from looptoolkit.bench.workloads import Workload
@@ -196,25 +197,19 @@ class Entry:
     skipped: str | None = None
     pipeline: Any = None
 
-    def summary(self) -> dict[str, Any]:
-        """JSON-ready figures (seconds)."""
-        v = self.variant
-        out: dict[str, Any] = {
-            "name": v.name,
-            "backend": v.backend,
-            "label": v.label,
-            "floor": v.floor,
-        }
+    def row(self) -> Row:
+        """The variant's typed result: its check, its status, its timed rounds."""
+        v, check, error = self.variant, self.check, self.record.error
+        row = Row(v.name, v.label, v.backend, v.floor, check=check.how if check else "")
         if self.skipped is not None:
-            return {**out, "skipped": self.skipped}
-        if self.check is not None:
-            c = self.check
-            out["check"] = {"ok": c.ok, "how": c.how, "batches": c.batches, "detail": c.detail}
-        if self.record.error is not None:
-            out["error"] = self.record.error
-        elif self.timing is not None and self.timing.rounds:
-            out.update(self.timing.summary(), bounded_batches=self.limit)
-        return out
+            row.status, row.detail = "skipped", self.skipped
+        elif check is not None and not check.ok:
+            row.status, row.detail = "failed", check.detail
+        elif error is not None or self.timing is None or not self.timing.rounds:
+            row.status, row.detail = "error", error or "not timed"
+        else:
+            row.rounds_s, row.bounded = self.timing.rounds, self.limit
+        return row
 
     def close(self) -> None:
         """Stop the pipeline's DataLoader workers now (not at exit) and drop it."""

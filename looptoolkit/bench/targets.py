@@ -11,7 +11,8 @@ from __future__ import annotations
 import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+
+from looptoolkit.bench.results import Verdict
 
 __all__ = ["BASELINE", "NOT_JUDGED", "TARGETS", "Target", "evaluate"]
 
@@ -101,36 +102,31 @@ def shown(value: float, bound: float) -> str:
 
 def evaluate(
     suite: str, values: Mapping[str, float], *, gpu: bool, judged: bool = True
-) -> list[dict[str, Any]]:
+) -> list[Verdict]:
     """Set the measured ``values`` of a run of ``suite`` (compare, transfer) against its targets.
 
-    Returns one dict per target: ``key``, ``text``, ``goal``, ``variant``, ``value`` (the ratio or
-    None; ``shown`` as text when measured), ``floor`` (the floor's ratio), ``floor_name`` and
-    ``status``: ``"met"``, ``"not met"``, ``"GPU only"``, ``"not measured"`` or ``NOT_JUDGED``
-    (``judged=False``, a ``--quick`` run).
+    Returns a verdict per target: the ratio (``value``, None if not measured; ``shown`` as text),
+    the floor's ratio, and the ``status``: ``"met"``, ``"not met"``, ``"GPU only"``, ``"not
+    measured"`` or ``NOT_JUDGED`` (``judged=False``, a ``--quick`` run).
 
     Examples:
-        >>> row = evaluate("compare", {"loader-numpy": 1.5, "numpy-take": 1.0}, gpu=False)[0]
-        >>> row["key"], row["value"], row["status"], row["floor"]
+        >>> v = evaluate("compare", {"loader-numpy": 1.5, "numpy-take": 1.0}, gpu=False)[0]
+        >>> v.key, v.value, v.status, v.floor
         ('loader-numpy', 1.5, 'not met', 1.0)
     """
     if suite not in ("compare", "transfer"):
         raise ValueError(f"`suite` must be 'compare' or 'transfer', got {suite!r}.")
-    rows = []
+    verdicts = []
     for t in (t for t in TARGETS if t.suite == suite):
-        row: dict[str, Any] = {"key": t.key, "text": t.text, "goal": t.goal, "variant": t.numerator}
-        row.update(value=None, floor=None, floor_name=t.floor)
-        value = None if t.gpu and not gpu else _ratio(values, t.numerator, t.denominator)
-        if t.floor is not None and not (t.gpu and not gpu):
-            row["floor"] = _ratio(values, t.floor, t.denominator)
-        if t.gpu and not gpu:
-            row["status"] = "GPU only"
-        elif value is None:
-            row["status"] = "not measured"
-        else:
-            row.update(value=value, shown=shown(value, t.bound))
-            row["status"] = (
-                NOT_JUDGED if not judged else "met" if _OPS[t.op](value, t.bound) else "not met"
-            )
-        rows.append(row)
-    return rows
+        v = Verdict(t.key, t.text, t.goal, t.numerator, "GPU only", floor_name=t.floor)
+        if not t.gpu or gpu:
+            v.value = _ratio(values, t.numerator, t.denominator)
+            v.floor = _ratio(values, t.floor, t.denominator) if t.floor else None
+            if v.value is None:
+                v.status = "not measured"
+            else:
+                v.shown = shown(v.value, t.bound)
+                met = _OPS[t.op](v.value, t.bound)
+                v.status = NOT_JUDGED if not judged else "met" if met else "not met"
+        verdicts.append(v)
+    return verdicts

@@ -11,62 +11,46 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from looptoolkit.bench import render
 from looptoolkit.bench import transfer_sections as sec
 from looptoolkit.bench.charts import FLOOR_COLOR, Bar, Panel, bar_chart
 from looptoolkit.bench.progress import Progress, quiet_import
-from looptoolkit.bench.results import REFERENCE_HELP, results_dir, write_results
+from looptoolkit.bench.results import REFERENCE_HELP, Group, Row, Run, results_dir
 from looptoolkit.bench.tables import Table, wrap
 from looptoolkit.bench.targets import evaluate
-from looptoolkit.bench.timing import load_text, machine_info
+from looptoolkit.bench.timing import machine_info
 
-__all__ = ["headline", "markdown", "run", "section_table", "sections", "sweep_table"]
+__all__ = ["headline", "run", "sweep_table", "tables"]
 
 TITLES = {
-    (
-        "nested",
-        "torch_to_cpu",
-    ): "nested: 1000 torch leaves to torch.device('cpu') (t.to(dev) returns t)",
-    (
-        "nested",
-        "numpy_to_torch_cpu",
-    ): "nested: 1000 NumPy leaves to torch (torch.from_numpy per leaf)",
-    (
-        "packing_cpu",
-        "rows",
-    ): "nested, CPU only: packing (one cat per dtype) vs 1000 per-leaf copies",
+    ("nested", "torch_to_cpu"): "nested: 1000 torch leaves to torch.device('cpu') (t.to(dev) is t)",
+    ("nested", "numpy_to_torch_cpu"): "nested: 1000 NumPy leaves to torch (torch.from_numpy)",
+    ("packing_cpu", "rows"): "nested, CPU only: packing (one cat per dtype) vs 1000 leaf copies",
     ("images_cpu", "rows"): "images, CPU only: the host cast, and the bytes each order copies",
     ("cuda", "images"): "images to CUDA, timed with CUDA events",
     ("cuda", "nested"): "nested to CUDA, timed with CUDA events",
 }
-"""Where each section's rows are in the payload, and its title; in report order."""
+"""Where each section's rows are in a measured section, and its title; in report order."""
 TO_DEVICE = "#dd8452"
+_ROW_KEYS = ("name", "label", "rounds_s", "median_s", "min_s", "max_s")
 
 
-def sections(payload: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
-    """``(title, rows)`` of every section the payload holds, in report order."""
-    held = [(title, (payload.get(a) or {}).get(b)) for (a, b), title in TITLES.items()]
-    return [(title, rows) for title, rows in held if rows]
-
-
-def _us(seconds: float) -> str:
-    return f"{seconds * 1e6:,.1f}"
-
-
-def section_table(title: str, rows: list[dict[str, Any]]) -> Table:
-    """One section: median and [min, max] in microseconds per call, ratio to the first row."""
-    first, gb = rows[0]["median_s"], "gb_per_s" in rows[0]
-    cells = []
-    for r in rows:
-        cells.append([r["name"], _us(r["median_s"]), f"{_us(r['min_s'])}-{_us(r['max_s'])}"])
-        cells[-1].append(f"{r['median_s'] / first:.2f}")
-        cells[-1] += [f"{r['gb_per_s']:.1f} ({r['of_reference']:.0%})"] if gb else []
-    header = ["variant", "median us", "min-max us", "vs first", *(["GB/s"] if gb else [])]
-    notes = [f"{r['name']}: {r['label']}" for r in rows if r["label"] != r["name"]]
-    return Table(title, header, cells, notes=notes)
+def _groups(key: str, section: dict[str, Any]) -> list[Group]:
+    """The groups of one measured section: its rows as typed rows, per call."""
+    groups = []
+    for (where, part), title in TITLES.items():
+        if where == key and section.get(part):
+            rows = [
+                Row(r["name"], r["label"], rounds_s=r["rounds_s"], check="same as the reference",
+                    extra={k: v for k, v in r.items() if k not in _ROW_KEYS})
+                for r in section[part]
+            ]  # fmt: skip
+            groups.append(Group(f"{key}/{part}", title, rows, unit="call"))
+    return groups
 
 
 def sweep_table(sweep: dict[str, Any]) -> Table:
@@ -84,26 +68,22 @@ def sweep_table(sweep: dict[str, Any]) -> Table:
     return Table(title, header, cells, notes=[note])
 
 
-def targets_table(rows: list[dict[str, Any]], *, short: bool = True) -> Table:
-    """The transfer targets: goal, measured, status."""
-    cells = []
-    for t in rows:
-        shown = t["shown"] if t["value"] is not None else "-"
-        cells.append([t["key"] if short else t["text"], t["goal"], shown, t["status"]])
-    notes = [f"{t['key']}: {t['text']}" for t in rows] if short else []
-    header = ["target", "goal", "measured", "status"]
-    return Table("Targets (ratios from this run)", header, cells, align="lrrl", notes=notes)
+def tables(run: Run) -> list[Table]:
+    """The sections after the groups: the batch-size sweep, the other ratios."""
+    out = [sweep_table(run.extras["sweep"])] if run.extras.get("sweep") else []
+    ratios = [[name, f"{value:.2f}"] for name, value in run.extras.get("ratios", {}).items()]
+    return [*out, Table("Other ratios", ["ratio", "value"], ratios)]
 
 
-def headline(payload: dict[str, Any]) -> str:
+def headline(run: Run) -> str:
     """The run in a sentence: to_device against the bare traversals, and the CUDA ratios."""
-    v, parts = payload.get("values", {}), []
+    v, parts = run.extras.get("values", {}), []
     for kind, what in (("torch", "torch leaves"), ("numpy", "NumPy leaves to torch")):
         if (ours := v.get(f"{kind}:to_device")) is not None:
             parts.append(f"{what}: {ours / v[f'{kind}:optree']:.2f}x optree.tree_map and ")
             parts[-1] += f"{ours / v[f'{kind}:move_to']:.2f}x a hand-written move_to"
     text = "to_device on 1000 small leaves, " + "; ".join(parts) + "." if parts else ""
-    if not (cuda := payload.get("cuda")):
+    if not (cuda := run.extras.get("cuda")):
         return (text + " No CUDA device: the GPU rows were not measured.").strip()
     r = cuda["ratios"]
     return (
@@ -114,48 +94,13 @@ def headline(payload: dict[str, Any]) -> str:
     ).strip()
 
 
-def markdown(payload: dict[str, Any]) -> str:
-    """The results as Markdown: headline, sections, sweep, targets, ratios, machine, charts."""
-    m, a = payload["machine"], payload["args"]
-    gpu = f", {m['gpu']}" if "gpu" in m else ""
-    versions = ", ".join(f"{k} {val}" for k, val in m["versions"].items())
-    lines = [f"# looptoolkit transfer — {payload['device']}\n", headline(payload) + "\n"]
-    lines.append(f"Command: `{payload['command']}`  ")
-    lines.append(f"Machine: {m['cpu']}, {m['cores']} cores{gpu} ({m['date']}{load_text(m)}); ")
-    lines[-1] += f"{versions}.  "
-    lines.append(f"Medians over {a['rounds']} interleaved rounds after {sec.WARMUP} warm-up ")
-    lines[-1] += f"rounds; host rows average {a['repeat']} calls per round (packing and images: "
-    lines[-1] += f"{sec.light_repeat(a['repeat'])}). Lower is better.\n"
-    tables = [section_table(title, rows) for title, rows in sections(payload)]
-    tables += [sweep_table(payload["sweep"])] if payload.get("sweep") else []
-    for table in tables:
-        lines += [f"## {table.title}\n", table.markdown()]
-    lines += ["## Targets\n", targets_table(payload["targets"], short=False).markdown()]
-    lines += ["## Other ratios\n", "| ratio | value |", "|---|---:|"]
-    lines += [f"| {name} | {value:.2f} |" for name, value in payload["ratios"].items()]
-    lines += [f"\n![{chart}]({chart})" for chart in payload.get("charts", [])]
-    return "\n".join(lines) + "\n"
-
-
-def plot(payload: dict[str, Any], path: Path) -> Path:
-    """Bars of microseconds per call, one panel per section, each bar with its ratio."""
-    panels = []
-    for title, rows in sections(payload):
-        bars = [
-            Bar(
-                r["name"],
-                r["median_s"] * 1e6,
-                f"{r['median_s'] * 1e6:8,.1f} us {r['median_s'] / rows[0]['median_s']:5.2f}x",
-                color=TO_DEVICE if "to_device" in r["name"] else FLOOR_COLOR,
-            )
-            for r in rows
-        ]
-        xlabel = "microseconds per call (lower is better); ratios to the first row"
-        panels.append(Panel(title, bars, xlabel))
-    legend = [("to_device", TO_DEVICE), ("others", FLOOR_COLOR)]
-    return bar_chart(
-        panels, path, title=f"looptoolkit transfer, {payload['device']}", legend=legend
-    )
+def markdown(run: Run) -> str:
+    """The Markdown report: headline, machine, sections, sweep, targets, ratios, charts."""
+    a = run.settings
+    intro = f"Medians over {a['rounds']} interleaved rounds after {sec.WARMUP} warm-up rounds; "
+    intro += f"host rows average {a['repeat']} calls per round (packing and images: "
+    intro += f"{sec.light_repeat(a['repeat'])}). Lower is better."
+    return render.markdown(run, [headline(run)], [intro], tables(run))
 
 
 def plot_sweep(sweep: dict[str, Any], path: Path) -> Path:
@@ -250,13 +195,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     where = f"; results go to {out}/" if out is not None else ""
     text = f"{args.rounds} interleaved rounds of {args.repeat} calls per variant{where}."
     progress.emit(wrap(f"looptoolkit transfer on {device}: {text}"))
-    payload: dict[str, Any] = {
-        "device": device,
-        "command": " ".join(["looptoolkit transfer", *argv]),
-        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-        "ratios": {},
-        "values": {},
-    }
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    result = Run("transfer", device, " ".join(["looptoolkit transfer", *argv]), {}, settings, [])
+    values, ratios = result.extras.setdefault("values", {}), result.extras.setdefault("ratios", {})
     from looptoolkit.bench.transfer_cuda import cuda_sections
 
     rounds, light, p = args.rounds, sec.light_repeat(args.repeat), progress
@@ -268,36 +209,40 @@ def run(argv: Sequence[str] | None = None) -> int:
     ]
     for key, prefix, wanted, measure in steps:
         if wanted:
-            shown = len(sections(payload))
-            payload[key] = measure()
-            payload["values"].update(payload[key].get("values", {}))
-            payload["ratios"].update({prefix + k: v for k, v in payload[key]["ratios"].items()})
-            for title, rows in sections(payload)[shown:]:
-                progress.emit("\n" + section_table(title, rows).text())
+            section = measure()
+            values.update(section.get("values", {}))
+            ratios.update({prefix + k: v for k, v in section["ratios"].items()})
+            if key == "cuda":
+                result.extras["cuda"] = {"device": section["device"], "ratios": section["ratios"]}
+            for group in _groups(key, section):
+                result.groups.append(group)
+                progress.emit("\n" + render.group_table(group).text())
     if args.sweep:
         try:
-            payload["sweep"] = sec.sweep(min(rounds, 15), cuda=cuda, progress=progress)
+            result.extras["sweep"] = sec.sweep(min(rounds, 15), cuda=cuda, progress=progress)
         except ImportError as e:  # on the CPU the sweep moves batches to JAX's CPU device
             progress.emit(wrap(f"no batch-size sweep: {e}"))
         else:
-            progress.emit("\n" + sweep_table(payload["sweep"]).text())
-    payload["machine"] = machine_info()
-    payload["targets"] = evaluate("transfer", payload["values"], gpu=cuda)
-    progress.emit("\n" + wrap(headline(payload)))
-    progress.emit("\n" + targets_table(payload["targets"]).text())
+            progress.emit("\n" + sweep_table(result.extras["sweep"]).text())
+    result.machine = machine_info()
+    result.verdicts = evaluate("transfer", values, gpu=cuda)
+    progress.emit("\n" + wrap(headline(result)))
+    progress.emit("\n" + render.targets_table(result.verdicts).text())
     if out is None:
         return 0
     stem, paths = f"transfer-{device}", []
-    charts: list[tuple[Callable[[dict[str, Any], Path], Path], dict[str, Any], str]] = []
-    charts += [(plot, payload, "")] if sections(payload) else []
-    charts += [(plot_sweep, payload["sweep"], "-sweep")] if payload.get("sweep") else []
-    if args.plot and charts:
+    if args.plot:
         progress.stage("drawing the chart")
         try:
-            paths = [draw(data, out / f"{stem}{suffix}.png") for draw, data, suffix in charts]
+            color = lambda row: TO_DEVICE if "to_device" in row.name else FLOOR_COLOR  # noqa: E731
+            legend = [("to_device", TO_DEVICE), ("others", FLOOR_COLOR)]
+            paths = [render.plot(result, out / f"{stem}.png", color=color, legend=legend)]
+            if result.extras.get("sweep"):
+                paths.append(plot_sweep(result.extras["sweep"], out / f"{stem}-sweep.png"))
         except ImportError:
             progress.emit("matplotlib is not installed: no PNG written.")
-    payload["charts"] = [p.name for p in paths]
-    paths = write_results(out, stem, payload, markdown(payload)) + paths
-    progress.emit("\n" + wrap(f"Wrote {', '.join(map(str, paths))} ({progress.elapsed():.0f} s)."))
+    charts = [path for path in paths if path is not None]
+    result.charts, result.wall_s = [path.name for path in charts], progress.elapsed()
+    files = [*result.save(out, stem, markdown(result)), *charts]
+    progress.emit("\n" + wrap(f"Wrote {', '.join(map(str, files))} ({progress.elapsed():.0f} s)."))
     return 0
