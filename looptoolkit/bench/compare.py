@@ -209,7 +209,10 @@ def _check_device(device: str, backends: list[str]) -> str:
 def load_backends(
     wanted: list[str] | None, progress: Progress | None = None
 ) -> tuple[list[str], dict[str, str]]:
-    """Import the wanted backends quietly; return those present and why the others are not."""
+    """Import the wanted backends quietly; return those present and why the others are not.
+
+    A backend runs when its framework imports and it has variants (a registered kit).
+    """
     from looptoolkit.adapters import BACKENDS, get_backend
 
     present: list[str] = []
@@ -222,7 +225,8 @@ def load_backends(
         try:
             quiet_import(module)
             get_backend(name)
-        except ImportError as e:
+            kit(name)
+        except (ImportError, ValueError) as e:
             skipped[name] = str(e)
             continue
         present.append(name)
