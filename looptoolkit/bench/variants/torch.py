@@ -11,10 +11,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset
 
 from looptoolkit import Loader, tree
-from looptoolkit._epochs import EpochCursor, pass_over
 from looptoolkit._rows import Rows
 from looptoolkit.adapters.torch import from_numpy
 from looptoolkit.bench.variants import Context, Kit, images, loop, variant
@@ -44,42 +43,20 @@ class PerSampleDataset(Dataset):
         return tree.unflatten(self._spec, [leaf[i] for leaf in self._leaves])
 
 
-class OrderSampler(Sampler[int]):
-    """The epoch orders of an ``Order``, a ``Loader`` or a function, by the Loader's epoch rule."""
+class OrderSampler(EpochPipeline):
+    """Sampler of the epoch orders of an ``Order``, ``Loader`` or function (the Loader's rule)."""
 
     def __init__(self, order: Any, n: int) -> None:
-        self.order, self.n, self.cursor = order, n, EpochCursor()
-
-    def set_epoch(self, epoch: int) -> None:
-        """Make ``epoch`` the one the next ``iter()`` yields."""
-        self.cursor.set_epoch(epoch)
-
-    def __iter__(self) -> Iterator[int]:
-        return pass_over(self.cursor, lambda epoch: epoch_indices(self.order, epoch).tolist())
-
-    def __len__(self) -> int:
-        return self.n
+        super().__init__(lambda epoch: epoch_indices(order, epoch).tolist(), n, name="order")
 
 
 def dataloader(
-    dataset: Any,
-    batch_size: int,
-    *,
-    order: Any = None,
-    shuffle: bool = True,
-    seed: int = 0,
-    **kwargs: Any,
+    dataset: Any, batch_size: int, *, order: Any = None, seed: int = 0, **kwargs: Any
 ) -> DataLoader:
-    """A ``DataLoader`` over ``dataset``: in ``order`` (an `OrderSampler`), or in its own.
-
-    Without ``order``, ``shuffle`` is DataLoader's, its generator seeded with ``seed``; other
-    keywords (``drop_last``, ``num_workers``, ...) go to ``DataLoader``. A pass run to the end
-    moves it to the next epoch.
-    """
+    """A ``DataLoader`` in ``order`` (an `OrderSampler`), or shuffled by a generator of ``seed``."""
     sampler = None if order is None else OrderSampler(order, len(dataset))
-    shuffle = shuffle and order is None
-    generator = torch.Generator().manual_seed(seed) if shuffle else None
-    return DataLoader(dataset, batch_size, shuffle, sampler, generator=generator, **kwargs)
+    generator = torch.Generator().manual_seed(seed) if order is None else None
+    return DataLoader(dataset, batch_size, order is None, sampler, generator=generator, **kwargs)
 
 
 def per_sample_dataloader(data: Any, batch_size: int, **kwargs: Any) -> DataLoader:
@@ -89,17 +66,13 @@ def per_sample_dataloader(data: Any, batch_size: int, **kwargs: Any) -> DataLoad
 
 def getitems_dataloader(data: Any, batch_size: int, **kwargs: Any) -> DataLoader:
     """`dataloader` over ``GetItemsDataset(data)``: lists of ints, one gather per batch."""
-    kwargs.setdefault("collate_fn", keep_batch)
-    return dataloader(GetItemsDataset(data), batch_size, **kwargs)
+    return dataloader(GetItemsDataset(data), batch_size, collate_fn=keep_batch, **kwargs)
 
 
 def randperm_loop(
-    data: Any, batch_size: int, *, seed: int = 0, drop_last: bool = False, gather: str = "index"
+    data: Any, batch_size: int, *, seed: int = 0, gather: str = "index"
 ) -> EpochPipeline:
-    """``torch.randperm`` per epoch (torch's order), then one gather per leaf per batch.
-
-    ``gather="index"``: ``leaf[idx]`` (torch's indexing, OpenMP threads); ``"index_select"``.
-    """
+    """``torch.randperm`` per epoch, then ``leaf[idx]`` or (``"index_select"``) per leaf a batch."""
     if gather not in ("index", "index_select"):
         raise ValueError(f"`gather` must be 'index' or 'index_select', got {gather!r}.")
     tensors, spec = _tensors(data)
@@ -109,34 +82,26 @@ def randperm_loop(
 
     def epoch_fn(epoch: int) -> Iterator[Any]:
         perm = torch.randperm(n, generator=generator, device=generator.device)
-        for idx in batch_slices(perm, batch_size, drop_last):
+        for idx in batch_slices(perm, batch_size):
             yield tree.unflatten(
                 spec, [t.index_select(0, idx) if select else t[idx] for t in tensors]
             )
 
-    length = batch_count(n, batch_size, drop_last)
-    return EpochPipeline(epoch_fn, length, name=f"randperm_loop[{gather}]")
+    return EpochPipeline(epoch_fn, batch_count(n, batch_size), name=f"randperm_loop[{gather}]")
 
 
-def resident_gather(
-    data: Any, batch_size: int, *, order: Any, device: Any = None, drop_last: bool = False
-) -> EpochPipeline:
-    """The bare on-device gather, the reference of a resident Loader.
-
-    The data on ``device`` once, each epoch's order copied there once, then one
-    ``index_select`` per leaf per batch.
-    """
+def resident_gather(data: Any, batch_size: int, *, order: Any, device: Any = None) -> EpochPipeline:
+    """The bare on-device gather: data and each epoch's order on ``device``, ``index_select``."""
     tensors, spec = _tensors(data)
     tensors = tensors if device is None else [t.to(device) for t in tensors]
     on, n = tensors[0].device, int(tensors[0].shape[0])
 
     def epoch_fn(epoch: int) -> Iterator[Any]:
         indices = torch.from_numpy(epoch_indices(order, epoch).astype(np.int64)).to(on)
-        for idx in batch_slices(indices, batch_size, drop_last):
+        for idx in batch_slices(indices, batch_size):
             yield tree.unflatten(spec, [t.index_select(0, idx) for t in tensors])
 
-    length = order_length(order, n, batch_size, drop_last)
-    return EpochPipeline(epoch_fn, length, name="resident_gather")
+    return EpochPipeline(epoch_fn, order_length(order, n, batch_size), name="resident_gather")
 
 
 def _workers(ctx: Context) -> DataLoader:
@@ -165,28 +130,26 @@ LABELS = {
     "torch-res-gather": "bare on-device index_select (the GPU reference)",
 }
 _v = partial(variant, NAME, LABELS)
-VARIANTS = (
-    _v("floor-torch", loop(numpy_manual, host=True, wrap=each(torch.from_numpy)), shuffle=None),
-    _v("torch-index", loop(randperm_loop, gather="index"), shuffle=None),
-    _v("torch-index-select", loop(randperm_loop, gather="index_select"), shuffle=None),
-    _v("dl-per-sample", loop(per_sample_dataloader, order=True)),
-    _v("dl-per-sample-w2", _workers, slow=True),
-    _v("dl-getitems", loop(getitems_dataloader, order=True)),
-    _v("dl-getitems-arrays", loop(make_dataloader, shuffle=True)),
-    _v("loader-torch", loop(Loader, device_of=NAME, gpu_only=True), floor="floor-torch"),
-    *images(NAME),
-    _v(
-        "loader-torch-res",
-        loop(Loader, device_of=NAME, resident=True),
-        accelerator=True,
-        floor="torch-res-gather",
-    ),
-    _v("torch-res-gather", loop(resident_gather, order=True, device_of=NAME), accelerator=True),
-)
 KIT = Kit(
     NAME,
-    VARIANTS,
+    (
+        _v("floor-torch", loop(numpy_manual, host=True, wrap=each(torch.from_numpy)), shuffle=None),
+        _v("torch-index", loop(randperm_loop, gather="index"), shuffle=None),
+        _v("torch-index-select", loop(randperm_loop, gather="index_select"), shuffle=None),
+        _v("dl-per-sample", loop(per_sample_dataloader, order=True)),
+        _v("dl-per-sample-w2", _workers, slow=True),
+        _v("dl-getitems", loop(getitems_dataloader, order=True)),
+        _v("dl-getitems-arrays", loop(make_dataloader, shuffle=True)),
+        _v("loader-torch", loop(Loader, device_of=NAME, gpu_only=True), floor="floor-torch"),
+        *images(NAME),
+        _v(
+            "loader-torch-res",
+            loop(Loader, device_of=NAME, resident=True),
+            accelerator=True,
+            floor="torch-res-gather",
+        ),
+        _v("torch-res-gather", loop(resident_gather, order=True, device_of=NAME), accelerator=True),
+    ),
     leaves=lambda leaves, _: [torch.from_numpy(x) for x in leaves],
     gpu=torch.cuda.is_available,
 )
-"""The torch loops, on zero-copy CPU tensors of the workload (the GPU variants move them)."""
