@@ -1,7 +1,4 @@
-"""The JAX kit: host gather + ``device_put``, resident jitted gathers, naive loop, chunked floor.
-
-Given an ``order``, the first two yield exactly the Loader's batches.
-"""
+"""The JAX kit: host gather + ``device_put``, resident jitted gathers, naive loop, chunked floor."""
 
 from __future__ import annotations
 
@@ -108,17 +105,18 @@ LABELS = {
     "loader-jax": "Loader on JAX data",
 }
 _v = partial(variant, NAME, LABELS)
+VARIANTS = (
+    _v("floor-jax", loop(chunked_floor, host=True, device_of=NAME), shuffle=None),
+    _v("jax-naive", loop(naive_loop), shuffle=None),
+    _v("jax-device-put", loop(host_gather_device_put, host=True, order=True, device_of=NAME)),
+    _v("jax-resident", loop(resident_gather, order=True, device_of=NAME)),
+    _v("loader-jax", loop(Loader), floor="floor-jax"),
+    *images(NAME, " (jax.jit)"),
+)
 KIT = Kit(
     NAME,
-    (
-        _v("floor-jax", loop(chunked_floor, host=True, device_of=NAME), shuffle=None),
-        _v("jax-naive", loop(naive_loop), shuffle=None),
-        _v("jax-device-put", loop(host_gather_device_put, host=True, order=True, device_of=NAME)),
-        _v("jax-resident", loop(resident_gather, order=True, device_of=NAME)),
-        _v("loader-jax", loop(Loader), floor="floor-jax"),
-        *images(NAME, " (jax.jit)"),
-    ),
+    VARIANTS,
     leaves=lambda leaves, device: jax.device_put(leaves, placement(device)),
-    gpu=lambda: any(d.platform == "gpu" for d in jax.devices()),
     ready=jax.block_until_ready,
+    gpu=lambda: any(d.platform == "gpu" for d in jax.devices()),
 )

@@ -1,7 +1,4 @@
-"""The NumPy kit: hand-written NumPy and pure-Python loops, and the floors.
-
-`numpy_manual` with ``take`` is the baseline of every ratio; the floors bound any loop's speed.
-"""
+"""The NumPy kit: hand-written loops (`numpy_manual` with ``take`` is the baseline), the floors."""
 
 from __future__ import annotations
 
@@ -24,6 +21,8 @@ from looptoolkit.order import batch_count
 CHUNK_ROW_BYTES = 4 << 20
 _first = operator.itemgetter(0)
 Wrap = Callable[[list[np.ndarray]], Any]
+Split = Callable[[Any, list[int]], Iterable[Sequence[Any]]]
+Take = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 def _host(data: Any) -> tuple[int, list[np.ndarray], list[Any] | None, Callable[[Any], Any]]:
@@ -35,13 +34,8 @@ def _host(data: Any) -> tuple[int, list[np.ndarray], list[Any] | None, Callable[
         rebuild = _first
     elif spec.type is dict and all(child.is_leaf() for child in spec.children()):
         keys = list(data)  # the data's own key order, not the flattened (sorted) one
-        leaves, rebuild = [data[key] for key in keys], partial(_as_dict, keys)
+        leaves, rebuild = [data[key] for key in keys], lambda xs: dict(zip(keys, xs, strict=True))
     return Rows(data).n, [np.asarray(leaf) for leaf in leaves], keys, rebuild
-
-
-def _as_dict(keys: list[Any], leaves: Sequence[Any]) -> dict[Any, Any]:
-    """A flat dict's batch from its leaves in key order."""
-    return dict(zip(keys, leaves, strict=True))
 
 
 def each(fn: Callable[[Any], Any]) -> Wrap:
@@ -52,11 +46,7 @@ def each(fn: Callable[[Any], Any]) -> Wrap:
 def numpy_manual(
     data: Any, batch_size: int, *, seed: int = 0, gather: str = "take", wrap: Wrap | None = None
 ) -> EpochPipeline:
-    """The NumPy manual loop: ``default_rng([seed, epoch]).permutation(n)``, then batch gathers.
-
-    ``gather``: ``"take"`` (``leaf.take(idx, axis=0)``) or ``"index"`` (``leaf[idx]``) per leaf;
-    ``wrap`` maps each batch's list of gathered leaves.
-    """
+    """A permutation per epoch; per batch ``x.take(idx, axis=0)`` or ``x[idx]`` a leaf, ``wrap``."""
     if gather not in ("take", "index"):
         raise ValueError(f"`gather` must be 'take' or 'index', got {gather!r}.")
     n, leaves, keys, rebuild = _host(data)
@@ -85,18 +75,12 @@ def numpy_manual(
 
 
 def chunked_manual(
-    data: Any,
-    batch_size: int,
-    *,
-    wrap: Wrap,
-    split: Callable[[Any, list[int]], Iterable[Sequence[Any]]],
-    seed: int = 0,
-    take: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+    data: Any, batch_size: int, *, wrap: Wrap, split: Split, seed: int = 0, take: Take | None = None
 ) -> EpochPipeline:
-    """The chunked hand loop: per chunk of batches one ``take`` per leaf, one ``wrap``, one split.
+    """The chunked hand loop: per chunk of batches (~4 MiB) a take a leaf, a ``wrap``, a ``split``.
 
-    A chunk is about 4 MiB of rows (1 to 64 batches); ``take(leaf, idx)`` defaults to
-    ``leaf.take(idx, axis=0)``, ``split(arrays, sizes)`` cuts the wrapped arrays into batches.
+    ``take(leaf, idx)`` defaults to ``leaf.take(idx, axis=0)``; ``split(arrays, sizes)`` cuts the
+    wrapped arrays into batches.
     """
     n, leaves, _, rebuild = _host(data)
     row = sum(x.itemsize * int(np.prod(x.shape[1:])) for x in leaves) or 1
@@ -183,18 +167,16 @@ LABELS = {
     "loader-runs": "Loader, grouped shuffle in runs of 16 rows (run_size=16)",
 }
 _v, _SEQ = partial(variant, NAME, LABELS), "floor-seq-take"
-KIT = Kit(
-    NAME,
-    (
-        _v("python", loop(pure_python), shuffle=None, workloads=("index",), convert=np.asarray),
-        _v(BASELINE, loop(numpy_manual, gather="take"), shuffle=None),
-        _v("numpy-index", loop(numpy_manual, gather="index"), shuffle=None),
-        _v("numpy-epoch", loop(epoch_views), shuffle=None, workloads=("index",)),
-        _v("floor-memcpy", loop(contiguous_copies, host=True, seed=False), shuffle=None),
-        _v("floor-seq-take", loop(sequential_take, host=True, seed=False), shuffle=None),
-        _v("loader-numpy", loop(Loader), floor=BASELINE),
-        _v("loader-numpy-bg", loop(Loader, device="cpu", prefetch=2), floor=BASELINE),
-        _v("loader-grouped", loop(Loader, shuffle="grouped"), shuffle="grouped", floor=_SEQ),
-        _v("loader-runs", loop(Loader, shuffle="grouped", run_size=16), shuffle=None, floor=_SEQ),
-    ),
+VARIANTS = (
+    _v("python", loop(pure_python), shuffle=None, workloads=("index",), convert=np.asarray),
+    _v(BASELINE, loop(numpy_manual, gather="take"), shuffle=None),
+    _v("numpy-index", loop(numpy_manual, gather="index"), shuffle=None),
+    _v("numpy-epoch", loop(epoch_views), shuffle=None, workloads=("index",)),
+    _v("floor-memcpy", loop(contiguous_copies, host=True, seed=False), shuffle=None),
+    _v("floor-seq-take", loop(sequential_take, host=True, seed=False), shuffle=None),
+    _v("loader-numpy", loop(Loader), floor=BASELINE),
+    _v("loader-numpy-bg", loop(Loader, device="cpu", prefetch=2), floor=BASELINE),
+    _v("loader-grouped", loop(Loader, shuffle="grouped"), shuffle="grouped", floor=_SEQ),
+    _v("loader-runs", loop(Loader, shuffle="grouped", run_size=16), shuffle=None, floor=_SEQ),
 )
+KIT = Kit(NAME, VARIANTS)

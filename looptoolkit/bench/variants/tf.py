@@ -40,10 +40,8 @@ def _split(tensors: list[tf.Tensor], sizes: list[int]) -> Iterable[Sequence[tf.T
 
 
 def chunked_floor(data: Any, batch_size: int, *, seed: int = 0) -> EpochPipeline:
-    """The tf floor: `chunked_manual` into aligned arrays tf adopts (DLPack), one ``tf.split``.
-
-    ``tf.convert_to_tensor`` would copy each chunk (twice when it is not 64-byte aligned).
-    """
+    """The tf floor: `chunked_manual` into aligned arrays tf adopts (DLPack), one ``tf.split``."""
+    # not tf.convert_to_tensor: it copies each chunk (twice when it is not 64-byte aligned)
     wrap = each(lambda x: tf.experimental.dlpack.from_dlpack(x.__dlpack__()))
     return chunked_manual(data, batch_size, seed=seed, wrap=wrap, split=_split, take=aligned_take)
 
@@ -58,19 +56,12 @@ LABELS = {
     "loader-tf": "Loader on tf data",
 }
 _v = partial(variant, NAME, LABELS)
-KIT = Kit(
-    NAME,
-    (
-        _v("floor-tf", loop(chunked_floor, host=True), shuffle=None),
-        _v(
-            "tf-convert",
-            loop(numpy_manual, host=True, wrap=each(tf.convert_to_tensor)),
-            shuffle=None,
-        ),
-        _v("tf-classic", loop(classic_dataset), shuffle=None),
-        _v("tf-loader-dataset", loop(loader_dataset, order=True, device_of=NAME, gpu_only=True)),
-        _v("loader-tf", loop(Loader), floor="floor-tf"),
-        *images(NAME, " (tf.function)"),
-    ),
-    leaves=lambda leaves, _: [tf.convert_to_tensor(x) for x in leaves],
+VARIANTS = (
+    _v("floor-tf", loop(chunked_floor, host=True), shuffle=None),
+    _v("tf-convert", loop(numpy_manual, host=True, wrap=each(tf.convert_to_tensor)), shuffle=None),
+    _v("tf-classic", loop(classic_dataset), shuffle=None),
+    _v("tf-loader-dataset", loop(loader_dataset, order=True, device_of=NAME, gpu_only=True)),
+    _v("loader-tf", loop(Loader), floor="floor-tf"),
+    *images(NAME, " (tf.function)"),
 )
+KIT = Kit(NAME, VARIANTS, leaves=lambda leaves, _: [tf.convert_to_tensor(x) for x in leaves])

@@ -1,7 +1,4 @@
-"""The torch kit: ``DataLoader`` as PyTorch users run it, randperm loops, the on-device gather.
-
-Given an ``order``, the DataLoaders and the gather yield exactly the Loader's batches.
-"""
+"""The torch kit: ``DataLoader`` as PyTorch users run it, randperm loops, the on-device gather."""
 
 from __future__ import annotations
 
@@ -33,8 +30,7 @@ class PerSampleDataset(Dataset):
     """``TensorDataset`` for any pytree: one row per ``__getitem__`` (DataLoader's default path)."""
 
     def __init__(self, data: Any) -> None:
-        self._n = Rows(data).n
-        self._leaves, self._spec = _tensors(data)
+        self._n, (self._leaves, self._spec) = Rows(data).n, _tensors(data)
 
     def __len__(self) -> int:
         return self._n
@@ -51,12 +47,12 @@ class OrderSampler(EpochPipeline):
 
 
 def dataloader(
-    dataset: Any, batch_size: int, *, order: Any = None, seed: int = 0, **kwargs: Any
+    dataset: Any, batch_size: int, *, order: Any = None, seed: int = 0, **kw: Any
 ) -> DataLoader:
     """A ``DataLoader`` in ``order`` (an `OrderSampler`), or shuffled by a generator of ``seed``."""
     sampler = None if order is None else OrderSampler(order, len(dataset))
     generator = torch.Generator().manual_seed(seed) if order is None else None
-    return DataLoader(dataset, batch_size, order is None, sampler, generator=generator, **kwargs)
+    return DataLoader(dataset, batch_size, order is None, sampler, generator=generator, **kw)
 
 
 def per_sample_dataloader(data: Any, batch_size: int, **kwargs: Any) -> DataLoader:
@@ -75,17 +71,15 @@ def randperm_loop(
     """``torch.randperm`` per epoch, then ``leaf[idx]`` or (``"index_select"``) per leaf a batch."""
     if gather not in ("index", "index_select"):
         raise ValueError(f"`gather` must be 'index' or 'index_select', got {gather!r}.")
-    tensors, spec = _tensors(data)
-    n, device, select = int(tensors[0].shape[0]), tensors[0].device, gather == "index_select"
+    ts, spec = _tensors(data)
+    n, device, select = int(ts[0].shape[0]), ts[0].device, gather == "index_select"
     generator = torch.Generator(device=device if device.type == "cuda" else "cpu")
     generator.manual_seed(seed)
 
     def epoch_fn(epoch: int) -> Iterator[Any]:
         perm = torch.randperm(n, generator=generator, device=generator.device)
         for idx in batch_slices(perm, batch_size):
-            yield tree.unflatten(
-                spec, [t.index_select(0, idx) if select else t[idx] for t in tensors]
-            )
+            yield tree.unflatten(spec, [t.index_select(0, idx) if select else t[idx] for t in ts])
 
     return EpochPipeline(epoch_fn, batch_count(n, batch_size), name=f"randperm_loop[{gather}]")
 
@@ -110,10 +104,12 @@ def _workers(ctx: Context) -> DataLoader:
     # threaded process can deadlock. Clones: torch moves them to shared memory for the workers.
     tensors, spec = _tensors(ctx.data)
     data = tree.unflatten(spec, [t.clone() for t in tensors])
-    options = {"multiprocessing_context": "forkserver", "persistent_workers": True}
-    return per_sample_dataloader(
-        data, ctx.batch_size, order=ctx.order("full"), num_workers=2, **options
-    )
+    options = {
+        "multiprocessing_context": "forkserver",
+        "persistent_workers": True,
+        "num_workers": 2,
+    }
+    return per_sample_dataloader(data, ctx.batch_size, order=ctx.order("full"), **options)
 
 
 NAME = "torch"
@@ -130,26 +126,28 @@ LABELS = {
     "torch-res-gather": "bare on-device index_select (the GPU reference)",
 }
 _v = partial(variant, NAME, LABELS)
+VARIANTS = (
+    _v("floor-torch", loop(numpy_manual, host=True, wrap=each(torch.from_numpy)), shuffle=None),
+    _v("torch-index", loop(randperm_loop, gather="index"), shuffle=None),
+    _v("torch-index-select", loop(randperm_loop, gather="index_select"), shuffle=None),
+    _v("dl-per-sample", loop(per_sample_dataloader, order=True)),
+    _v("dl-per-sample-w2", _workers, slow=True),
+    _v("dl-getitems", loop(getitems_dataloader, order=True)),
+    _v("dl-getitems-arrays", loop(make_dataloader, shuffle=True)),
+    _v("loader-torch", loop(Loader, device_of=NAME, gpu_only=True), floor="floor-torch"),
+    *images(NAME),
+    _v(
+        "loader-torch-res",
+        loop(Loader, device_of=NAME, resident=True),
+        accelerator=True,
+        floor="torch-res-gather",
+    ),
+    _v("torch-res-gather", loop(resident_gather, order=True, device_of=NAME), accelerator=True),
+)
 KIT = Kit(
     NAME,
-    (
-        _v("floor-torch", loop(numpy_manual, host=True, wrap=each(torch.from_numpy)), shuffle=None),
-        _v("torch-index", loop(randperm_loop, gather="index"), shuffle=None),
-        _v("torch-index-select", loop(randperm_loop, gather="index_select"), shuffle=None),
-        _v("dl-per-sample", loop(per_sample_dataloader, order=True)),
-        _v("dl-per-sample-w2", _workers, slow=True),
-        _v("dl-getitems", loop(getitems_dataloader, order=True)),
-        _v("dl-getitems-arrays", loop(make_dataloader, shuffle=True)),
-        _v("loader-torch", loop(Loader, device_of=NAME, gpu_only=True), floor="floor-torch"),
-        *images(NAME),
-        _v(
-            "loader-torch-res",
-            loop(Loader, device_of=NAME, resident=True),
-            accelerator=True,
-            floor="torch-res-gather",
-        ),
-        _v("torch-res-gather", loop(resident_gather, order=True, device_of=NAME), accelerator=True),
-    ),
-    leaves=lambda leaves, _: [torch.from_numpy(x) for x in leaves],
-    gpu=torch.cuda.is_available,
+    VARIANTS,
+    lambda leaves, _: [torch.from_numpy(x) for x in leaves],
+    None,
+    torch.cuda.is_available,
 )
