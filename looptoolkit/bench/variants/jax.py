@@ -19,7 +19,7 @@ from looptoolkit.device import parse_device
 from looptoolkit.order import batch_count, epoch_indices
 
 
-def placement(device: Any = None) -> EpochPipeline:
+def placement(device: Any = None) -> Any:
     """The ``jax.Device`` or ``Sharding`` for a device, a sharding, a device string, or None."""
     return jax.devices()[0] if device is None else resolve_device(parse_device(device))
 

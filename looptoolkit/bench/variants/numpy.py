@@ -16,8 +16,7 @@ from looptoolkit.bench.variants import BASELINE, Kit, loop, variant
 from looptoolkit.bench.variants.epochs import EpochPipeline, batch_slices, split_batches
 from looptoolkit.order import batch_count
 
-# Bytes of rows a chunked hand loop gathers at once, and at most 64 batches: faster than 16
-# batches for JAX and tf on the tabular workload (the per-call cost spread wider), cache-sized.
+# A chunk's bytes of rows (at most 64 batches): faster than 16 batches for JAX and tf on tabular.
 CHUNK_ROW_BYTES = 4 << 20
 _first = operator.itemgetter(0)
 Wrap = Callable[[list[np.ndarray]], Any]

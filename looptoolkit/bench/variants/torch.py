@@ -73,8 +73,7 @@ def randperm_loop(
         raise ValueError(f"`gather` must be 'index' or 'index_select', got {gather!r}.")
     ts, spec = _tensors(data)
     n, device, select = int(ts[0].shape[0]), ts[0].device, gather == "index_select"
-    generator = torch.Generator(device=device if device.type == "cuda" else "cpu")
-    generator.manual_seed(seed)
+    generator = torch.Generator(device=device if device.type == "cuda" else "cpu").manual_seed(seed)
 
     def epoch_fn(epoch: int) -> Iterator[Any]:
         perm = torch.randperm(n, generator=generator, device=generator.device)
