@@ -131,22 +131,18 @@ def test_each_variant_waits_for_its_own_backend_once_per_epoch(monkeypatch):
     assert calls.count("numpy") == 3 and calls.count("torch") == 6 and len(calls) == 9
 
 
-def _unflatten_loop(data, batch_size, *, seed=0, order=None, gather="take", wrap=None):
+def _unflatten_loop(data, batch_size, *, seed=0, gather="take", wrap=None):
     """numpy_manual as it was written first: every batch rebuilt with the tree spec."""
     import numpy as np
 
     from looptoolkit import tree
     from looptoolkit._rows import Rows
     from looptoolkit.bench.variants import split_batches
-    from looptoolkit.order import epoch_indices
 
     n = Rows(data).n
     leaves, spec = tree.flatten(data)
     for epoch in range(2):
-        if order is None:
-            indices = np.random.default_rng([seed, epoch]).permutation(n)
-        else:
-            indices = epoch_indices(order, epoch)
+        indices = np.random.default_rng([seed, epoch]).permutation(n)
         for idx in split_batches(indices, batch_size):
             batch = [x.take(idx, axis=0) if gather == "take" else x[idx] for x in leaves]
             yield spec.unflatten(batch if wrap is None else wrap(batch))
@@ -169,7 +165,7 @@ def _same_batch(got, want):
 
 @pytest.mark.parametrize("shape", ["array", "dict", "nested"])
 @pytest.mark.parametrize("gather", ["take", "index"])
-@pytest.mark.parametrize("how", ["plain", "wrap", "order"])
+@pytest.mark.parametrize("how", ["plain", "wrap"])
 def test_baseline_loop_yields_the_batches_of_the_tree_spec_loop(shape, gather, how):
     import numpy as np
 
@@ -188,8 +184,6 @@ def test_baseline_loop_yields_the_batches_of_the_tree_spec_loop(shape, gather, h
     kwargs = {}
     if how == "wrap":
         kwargs["wrap"] = lambda leaves: [leaf * 2 for leaf in leaves]
-    elif how == "order":
-        kwargs["order"] = lambda epoch: np.roll(np.arange(n), epoch + 1)
     pipeline = numpy_manual(data, 5, seed=7, gather=gather, **kwargs)
     got = [batch for _ in range(2) for batch in pipeline]
     want = list(_unflatten_loop(data, 5, seed=7, gather=gather, **kwargs))

@@ -82,10 +82,9 @@ def test_epoch_indices_reads_loader_order_and_functions():
 def test_split_batches_and_lengths():
     batches = split_batches(np.arange(25), 10)
     assert [len(b) for b in batches] == [10, 10, 5]
-    assert [len(b) for b in split_batches(np.arange(25), 10, drop_last=True)] == [10, 10]
     assert order_length(Order(25, 10), 25, 10) == 3
     assert order_length(Order(25, 10, drop_last=True), 25, 10) == 2
-    assert order_length(None, 25, 10, drop_last=True) == 2
+    assert order_length(None, 25, 10) == 3
     with pytest.raises(ValueError, match="`batch_size` must be >= 1"):
         split_batches(np.arange(3), 0)
 
@@ -96,14 +95,6 @@ def test_epoch_pipeline_counts_epochs():
     pipeline.set_epoch(7)
     assert list(pipeline) == [7]
     assert "next_epoch=8" in repr(pipeline)
-
-
-@pytest.mark.parametrize("shuffle", SHUFFLES)
-def test_numpy_manual_with_order_is_the_loader(shuffle):
-    data = make_data()
-    assert_same_epochs(
-        numpy_manual(data, B, order=order_for(shuffle)), loader_epochs(data, shuffle)
-    )
 
 
 def test_numpy_manual_and_pure_python_cover_every_row():
@@ -117,7 +108,6 @@ def test_numpy_manual_and_pure_python_cover_every_row():
     batches = list(python)
     assert all(isinstance(b, list) for b in batches)
     assert_covers([np.asarray(b) for b in batches])
-    assert len(list(pure_python(range(N), B, drop_last=True))) == N // B
 
 
 def test_take_and_fancy_index_loops_yield_the_same_batches():
@@ -153,7 +143,6 @@ def test_floors_yield_every_row_in_order_as_new_arrays():
         assert_covers(batches)
         # Each batch is its own array, not a view of the data.
         assert not any(np.shares_memory(b["x"], data["x"]) for b in batches)
-    assert len(list(contiguous_copies(data, B, drop_last=True))) == N // B
 
 
 def test_epoch_views_cover_every_row_and_reshuffle():
@@ -166,15 +155,6 @@ def test_epoch_views_cover_every_row_and_reshuffle():
     ids = list(epoch_views(np.arange(N), B, seed=2))  # one 1-D leaf: permutation(x).reshape
     assert [len(b) for b in ids] == [B] * (N // B) + [N % B]
     assert sorted(np.concatenate(ids).tolist()) == list(range(N))
-    assert len(list(epoch_views(np.arange(N), B, drop_last=True))) == N // B
-
-
-def test_drop_last_matches_the_loader():
-    data = make_data()
-    pipeline = numpy_manual(data, B, order=Order(N, B, seed=3, drop_last=True), drop_last=True)
-    expected = loader_epochs(data, True, drop_last=True)
-    assert len(expected[0]) == N // B
-    assert_same_epochs(pipeline, expected)
 
 
 # -- torch ------------------------------------------------------------------------
@@ -335,4 +315,3 @@ def test_classic_dataset_covers_every_row_and_reshuffles():
     assert_covers(first)
     assert_covers(second)
     assert not np.array_equal(first[0]["y"].numpy(), second[0]["y"].numpy())
-    assert len(list(classic_dataset(make_data(), B, drop_last=True))) == N // B

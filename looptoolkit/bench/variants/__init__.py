@@ -1,10 +1,7 @@
 """The loops ``looptoolkit compare`` checks and times, declared as data, one module per backend.
 
-Each backend module (``variants.numpy``, ``.torch``, ``.jax``, ``.tf``) holds its loops beside its
-`Kit`: its `Variant` records in table order, how it copies a workload's data and how a batch is
-made ready. `kit` imports a kit on first use, `register_kit` adds one and `variants` lists them, so
-the harness never asks which framework a variant belongs to. Every loop is an iterable over epochs
-by the Loader's rule (`EpochPipeline`).
+Each backend module (``.numpy``, ``.torch``, ``.jax``, ``.tf``) holds its loops and its `Kit`;
+`kit`, `register_kit` and `variants` find them, so the harness never asks for a framework by name.
 """
 
 from __future__ import annotations
@@ -37,15 +34,14 @@ class Variant:
         name: short name (``--variants`` filters on it; at most 18 characters).
         backend: whose arrays it runs on (its kit's ``name``).
         label: what it is, in one line.
-        factory: builds the loop from a `Context` (an iterable over epochs).
-        shuffle: the Loader order it reproduces exactly (``"full"``, ``"grouped"``), or None
-            for a loop with its own order (checked for coverage and alignment).
+        factory: builds the loop, an iterable over epochs, from a `Context`.
+        shuffle: the Loader order it yields exactly, or None: its own (checked for coverage).
         workloads: the workloads it applies to (None: all).
-        slow: checked on its first batches and always timed on a bounded number of them.
+        slow: checked on its first batches and timed on a bounded number of them.
         accelerator: runs only when the device is an accelerator.
         convert: turns a batch into the workload's structure (pure Python yields lists).
         requires: modules that must import for it to run.
-        floor: the variant that bounds this one from below (Loader rows report their ratio to it).
+        floor: the variant that bounds it from below (Loader rows report their ratio to it).
     """
 
     name: str
@@ -75,20 +71,14 @@ class Variant:
         return None
 
 
-def variant(
-    backend: str, labels: dict[str, str], name: str, factory: Factory, **options: Any
-) -> Variant:
-    """A kit's row: the `Variant` ``name`` of ``backend``, labelled from its kit's ``labels``."""
-    return Variant(name, backend, labels[name], factory, **options)
+def variant(backend: str, labels: dict[str, str], name: str, fn: Factory, **kw: Any) -> Variant:
+    """The `Variant` ``name`` of ``backend``, labelled ``labels[name]``."""
+    return Variant(name, backend, labels[name], fn, **kw)
 
 
 @dataclass
 class Context:
-    """What a variant's factory gets.
-
-    The workload, its data as the backend's arrays (`Kit.data`), the compare device
-    (``"cpu"``, ``"cuda:1"``) and the seed of every order.
-    """
+    """What a factory gets: the workload, its data as the backend's arrays, the device, the seed."""
 
     workload: Workload
     data: Any
@@ -100,11 +90,6 @@ class Context:
     def batch_size(self) -> int:
         """Rows per batch."""
         return self.workload.batch_size
-
-    @property
-    def accelerated(self) -> bool:
-        """Whether the compare device is an accelerator."""
-        return self.device != "cpu"
 
     def order(self, shuffle: str) -> Order:
         """The Loader's ``Order`` for this workload and seed (``"full"`` or ``"grouped"``)."""
@@ -122,8 +107,7 @@ class Kit:
         name: the backend's name in ``looptoolkit.adapters.BACKENDS``.
         variants: its variants, in table order.
         leaves: ``(host leaves, compare device)`` -> the backend's arrays (None: NumPy as is).
-        ready: blocks until a batch is computed (JAX dispatches asynchronously), or None
-            where a batch is ready as it is handed out.
+        ready: blocks until a batch is computed (JAX is asynchronous); None: no need.
         gpu: whether the framework sees a CUDA GPU (None: never; the default ``--device``).
     """
 
@@ -154,11 +138,7 @@ def register_kit(kit: Kit) -> None:
 
 
 def kit(name: str) -> Kit:
-    """The kit of backend ``name``; a built-in one's module (its ``KIT``) is imported on first use.
-
-    Raises:
-        ValueError: no kit of that name is registered.
-    """
+    """The kit of backend ``name`` (a built-in one imported on first use), else ValueError."""
     entry = _KITS.get(name)
     if entry is None:
         raise ValueError(f"no variants for backend {name!r}; kits: {', '.join(_KITS)}.")
@@ -189,11 +169,10 @@ def loop(
     gpu_only: bool = False,
     **kwargs: Any,
 ) -> Factory:
-    """A factory: ``fn(data, batch_size, **kwargs)``, with what the context supplies.
+    """A factory calling ``fn(data, batch_size, **kwargs)`` with what the context supplies.
 
-    ``data`` is the backend's (``host``: the NumPy data); ``order=`` the Loader's full-shuffle
-    order, or else ``seed=`` (if ``seed``); ``device=`` the ``device_of`` backend's device
-    (``gpu_only``: None on the CPU).
+    ``data``: the backend's (``host``: NumPy); ``order=`` the Loader's full shuffle, else ``seed=``
+    (if ``seed``); ``device=`` the ``device_of`` backend's device (``gpu_only``: None on the CPU).
     """
 
     def factory(ctx: Context) -> Iterable[Any]:
@@ -203,7 +182,7 @@ def loop(
         elif seed:
             extra["seed"] = ctx.seed
         if device_of is not None:
-            on = ctx.accelerated or not gpu_only
+            on = ctx.device != "cpu" or not gpu_only
             extra["device"] = kit(device_of).device(ctx.device) if on else None
         return fn(ctx.workload.data if host else ctx.data, ctx.batch_size, **extra)
 
@@ -228,11 +207,7 @@ def normalizer() -> Callable[[Any], Any]:
 
 
 def to_uint8(batch: Any) -> dict[str, Any]:
-    """A normalised batch mapped back to the workload's structure (uint8 images), exactly.
-
-    Raises:
-        TypeError: the image is not float32 (not normalised; the check reports it).
-    """
+    """A normalised batch mapped back to uint8 images, exactly (TypeError if not float32)."""
     image = host_array(batch["image"])
     if image.dtype != np.float32:
         raise TypeError(f"the image is {image.dtype}, not normalised float32.")
@@ -241,13 +216,7 @@ def to_uint8(batch: Any) -> dict[str, Any]:
 
 
 def images(backend: str, compiled: str = "") -> tuple[Variant, ...]:
-    """The ``img-*`` variants of ``backend`` (images workload, the Loader's order).
-
-    ``host``: each batch of the Loader over the host data normalised in NumPy, then moved float32
-    with ``to_device``; ``step``: ``Loader(device=dev)`` copies uint8, each batch normalised in
-    the consumer's thread by the backend's ``compile_transform`` (named by ``compiled``);
-    ``trans``: copy and normalisation in the Loader's prefetch thread.
-    """
+    """The ``img-*`` variants of ``backend``; ``compiled`` names its ``compile_transform``."""
     labels = {f"img-{way}-{backend}": text for way, text in _WAYS.items()}
     labels[f"img-step-{backend}"] += compiled
     options = {"workloads": ("images",), "convert": to_uint8}
@@ -258,7 +227,7 @@ def images(backend: str, compiled: str = "") -> tuple[Variant, ...]:
 
 
 def _images(backend: str, way: str, ctx: Context) -> Iterable[Any]:
-    """One images loop: ``way`` of feeding normalised float32 images to ``backend``."""
+    """One ``way`` of feeding normalised float32 images to ``backend``, in the Loader's order."""
     from looptoolkit import Loader, to_device
 
     dev, norm, data = kit(backend).device(ctx.device), normalizer(), ctx.workload.data

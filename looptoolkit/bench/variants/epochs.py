@@ -11,13 +11,12 @@ from looptoolkit._epochs import EpochCursor, pass_over
 from looptoolkit.order import batch_count
 
 
-def batch_slices(indices: Any, batch_size: int, drop_last: bool = False) -> Iterator[Any]:
+def batch_slices(indices: Any, batch_size: int) -> Iterator[Any]:
     """Consecutive batch-sized slices of an epoch's order (any sliceable array), lazily."""
-    stop = batch_count(len(indices), batch_size, drop_last) * batch_size
-    return (indices[start : start + batch_size] for start in range(0, stop, batch_size))
+    return (indices[start : start + batch_size] for start in range(0, len(indices), batch_size))
 
 
-def split_batches(indices: np.ndarray, batch_size: int, drop_last: bool = False) -> list[Any]:
+def split_batches(indices: np.ndarray, batch_size: int) -> list[Any]:
     """Cut an epoch's order into consecutive batches (views of ``indices``).
 
     Examples:
@@ -26,17 +25,13 @@ def split_batches(indices: np.ndarray, batch_size: int, drop_last: bool = False)
     """
     if batch_size < 1:
         raise ValueError(f"`batch_size` must be >= 1, got {batch_size}.")
-    return list(batch_slices(indices, batch_size, drop_last))
+    return list(batch_slices(indices, batch_size))
 
 
-def order_length(order: Any, n: int, batch_size: int, drop_last: bool = False) -> int:
+def order_length(order: Any, n: int, batch_size: int) -> int:
     """Batches per epoch: ``len(order)`` of an ``Order`` or ``Loader`` of this batch size."""
-    if order is not None and getattr(order, "batch_size", None) == batch_size:
-        try:
-            return len(order)
-        except TypeError:
-            pass
-    return batch_count(n, batch_size, drop_last)
+    same = getattr(order, "batch_size", None) == batch_size
+    return len(order) if same else batch_count(n, batch_size)
 
 
 class EpochPipeline:

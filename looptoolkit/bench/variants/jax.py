@@ -1,7 +1,4 @@
-"""The JAX kit: host gather + ``device_put``, resident jitted gathers, naive loop, chunked floor.
-
-Given an ``order``, the first two yield exactly the Loader's batches.
-"""
+"""The JAX kit: host gather + ``device_put``, resident jitted gathers, naive loop, chunked floor."""
 
 from __future__ import annotations
 
@@ -16,12 +13,7 @@ import numpy as np
 from looptoolkit import Loader, tree
 from looptoolkit.adapters.jax import resolve_device
 from looptoolkit.bench.variants import Kit, images, loop, variant
-from looptoolkit.bench.variants.epochs import (
-    EpochPipeline,
-    batch_slices,
-    order_length,
-    split_batches,
-)
+from looptoolkit.bench.variants.epochs import EpochPipeline, batch_slices, order_length
 from looptoolkit.bench.variants.numpy import chunked_manual
 from looptoolkit.device import parse_device
 from looptoolkit.order import batch_count, epoch_indices
@@ -40,31 +32,27 @@ def _split(leaves: list[jax.Array], sizes: tuple[int, ...]) -> list[list[jax.Arr
 
 
 def chunked_floor(
-    data: Any, batch_size: int, *, seed: int = 0, device: Any = None, chunk: int | None = None
+    data: Any, batch_size: int, *, seed: int = 0, device: Any = None
 ) -> EpochPipeline:
     """The JAX floor: `chunked_manual` with one ``jax.device_put`` and one jitted split a chunk."""
     where, put = placement(device), jax.device_put
     wrap, split = (lambda rows: put(rows, where)), (lambda a, sizes: _split(a, tuple(sizes)))
-    return chunked_manual(data, batch_size, seed=seed, chunk=chunk, wrap=wrap, split=split)
+    return chunked_manual(data, batch_size, seed=seed, wrap=wrap, split=split)
 
 
 def host_gather_device_put(
-    data: Any, batch_size: int, *, order: Any, device: Any = None, drop_last: bool = False
+    data: Any, batch_size: int, *, order: Any, device: Any = None
 ) -> EpochPipeline:
-    """The common JAX loop: rows gathered on the host (``np.take``), one ``jax.device_put`` a batch.
-
-    ``device`` is a ``jax.Device``, a ``Sharding`` (the batch split across its devices), a
-    device string or None (the default device); ``data`` NumPy (or JAX, read back once).
-    """
+    """Rows gathered on the host (``np.take``), one ``jax.device_put`` a batch (or a sharding)."""
     leaves, spec = tree.flatten(data)
     leaves, where = [np.asarray(x) for x in leaves], placement(device)
 
     def epoch_fn(epoch: int) -> Iterator[Any]:
-        for idx in split_batches(epoch_indices(order, epoch), batch_size, drop_last):
+        for idx in batch_slices(epoch_indices(order, epoch), batch_size):
             batch = [np.take(leaf, idx, axis=0) for leaf in leaves]
             yield tree.unflatten(spec, jax.device_put(batch, where))
 
-    length = order_length(order, len(leaves[0]), batch_size, drop_last)
+    length = order_length(order, len(leaves[0]), batch_size)
     return EpochPipeline(epoch_fn, length, name="host_gather_device_put")
 
 
@@ -75,9 +63,7 @@ def _slice_take(leaves: list[jax.Array], order: jax.Array, start: Any, size: int
     return [jnp.take(leaf, idx, axis=0, mode="clip") for leaf in leaves]
 
 
-def resident_gather(
-    data: Any, batch_size: int, *, order: Any, device: Any = None, drop_last: bool = False
-) -> EpochPipeline:
+def resident_gather(data: Any, batch_size: int, *, order: Any, device: Any = None) -> EpochPipeline:
     """Data and each epoch's order put on ``device`` once; one jitted gather per batch."""
     leaves, spec = tree.flatten(data)
     where = placement(device)
@@ -88,38 +74,28 @@ def resident_gather(
     def epoch_fn(epoch: int) -> Iterator[Any]:
         host = epoch_indices(order, epoch).astype(index_dtype)
         m, indices = len(host), jax.device_put(host, where)
-        for start in range(0, batch_count(m, batch_size, drop_last) * batch_size, batch_size):
+        for start in range(0, m, batch_size):
             size = min(batch_size, m - start)
             yield tree.unflatten(spec, _slice_take(resident, indices, start, size))
 
-    return EpochPipeline(
-        epoch_fn, order_length(order, n, batch_size, drop_last), name="resident_gather"
-    )
+    return EpochPipeline(epoch_fn, order_length(order, n, batch_size), name="resident_gather")
 
 
-def naive_loop(
-    data: Any, batch_size: int, *, seed: int = 0, drop_last: bool = False
-) -> EpochPipeline:
-    """The naive JAX loop: ``jax.random.permutation`` per epoch, eager ``jnp.take`` per leaf.
-
-    The data is put on the default device once; the key is ``jax.random.key(seed)``, folded
-    with the epoch.
-    """
+def naive_loop(data: Any, batch_size: int, *, seed: int = 0) -> EpochPipeline:
+    """The naive loop: data on the device once, ``jax.random.permutation``, eager ``jnp.take``."""
     leaves, spec = tree.flatten(data)
     arrays = [jnp.asarray(leaf) for leaf in leaves]
     n, key = int(arrays[0].shape[0]), jax.random.key(seed)
 
     def epoch_fn(epoch: int) -> Iterator[Any]:
         perm = jax.random.permutation(jax.random.fold_in(key, epoch), n)
-        for idx in batch_slices(perm, batch_size, drop_last):
+        for idx in batch_slices(perm, batch_size):
             yield tree.unflatten(spec, [jnp.take(x, idx, axis=0) for x in arrays])
 
-    return EpochPipeline(epoch_fn, batch_count(n, batch_size, drop_last), name="naive_loop")
+    return EpochPipeline(epoch_fn, batch_count(n, batch_size), name="naive_loop")
 
 
 NAME = "jax"
-
-
 LABELS = {
     "floor-jax": "floor: chunks of batches gathered with take, one jax.device_put, one jitted "
     "split",
@@ -141,7 +117,6 @@ KIT = Kit(
     NAME,
     VARIANTS,
     leaves=lambda leaves, device: jax.device_put(leaves, placement(device)),
-    gpu=lambda: any(d.platform == "gpu" for d in jax.devices()),
     ready=jax.block_until_ready,
+    gpu=lambda: any(d.platform == "gpu" for d in jax.devices()),
 )
-"""The JAX loops, on the workload on JAX's device (int64 held as int32 without x64)."""

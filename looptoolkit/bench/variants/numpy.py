@@ -1,8 +1,4 @@
-"""The NumPy kit: hand-written NumPy and pure-Python loops, and the floors.
-
-The fastest hand loop, `numpy_manual` with ``take``, is the baseline of every ratio; the floors
-bound what any loop can reach on the same data.
-"""
+"""The NumPy kit: hand-written loops (`numpy_manual` with ``take`` is the baseline), the floors."""
 
 from __future__ import annotations
 
@@ -17,18 +13,15 @@ import numpy as np
 from looptoolkit import Loader, tree
 from looptoolkit._rows import Rows
 from looptoolkit.bench.variants import BASELINE, Kit, loop, variant
-from looptoolkit.bench.variants.epochs import (
-    EpochPipeline,
-    batch_slices,
-    order_length,
-    split_batches,
-)
-from looptoolkit.order import batch_count, epoch_indices
+from looptoolkit.bench.variants.epochs import EpochPipeline, batch_slices, split_batches
+from looptoolkit.order import batch_count
 
-# Bytes of rows a chunked hand loop gathers at once, and at most 64 batches: faster than 16
-# batches for JAX and tf on the tabular workload (the per-call cost spread wider), cache-sized.
+# A chunk's bytes of rows (at most 64 batches): faster than 16 batches for JAX and tf on tabular.
 CHUNK_ROW_BYTES = 4 << 20
 _first = operator.itemgetter(0)
+Wrap = Callable[[list[np.ndarray]], Any]
+Split = Callable[[Any, list[int]], Iterable[Sequence[Any]]]
+Take = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 def _host(data: Any) -> tuple[int, list[np.ndarray], list[Any] | None, Callable[[Any], Any]]:
@@ -40,55 +33,28 @@ def _host(data: Any) -> tuple[int, list[np.ndarray], list[Any] | None, Callable[
         rebuild = _first
     elif spec.type is dict and all(child.is_leaf() for child in spec.children()):
         keys = list(data)  # the data's own key order, not the flattened (sorted) one
-        leaves, rebuild = [data[key] for key in keys], partial(_as_dict, keys)
+        leaves, rebuild = [data[key] for key in keys], lambda xs: dict(zip(keys, xs, strict=True))
     return Rows(data).n, [np.asarray(leaf) for leaf in leaves], keys, rebuild
 
 
-def _as_dict(keys: list[Any], leaves: Sequence[Any]) -> dict[Any, Any]:
-    """A flat dict's batch from its leaves in key order."""
-    return dict(zip(keys, leaves, strict=True))
-
-
-def each(fn: Callable[[Any], Any]) -> Callable[[list[np.ndarray]], list[Any]]:
+def each(fn: Callable[[Any], Any]) -> Wrap:
     """A ``wrap`` of `numpy_manual`: ``fn`` of every leaf (``torch.from_numpy``)."""
     return lambda leaves: [fn(x) for x in leaves]
 
 
 def numpy_manual(
-    data: Any,
-    batch_size: int,
-    *,
-    seed: int = 0,
-    drop_last: bool = False,
-    order: Any = None,
-    gather: str = "take",
-    wrap: Callable[[list[np.ndarray]], list[Any]] | None = None,
+    data: Any, batch_size: int, *, seed: int = 0, gather: str = "take", wrap: Wrap | None = None
 ) -> EpochPipeline:
-    """The NumPy manual loop: a permutation per epoch, then one gather per leaf per batch.
-
-    The permutation is ``default_rng([seed, epoch]).permutation(n)``, or the Loader's ``order``
-    (then the batches are the Loader's). ``gather``: ``"take"`` (``leaf.take(idx, axis=0)``) or
-    ``"index"`` (``leaf[idx]``); ``wrap`` is applied to each batch's list of gathered leaves.
-
-    Examples:
-        >>> p = numpy_manual({"x": np.arange(5)}, 2, order=lambda e: np.arange(5))
-        >>> [b["x"].tolist() for b in p]
-        [[0, 1], [2, 3], [4]]
-    """
+    """A permutation per epoch; per batch ``x.take(idx, axis=0)`` or ``x[idx]`` a leaf, ``wrap``."""
     if gather not in ("take", "index"):
         raise ValueError(f"`gather` must be 'take' or 'index', got {gather!r}.")
     n, leaves, keys, rebuild = _host(data)
     take = gather == "take"
 
     def batches(epoch: int) -> list[np.ndarray]:
-        if order is None:
-            indices = np.random.default_rng([seed, epoch]).permutation(n)
-        else:
-            indices = epoch_indices(order, epoch)
-        return split_batches(indices, batch_size, drop_last)
+        return split_batches(np.random.default_rng([seed, epoch]).permutation(n), batch_size)
 
-    length = order_length(order, n, batch_size, drop_last)
-    pipe = partial(EpochPipeline, length=length, name=f"numpy_manual[{gather}]")
+    pipe = partial(EpochPipeline, length=batch_count(n, batch_size), name=f"numpy_manual[{gather}]")
     # The loop a user writes for this data, its gather written out: one array is the batch,
     # a flat dict is rebuilt with a comprehension, anything else from its list of leaves.
     if wrap is None and rebuild is _first:
@@ -108,25 +74,16 @@ def numpy_manual(
 
 
 def chunked_manual(
-    data: Any,
-    batch_size: int,
-    *,
-    wrap: Callable[[list[np.ndarray]], Any],
-    split: Callable[[Any, list[int]], Iterable[Sequence[Any]]],
-    seed: int = 0,
-    chunk: int | None = None,
-    take: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+    data: Any, batch_size: int, *, wrap: Wrap, split: Split, seed: int = 0, take: Take | None = None
 ) -> EpochPipeline:
-    """The chunked hand loop: a chunk of batches gathered with ``take``, wrapped once, split.
+    """The chunked hand loop: per chunk of batches (~4 MiB) a take a leaf, a ``wrap``, a ``split``.
 
-    Per ``chunk`` batches (default: about 4 MiB of rows, 1 to 64): one ``take(leaf, idx)`` per
-    leaf (default ``leaf.take(idx, axis=0)``), one ``wrap`` (a framework array per leaf), one
-    ``split(arrays, sizes)`` into the batches.
+    ``take(leaf, idx)`` defaults to ``leaf.take(idx, axis=0)``; ``split(arrays, sizes)`` cuts the
+    wrapped arrays into batches.
     """
     n, leaves, _, rebuild = _host(data)
-    if chunk is None:
-        row = sum(x.itemsize * int(np.prod(x.shape[1:])) for x in leaves) or 1
-        chunk = max(1, min(64, CHUNK_ROW_BYTES // (row * batch_size)))
+    row = sum(x.itemsize * int(np.prod(x.shape[1:])) for x in leaves) or 1
+    chunk = max(1, min(64, CHUNK_ROW_BYTES // (row * batch_size)))
     step = chunk * batch_size
 
     def epoch_fn(epoch: int) -> Iterator[Any]:
@@ -144,47 +101,40 @@ def chunked_manual(
     return EpochPipeline(epoch_fn, batch_count(n, batch_size), name=f"chunked_manual[{chunk}]")
 
 
-def pure_python(
-    data: Sequence[Any], batch_size: int, *, seed: int = 0, drop_last: bool = False
-) -> EpochPipeline:
+def pure_python(data: Sequence[Any], batch_size: int, *, seed: int = 0) -> EpochPipeline:
     """Pure Python: ``random.sample`` of a list per epoch (``random.Random(seed)``), then slices."""
     items = data.tolist() if isinstance(data, np.ndarray) else list(data)
-    n, rng = len(items), random.Random(seed)
-    cut = partial(batch_slices, batch_size=batch_size, drop_last=drop_last)
-    length = batch_count(n, batch_size, drop_last)
-    return EpochPipeline(lambda e: cut(rng.sample(items, n)), length, name="pure_python")
+    n, rng, length = len(items), random.Random(seed), batch_count(len(items), batch_size)
+    epoch = partial(batch_slices, batch_size=batch_size)
+    return EpochPipeline(lambda e: epoch(rng.sample(items, n)), length, name="pure_python")
 
 
-def sequential_take(data: Any, batch_size: int, *, drop_last: bool = False) -> EpochPipeline:
+def sequential_take(data: Any, batch_size: int) -> EpochPipeline:
     """A floor: ``leaf.take(idx, axis=0)`` with each batch's ``arange`` indices (a local order)."""
     n, leaves, _, rebuild = _host(data)
-    indices, length = np.arange(n), batch_count(n, batch_size, drop_last)
-    cut = partial(split_batches, indices, batch_size, drop_last)
+    cut = partial(split_batches, np.arange(n), batch_size)
     return EpochPipeline(
         lambda e: (rebuild([x.take(idx, axis=0) for x in leaves]) for idx in cut()),
-        length,
+        batch_count(n, batch_size),
         name="sequential_take",
     )
 
 
-def contiguous_copies(data: Any, batch_size: int, *, drop_last: bool = False) -> EpochPipeline:
+def contiguous_copies(data: Any, batch_size: int) -> EpochPipeline:
     """A floor: a copy of each batch's contiguous rows (``leaf[a:b].copy()``), no index at all."""
     n, leaves, _, rebuild = _host(data)
-    length = batch_count(n, batch_size, drop_last)
-    starts = range(0, length * batch_size, batch_size)
+    starts = range(0, n, batch_size)
     return EpochPipeline(
         lambda e: (rebuild([x[s : s + batch_size].copy() for x in leaves]) for s in starts),
-        length,
+        len(starts),
         name="contiguous_copies",
     )
 
 
-def epoch_views(
-    data: Any, batch_size: int, *, seed: int = 0, drop_last: bool = False
-) -> EpochPipeline:
+def epoch_views(data: Any, batch_size: int, *, seed: int = 0) -> EpochPipeline:
     """One permutation of the epoch, then views: ``rng.permutation(x).reshape(-1, B)`` on 1-D."""
     n, leaves, _, rebuild = _host(data)
-    length, full = batch_count(n, batch_size, drop_last), (n // batch_size) * batch_size
+    full = (n // batch_size) * batch_size
 
     def epoch_fn(epoch: int) -> Iterator[Any]:
         rng = np.random.default_rng([seed, epoch])
@@ -196,10 +146,10 @@ def epoch_views(
         rows = [s[:full].reshape(-1, batch_size, *s.shape[1:]) for s in shuffled]
         for i in range(full // batch_size):
             yield rebuild([r[i] for r in rows])
-        if length * batch_size > full:
+        if full < n:
             yield rebuild([s[full:] for s in shuffled])
 
-    return EpochPipeline(epoch_fn, length, name="epoch_views")
+    return EpochPipeline(epoch_fn, batch_count(n, batch_size), name="epoch_views")
 
 
 NAME = "numpy"
@@ -215,7 +165,7 @@ LABELS = {
     "loader-grouped": "Loader, grouped shuffle",
     "loader-runs": "Loader, grouped shuffle in runs of 16 rows (run_size=16)",
 }
-_v = partial(variant, NAME, LABELS)
+_v, _SEQ = partial(variant, NAME, LABELS), "floor-seq-take"
 VARIANTS = (
     _v("python", loop(pure_python), shuffle=None, workloads=("index",), convert=np.asarray),
     _v(BASELINE, loop(numpy_manual, gather="take"), shuffle=None),
@@ -225,15 +175,7 @@ VARIANTS = (
     _v("floor-seq-take", loop(sequential_take, host=True, seed=False), shuffle=None),
     _v("loader-numpy", loop(Loader), floor=BASELINE),
     _v("loader-numpy-bg", loop(Loader, device="cpu", prefetch=2), floor=BASELINE),
-    _v(
-        "loader-grouped", loop(Loader, shuffle="grouped"), shuffle="grouped", floor="floor-seq-take"
-    ),
-    _v(
-        "loader-runs",
-        loop(Loader, shuffle="grouped", run_size=16),
-        shuffle=None,
-        floor="floor-seq-take",
-    ),
+    _v("loader-grouped", loop(Loader, shuffle="grouped"), shuffle="grouped", floor=_SEQ),
+    _v("loader-runs", loop(Loader, shuffle="grouped", run_size=16), shuffle=None, floor=_SEQ),
 )
 KIT = Kit(NAME, VARIANTS)
-"""The NumPy loops, the baseline and the floors, in table order."""

@@ -16,19 +16,12 @@ from looptoolkit.bench.variants.numpy import chunked_manual, each, numpy_manual
 from looptoolkit.tf_data import as_structure, loader_dataset
 
 
-def classic_dataset(
-    data: Any, batch_size: int, *, seed: int = 0, drop_last: bool = False, prefetch: bool = True
-) -> tf.data.Dataset:
-    """The classic tf.data pipeline: ``from_tensor_slices(data).shuffle(N).batch(B).prefetch()``.
-
-    A buffer of every sample (a full shuffle, tf's order), reshuffled every iteration, then
-    batched (``drop_remainder=drop_last``), ending with ``prefetch(AUTOTUNE)`` if ``prefetch``.
-    """
+def classic_dataset(data: Any, batch_size: int, *, seed: int = 0) -> tf.data.Dataset:
+    """``from_tensor_slices(data).shuffle(N).batch(B).prefetch(AUTOTUNE)``, reshuffled each pass."""
     structure, n = as_structure(data)
     ds = tf.data.Dataset.from_tensor_slices(structure)
     ds = ds.shuffle(n, seed=seed, reshuffle_each_iteration=True)
-    ds = ds.batch(batch_size, drop_remainder=drop_last)
-    return ds.prefetch(tf.data.AUTOTUNE) if prefetch else ds
+    return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
 
 def aligned_take(x: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -40,23 +33,17 @@ def aligned_take(x: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return x.take(idx, 0, out, "clip")  # "clip": no buffered copy; idx is a permutation's
 
 
-def chunked_floor(
-    data: Any, batch_size: int, *, seed: int = 0, chunk: int | None = None
-) -> EpochPipeline:
-    """The tf floor: `chunked_manual` into aligned arrays tf adopts (DLPack), one ``tf.split``.
+def _split(tensors: list[tf.Tensor], sizes: list[int]) -> Iterable[Sequence[tf.Tensor]]:
+    """The batches of a chunk: ``tf.split`` of each leaf, by count when the sizes are equal."""
+    parts: Any = len(sizes) if sizes[0] == sizes[-1] else sizes
+    return zip(*(tf.split(t, parts) for t in tensors), strict=True)
 
-    ``tf.convert_to_tensor`` would copy each chunk (twice when it is not 64-byte aligned).
-    """
-    adopt, split = tf.experimental.dlpack.from_dlpack, tf.split
 
-    def cut(tensors: list[tf.Tensor], sizes: list[int]) -> Iterable[Sequence[tf.Tensor]]:
-        parts: Any = len(sizes) if sizes[0] == sizes[-1] else sizes
-        return zip(*(split(t, parts) for t in tensors), strict=True)
-
-    wrap = each(lambda x: adopt(x.__dlpack__()))
-    return chunked_manual(
-        data, batch_size, seed=seed, chunk=chunk, wrap=wrap, split=cut, take=aligned_take
-    )
+def chunked_floor(data: Any, batch_size: int, *, seed: int = 0) -> EpochPipeline:
+    """The tf floor: `chunked_manual` into aligned arrays tf adopts (DLPack), one ``tf.split``."""
+    # not tf.convert_to_tensor: it copies each chunk (twice when it is not 64-byte aligned)
+    wrap = each(lambda x: tf.experimental.dlpack.from_dlpack(x.__dlpack__()))
+    return chunked_manual(data, batch_size, seed=seed, wrap=wrap, split=_split, take=aligned_take)
 
 
 NAME = "tf"
@@ -78,4 +65,3 @@ VARIANTS = (
     *images(NAME, " (tf.function)"),
 )
 KIT = Kit(NAME, VARIANTS, leaves=lambda leaves, _: [tf.convert_to_tensor(x) for x in leaves])
-"""The tf loops, on the workload as tensors."""

@@ -1,7 +1,4 @@
-"""The torch kit: ``DataLoader`` as PyTorch users run it, randperm loops, the on-device gather.
-
-Given an ``order``, the DataLoaders and the gather yield exactly the Loader's batches.
-"""
+"""The torch kit: ``DataLoader`` as PyTorch users run it, randperm loops, the on-device gather."""
 
 from __future__ import annotations
 
@@ -11,10 +8,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset
 
 from looptoolkit import Loader, tree
-from looptoolkit._epochs import EpochCursor, pass_over
 from looptoolkit._rows import Rows
 from looptoolkit.adapters.torch import from_numpy
 from looptoolkit.bench.variants import Context, Kit, images, loop, variant
@@ -34,8 +30,7 @@ class PerSampleDataset(Dataset):
     """``TensorDataset`` for any pytree: one row per ``__getitem__`` (DataLoader's default path)."""
 
     def __init__(self, data: Any) -> None:
-        self._n = Rows(data).n
-        self._leaves, self._spec = _tensors(data)
+        self._n, (self._leaves, self._spec) = Rows(data).n, _tensors(data)
 
     def __len__(self) -> int:
         return self._n
@@ -44,42 +39,20 @@ class PerSampleDataset(Dataset):
         return tree.unflatten(self._spec, [leaf[i] for leaf in self._leaves])
 
 
-class OrderSampler(Sampler[int]):
-    """The epoch orders of an ``Order``, a ``Loader`` or a function, by the Loader's epoch rule."""
+class OrderSampler(EpochPipeline):
+    """Sampler of the epoch orders of an ``Order``, ``Loader`` or function (the Loader's rule)."""
 
     def __init__(self, order: Any, n: int) -> None:
-        self.order, self.n, self.cursor = order, n, EpochCursor()
-
-    def set_epoch(self, epoch: int) -> None:
-        """Make ``epoch`` the one the next ``iter()`` yields."""
-        self.cursor.set_epoch(epoch)
-
-    def __iter__(self) -> Iterator[int]:
-        return pass_over(self.cursor, lambda epoch: epoch_indices(self.order, epoch).tolist())
-
-    def __len__(self) -> int:
-        return self.n
+        super().__init__(lambda epoch: epoch_indices(order, epoch).tolist(), n, name="order")
 
 
 def dataloader(
-    dataset: Any,
-    batch_size: int,
-    *,
-    order: Any = None,
-    shuffle: bool = True,
-    seed: int = 0,
-    **kwargs: Any,
+    dataset: Any, batch_size: int, *, order: Any = None, seed: int = 0, **kw: Any
 ) -> DataLoader:
-    """A ``DataLoader`` over ``dataset``: in ``order`` (an `OrderSampler`), or in its own.
-
-    Without ``order``, ``shuffle`` is DataLoader's, its generator seeded with ``seed``; other
-    keywords (``drop_last``, ``num_workers``, ...) go to ``DataLoader``. A pass run to the end
-    moves it to the next epoch.
-    """
+    """A ``DataLoader`` in ``order`` (an `OrderSampler`), or shuffled by a generator of ``seed``."""
     sampler = None if order is None else OrderSampler(order, len(dataset))
-    shuffle = shuffle and order is None
-    generator = torch.Generator().manual_seed(seed) if shuffle else None
-    return DataLoader(dataset, batch_size, shuffle, sampler, generator=generator, **kwargs)
+    generator = torch.Generator().manual_seed(seed) if order is None else None
+    return DataLoader(dataset, batch_size, order is None, sampler, generator=generator, **kw)
 
 
 def per_sample_dataloader(data: Any, batch_size: int, **kwargs: Any) -> DataLoader:
@@ -89,54 +62,39 @@ def per_sample_dataloader(data: Any, batch_size: int, **kwargs: Any) -> DataLoad
 
 def getitems_dataloader(data: Any, batch_size: int, **kwargs: Any) -> DataLoader:
     """`dataloader` over ``GetItemsDataset(data)``: lists of ints, one gather per batch."""
-    kwargs.setdefault("collate_fn", keep_batch)
-    return dataloader(GetItemsDataset(data), batch_size, **kwargs)
+    return dataloader(GetItemsDataset(data), batch_size, collate_fn=keep_batch, **kwargs)
 
 
 def randperm_loop(
-    data: Any, batch_size: int, *, seed: int = 0, drop_last: bool = False, gather: str = "index"
+    data: Any, batch_size: int, *, seed: int = 0, gather: str = "index"
 ) -> EpochPipeline:
-    """``torch.randperm`` per epoch (torch's order), then one gather per leaf per batch.
-
-    ``gather="index"``: ``leaf[idx]`` (torch's indexing, OpenMP threads); ``"index_select"``.
-    """
+    """``torch.randperm`` per epoch, then ``leaf[idx]`` or (``"index_select"``) per leaf a batch."""
     if gather not in ("index", "index_select"):
         raise ValueError(f"`gather` must be 'index' or 'index_select', got {gather!r}.")
-    tensors, spec = _tensors(data)
-    n, device, select = int(tensors[0].shape[0]), tensors[0].device, gather == "index_select"
-    generator = torch.Generator(device=device if device.type == "cuda" else "cpu")
-    generator.manual_seed(seed)
+    ts, spec = _tensors(data)
+    n, device, select = int(ts[0].shape[0]), ts[0].device, gather == "index_select"
+    generator = torch.Generator(device=device if device.type == "cuda" else "cpu").manual_seed(seed)
 
     def epoch_fn(epoch: int) -> Iterator[Any]:
         perm = torch.randperm(n, generator=generator, device=generator.device)
-        for idx in batch_slices(perm, batch_size, drop_last):
-            yield tree.unflatten(
-                spec, [t.index_select(0, idx) if select else t[idx] for t in tensors]
-            )
+        for idx in batch_slices(perm, batch_size):
+            yield tree.unflatten(spec, [t.index_select(0, idx) if select else t[idx] for t in ts])
 
-    length = batch_count(n, batch_size, drop_last)
-    return EpochPipeline(epoch_fn, length, name=f"randperm_loop[{gather}]")
+    return EpochPipeline(epoch_fn, batch_count(n, batch_size), name=f"randperm_loop[{gather}]")
 
 
-def resident_gather(
-    data: Any, batch_size: int, *, order: Any, device: Any = None, drop_last: bool = False
-) -> EpochPipeline:
-    """The bare on-device gather, the reference of a resident Loader.
-
-    The data on ``device`` once, each epoch's order copied there once, then one
-    ``index_select`` per leaf per batch.
-    """
+def resident_gather(data: Any, batch_size: int, *, order: Any, device: Any = None) -> EpochPipeline:
+    """The bare on-device gather: data and each epoch's order on ``device``, ``index_select``."""
     tensors, spec = _tensors(data)
     tensors = tensors if device is None else [t.to(device) for t in tensors]
     on, n = tensors[0].device, int(tensors[0].shape[0])
 
     def epoch_fn(epoch: int) -> Iterator[Any]:
         indices = torch.from_numpy(epoch_indices(order, epoch).astype(np.int64)).to(on)
-        for idx in batch_slices(indices, batch_size, drop_last):
+        for idx in batch_slices(indices, batch_size):
             yield tree.unflatten(spec, [t.index_select(0, idx) for t in tensors])
 
-    length = order_length(order, n, batch_size, drop_last)
-    return EpochPipeline(epoch_fn, length, name="resident_gather")
+    return EpochPipeline(epoch_fn, order_length(order, n, batch_size), name="resident_gather")
 
 
 def _workers(ctx: Context) -> DataLoader:
@@ -145,10 +103,12 @@ def _workers(ctx: Context) -> DataLoader:
     # threaded process can deadlock. Clones: torch moves them to shared memory for the workers.
     tensors, spec = _tensors(ctx.data)
     data = tree.unflatten(spec, [t.clone() for t in tensors])
-    options = {"multiprocessing_context": "forkserver", "persistent_workers": True}
-    return per_sample_dataloader(
-        data, ctx.batch_size, order=ctx.order("full"), num_workers=2, **options
-    )
+    options = {
+        "multiprocessing_context": "forkserver",
+        "persistent_workers": True,
+        "num_workers": 2,
+    }
+    return per_sample_dataloader(data, ctx.batch_size, order=ctx.order("full"), **options)
 
 
 NAME = "torch"
@@ -186,7 +146,7 @@ VARIANTS = (
 KIT = Kit(
     NAME,
     VARIANTS,
-    leaves=lambda leaves, _: [torch.from_numpy(x) for x in leaves],
-    gpu=torch.cuda.is_available,
+    lambda leaves, _: [torch.from_numpy(x) for x in leaves],
+    None,
+    torch.cuda.is_available,
 )
-"""The torch loops, on zero-copy CPU tensors of the workload (the GPU variants move them)."""
