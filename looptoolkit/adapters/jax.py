@@ -17,7 +17,7 @@ import numpy as np
 
 from looptoolkit._dtypes import as_numpy_dtype
 from looptoolkit._target import Target
-from looptoolkit.adapters._host import chunked, split_chunks
+from looptoolkit.adapters._host import aligned_gather, chunked, split_chunks
 from looptoolkit.adapters._protocol import BackendBase
 
 if TYPE_CHECKING:
@@ -156,7 +156,8 @@ class JaxBackend(BackendBase):
         """``take(leaves, idx)`` for each ``idx`` of ``batches``, lazily.
 
         Leaves on the host CPU are gathered by NumPy from zero-copy views, a chunk
-        of batches at a time ([`host_chunks`][looptoolkit.adapters.host_chunks]); each
+        of batches at a time ([`host_chunks`][looptoolkit.adapters.host_chunks]), into
+        64-byte-aligned arrays (``jax.device_put`` copies others once more); each
         chunk is one ``jax.device_put`` of all leaves and one jitted split into
         its batches: a JAX call per chunk, not per batch (jitted gathers on the
         CPU hand work to XLA's threads, which share the cores with everything
@@ -179,6 +180,7 @@ class JaxBackend(BackendBase):
                 batches,
                 lambda rows: jax.device_put(rows, device),
                 lambda arrays, sizes: _split(arrays, tuple(sizes)),
+                aligned_gather,
             )
             return
         yield from _take_on_device(leaves, batches, device)

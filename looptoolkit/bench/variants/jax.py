@@ -14,7 +14,7 @@ from looptoolkit import Loader, tree
 from looptoolkit.adapters.jax import resolve_device
 from looptoolkit.bench.variants import Kit, images, loop, variant
 from looptoolkit.bench.variants.epochs import EpochPipeline, batch_slices, order_length
-from looptoolkit.bench.variants.numpy import chunked_manual
+from looptoolkit.bench.variants.numpy import aligned_take, chunked_manual
 from looptoolkit.device import parse_device
 from looptoolkit.order import batch_count, epoch_indices
 
@@ -34,10 +34,10 @@ def _split(leaves: list[jax.Array], sizes: tuple[int, ...]) -> list[list[jax.Arr
 def chunked_floor(
     data: Any, batch_size: int, *, seed: int = 0, device: Any = None
 ) -> EpochPipeline:
-    """The JAX floor: `chunked_manual` with one ``jax.device_put`` and one jitted split a chunk."""
+    """The JAX floor: `chunked_manual` into aligned arrays, a ``jax.device_put``, a jitted split."""
     where, put = placement(device), jax.device_put
     wrap, split = (lambda rows: put(rows, where)), (lambda a, sizes: _split(a, tuple(sizes)))
-    return chunked_manual(data, batch_size, seed=seed, wrap=wrap, split=split)
+    return chunked_manual(data, batch_size, seed=seed, wrap=wrap, split=split, take=aligned_take)
 
 
 def host_gather_device_put(

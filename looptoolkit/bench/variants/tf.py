@@ -6,13 +6,12 @@ from collections.abc import Iterable, Sequence
 from functools import partial
 from typing import Any
 
-import numpy as np
 import tensorflow as tf
 
 from looptoolkit import Loader
 from looptoolkit.bench.variants import Kit, images, loop, variant
 from looptoolkit.bench.variants.epochs import EpochPipeline
-from looptoolkit.bench.variants.numpy import chunked_manual, each, numpy_manual
+from looptoolkit.bench.variants.numpy import aligned_take, chunked_manual, each, numpy_manual
 from looptoolkit.tf_data import as_structure, loader_dataset
 
 
@@ -22,15 +21,6 @@ def classic_dataset(data: Any, batch_size: int, *, seed: int = 0) -> tf.data.Dat
     ds = tf.data.Dataset.from_tensor_slices(structure)
     ds = ds.shuffle(n, seed=seed, reshuffle_each_iteration=True)
     return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
-
-
-def aligned_take(x: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """``x.take(idx, axis=0)`` into a new array on a 64-byte boundary (tf adopts it as it is)."""
-    nbytes = len(idx) * x.dtype.itemsize * int(np.prod(x.shape[1:]))
-    raw = np.empty(nbytes + 64, np.uint8)
-    start = -raw.ctypes.data % 64
-    out = raw[start : start + nbytes].view(x.dtype).reshape(len(idx), *x.shape[1:])
-    return x.take(idx, 0, out, "clip")  # "clip": no buffered copy; idx is a permutation's
 
 
 def _split(tensors: list[tf.Tensor], sizes: list[int]) -> Iterable[Sequence[tf.Tensor]]:
