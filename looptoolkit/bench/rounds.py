@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 __all__ = ["Entry", "Record", "Settings", "Step", "epoch_round", "run_step", "run_workload"]
 
 
+_END = object()  # what next() gives at the end of an epoch
+
+
 def sync_fn(device: str, backends: Iterable[str]) -> Callable[[], None] | None:
     """Waits for these backends' accelerator before a clock is read (None on the CPU)."""
     from looptoolkit.adapters import get_backend
@@ -125,31 +128,50 @@ def epoch_round(
     ``record`` and ends the variant's timing.
     """
     clock, stop = time.perf_counter, -1 if limit is None else max(limit, 1)
-    skip_first = step is not None
 
-    def epoch(iterator: Iterator[Any], begin: float) -> tuple[int, float, float, float, int]:
-        k = counted = 0
-        first = wait = in_step = 0.0
-        mark = begin
+    def lean(iterator: Iterator[Any], begin: float) -> tuple[int, float, float, float, int]:
+        """Batches only: the clock read at the first batch and at the end, nothing per batch."""
+        batch = next(iterator, _END)
+        if batch is _END:
+            return 0, 0.0, 0.0, 0.0, 0
+        if ready is not None:
+            ready(batch)
+        first, k = clock() - begin, 1
+        del batch
+        if k != stop:
+            if ready is None:
+                for _ in iterator:
+                    k += 1
+                    if k == stop:
+                        break
+            else:
+                for batch in iterator:
+                    ready(batch)
+                    k += 1
+                    if k == stop:
+                        break
+        return k, first, clock() - begin, 0.0, k
+
+    def stepped(iterator: Iterator[Any], begin: float) -> tuple[int, float, float, float, int]:
+        """Each batch's wait and step timed, the first batch left out (the steady state)."""
+        assert step is not None
+        k, first, wait, in_step, mark = 0, 0.0, 0.0, 0.0, begin
         for batch in iterator:
             if ready is not None:
                 ready(batch)
-            if step is None and k == 0:
-                first = clock() - begin
-            elif step is not None:
-                got = clock()
-                first = got - begin if k == 0 else first
-                step()
-                done = clock()
-                if k or not skip_first:
-                    wait, in_step, counted = wait + got - mark, in_step + done - got, counted + 1
-                mark = done
-            k += 1
+            got = clock()
+            step()
+            done = clock()
+            if k:
+                wait, in_step = wait + got - mark, in_step + done - got
+            else:
+                first = got - begin
+            k, mark = k + 1, done
             if k == stop:
                 break
-        if step is None and k:
-            wait, counted = clock() - begin - (first if skip_first else 0.0), k - skip_first
-        return k, first, wait, in_step, counted
+        return k, first, wait, in_step, k - 1
+
+    epoch = lean if step is None else stepped
 
     def one_round() -> float:
         if record.error is not None:
