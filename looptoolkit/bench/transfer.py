@@ -44,11 +44,10 @@ def _groups(key: str, section: dict[str, Any]) -> list[Group]:
     groups = []
     for (where, part), title in TITLES.items():
         if where == key and section.get(part):
-            rows = [
-                Row(r["name"], r["label"], rounds_s=r["rounds_s"], check="same as the reference",
-                    extra={k: v for k, v in r.items() if k not in _ROW_KEYS})
-                for r in section[part]
-            ]  # fmt: skip
+            rows = [Row(r["name"], r["label"], rounds_s=r["rounds_s"]) for r in section[part]]
+            for row, r in zip(rows, section[part], strict=True):
+                row.check = "same as the reference"
+                row.extra = {k: v for k, v in r.items() if k not in _ROW_KEYS}
             groups.append(Group(f"{key}/{part}", title, rows, unit="call"))
     return groups
 
