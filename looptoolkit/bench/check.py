@@ -1,10 +1,7 @@
 """Check before timing: every variant's batches against a NumPy gather of the same rows.
 
-A fast wrong loop is not a result. Variants that reproduce the Loader's order
-must yield, batch for batch, the NumPy gather of that order (values and
-dtypes); loops with their own order must yield full batches (the last may be
-partial), every row at most once (exactly once over a whole epoch), and each
-leaf's rows matching the row ids.
+A fast wrong loop is not a result: exact variants must yield the Loader's batches, the others
+every row at most once (exactly once over an epoch), each leaf aligned with the row ids.
 """
 
 from __future__ import annotations
@@ -42,23 +39,17 @@ class Check:
     detail: str = ""
 
 
-def _leaf_problem(batch: dict[str, np.ndarray], reference: dict[str, np.ndarray]) -> str | None:
-    if set(batch) != set(reference):
-        return f"has leaves {sorted(batch)}, expected {sorted(reference)}"
-    return None
+Leaves = dict[str, np.ndarray]
 
 
-def _exact_problem(
-    batch: dict[str, np.ndarray], idx: np.ndarray | None, reference: dict[str, np.ndarray]
-) -> str | None:
+def _exact_problem(batch: Leaves, idx: np.ndarray | None, reference: Leaves) -> str | None:
+    """Why ``batch`` is not the reference's rows ``idx``, or None."""
     if idx is None:
         return "is one batch too many"
-    problem = _leaf_problem(batch, reference)
-    if problem is not None:
-        return problem
+    if set(batch) != set(reference):
+        return f"has leaves {sorted(batch)}, expected {sorted(reference)}"
     for path, leaf in reference.items():
-        want = leaf.take(idx, axis=0)
-        have = batch[path]
+        want, have = leaf.take(idx, axis=0), batch[path]
         if have.dtype != want.dtype or not np.array_equal(have, want):
             return (
                 f"{path} differs from the reference ({have.dtype}{list(have.shape)} vs "
@@ -70,18 +61,14 @@ def _exact_problem(
 class _Coverage:
     """Every row at most once, full batches but the last, leaves aligned with the row ids."""
 
-    def __init__(self, ctx: Context, reference: dict[str, np.ndarray]) -> None:
-        self.n = ctx.workload.n
-        self.batch_size = ctx.batch_size
-        self.id_path = ctx.workload.id_path
-        self.reference = reference
-        self.seen = np.zeros(self.n, dtype=bool)
-        self.partial = False
+    def __init__(self, ctx: Context, reference: Leaves) -> None:
+        self.n, self.batch_size, self.id_path = ctx.workload.n, ctx.batch_size, ctx.workload.id_path
+        self.reference, self.seen, self.partial = reference, np.zeros(self.n, dtype=bool), False
 
-    def problem(self, batch: dict[str, np.ndarray]) -> str | None:
-        problem = _leaf_problem(batch, self.reference)
-        if problem is not None:
-            return problem
+    def problem(self, batch: Leaves) -> str | None:
+        """Why ``batch`` breaks coverage, or None."""
+        if set(batch) != set(self.reference):
+            return f"has leaves {sorted(batch)}, expected {sorted(self.reference)}"
         if self.partial:
             return "follows a partial batch"
         ids = batch[self.id_path].astype(np.int64)
@@ -89,15 +76,10 @@ class _Coverage:
             if not 0 < len(ids) <= self.batch_size:
                 return f"has {len(ids)} rows, batch size {self.batch_size}"
             self.partial = True
-        seen = self.seen
-        if (
-            ids.min() < 0
-            or ids.max() >= self.n
-            or seen[ids].any()
-            or len(np.unique(ids)) != len(ids)
-        ):
+        out_of_range = ids.min() < 0 or ids.max() >= self.n
+        if out_of_range or self.seen[ids].any() or len(np.unique(ids)) != len(ids):
             return "repeats rows or has rows out of range"
-        seen[ids] = True
+        self.seen[ids] = True
         for path, leaf in self.reference.items():
             have = batch[path]
             if have.dtype != leaf.dtype or not np.array_equal(have, leaf.take(ids, axis=0)):
@@ -109,33 +91,25 @@ def check_batches(
     variant: Variant,
     pipeline: Iterable[Any],
     ctx: Context,
-    reference: dict[str, np.ndarray],
+    reference: Leaves,
     *,
     limit: int | None = None,
 ) -> Check:
     """Check one epoch (or its first ``limit`` batches) of ``pipeline``, batch by batch.
 
-    Exact variants must yield the NumPy gather of their Loader order, epoch 0,
-    batch for batch (values and dtypes). Loops with their own order must yield
-    full batches (the last may be partial), every row at most once (every row
-    exactly once over a whole epoch), each leaf's rows matching the row ids.
-    Batches are compared as they come and not kept; ``seconds`` counts the
-    loop's own time (its ``next()`` and the batch's conversion to NumPy), not
+    Exact variants (with a ``shuffle``) must yield the NumPy gather of their Loader order, epoch
+    0, batch for batch (values and dtypes); the others must pass the coverage check. Batches are
+    not kept; ``seconds`` counts the loop's ``next()`` and the batch's conversion to NumPy, not
     the comparisons.
     """
-    ready = kit(variant.backend).ready
-    convert = variant.convert
-    shuffle = variant.shuffle
-    exact = shuffle is not None
-    expected: list[np.ndarray] = []
-    coverage = _Coverage(ctx, reference)
+    ready, convert, shuffle = kit(variant.backend).ready, variant.convert, variant.shuffle
+    coverage, expected = _Coverage(ctx, reference), []
     if shuffle is not None:
         how = f"exact: the Loader's batches (shuffle={shuffle!r}, epoch 0)"
         expected = split_batches(epoch_indices(ctx.order(shuffle), 0), ctx.batch_size)
     else:
         how = "coverage: every row once, rows aligned with their ids"
-    count, seconds, problem = 0, 0.0, None
-    iterator = iter(pipeline)
+    count, seconds, iterator = 0, 0.0, iter(pipeline)
     try:
         while limit is None or count < limit:
             start = time.perf_counter()
@@ -148,7 +122,7 @@ def check_batches(
                 ready(batch)
             leaves = host_leaves(convert(batch) if convert else batch)
             seconds += time.perf_counter() - start
-            if exact:
+            if shuffle is not None:
                 idx = expected[count] if count < len(expected) else None
                 problem = _exact_problem(leaves, idx, reference)
             else:
@@ -159,12 +133,11 @@ def check_batches(
     finally:
         with contextlib.suppress(Exception):
             iterator.close()  # type: ignore[attr-defined]
-    whole = limit is None or count < limit
-    if whole and exact and count != len(expected):
+    if limit is not None and count >= limit:
+        return Check(True, how + f", first {count} batches", count, seconds)
+    if shuffle is not None and count != len(expected):
         return Check(False, how, count, seconds, f"{count} batches, expected {len(expected)}")
-    if whole and not exact and not coverage.seen.all():
+    if shuffle is None and not coverage.seen.all():
         missing = int((~coverage.seen).sum())
         return Check(False, how, count, seconds, f"{missing} rows never appeared in the epoch")
-    if not whole:
-        how += f", first {count} batches"
     return Check(True, how, count, seconds)

@@ -1,25 +1,8 @@
 """``looptoolkit compare``: every loop variant x backend x workload, checked, then timed.
 
-The harness runs check -> interleave -> report. For each workload (``index``,
-``tabular``, ``images``) and each installed backend, every variant of
-[`looptoolkit.bench.variants`][looptoolkit.bench.variants] is built and its first epoch checked
-([`looptoolkit.bench.check`][looptoolkit.bench.check]); a variant that fails is reported and not
-timed. The variants are then timed interleaved after warm-up, one epoch per
-round ([`looptoolkit.bench.rounds`][looptoolkit.bench.rounds]), and each workload's headline and
-table are printed as soon as it is done: ms/epoch, the ratio to the best
-manual loop (permutation + ``take``), and each Loader row's ratio to its floor.
-
-Then, optionally: a synthetic model step after every batch (the time each loop
-adds to training, and its data wait) and, on a GPU, the transfer of an
-``images`` batch by batch size. The run ends with the targets, and writes
-``compare-<device>.json``, ``.md`` and ``.png`` to ``./looptoolkit-results/``
-(or ``--out``).
-
-``--preset classic`` answers the classic question of which loop is fastest
-for 1000 epochs of 300,000 samples at batch 300: it times a few epochs of each
-loop and multiplies.
-
-Run with ``looptoolkit compare`` or ``python -m looptoolkit.bench.compare``.
+Per workload: check, time interleaved ([`looptoolkit.bench.rounds`][looptoolkit.bench.rounds]),
+print its table; then the step, transfer and memory sections, the targets, and
+``compare-<device>.json``, ``.md`` and ``.png`` in ``./looptoolkit-results/`` (or ``--out``).
 """
 
 from __future__ import annotations
@@ -79,83 +62,47 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         epilog="Variants, workloads and how to read the tables: docs/compare.md.",
     )
     add = parser.add_argument
-    add("--preset", choices=sorted(PRESETS), default=None, help="classic: " + PRESETS["classic"][0])
-    add("--device", default=None, help="cpu, cuda or cuda:N (default: the best one present)")
-    add("--workload", default=None, help="index, tabular, images, a comma list, or all (default)")
-    add(
-        "--backends",
-        default=None,
-        help="comma list of numpy, torch, jax, tf (default: every installed one)",
-    )
-    add(
-        "--variants",
-        default=None,
-        help=f"comma list of variant names or globs ({BASELINE} always runs)",
-    )
-    add("--skip", default=None, help="variant names or globs to leave out (e.g. '*-w2')")
+    add("--preset", choices=sorted(PRESETS), help="classic: " + PRESETS["classic"][0])
+    add("--device", help="cpu, cuda or cuda:N (default: the best one present)")
+    add("--workload", help="index, tabular, images, a comma list, or all (default)")
+    add("--backends", help="comma list of numpy, torch, jax, tf (default: every installed one)")
+    add("--variants", help=f"comma list of variant names or globs ({BASELINE} always runs)")
+    add("--skip", help="variant names or globs to leave out (e.g. '*-w2')")
     add("--rounds", type=int, default=5, help="timed rounds per variant, interleaved (5)")
-    add(
-        "--epochs",
-        type=int,
-        default=None,
-        help="timed epochs per variant, spread over the rounds (default: one per round)",
-    )
+    epochs = "timed epochs per variant, spread over the rounds (default: one per round)"
+    add("--epochs", type=int, help=epochs)
     add("--warmup", type=int, default=1, help="warm-up rounds (1)")
-    add(
-        "--max-epoch-s",
-        type=float,
-        default=0.25,
-        help="a loop whose epoch takes longer is timed on a bounded number of batches per "
-        "round and scaled; 0 times whole epochs (0.25)",
+    bounded = (
+        "a loop whose epoch takes longer is timed on a bounded number of batches per round and "
+        "scaled; 0 times whole epochs (0.25)"
     )
-    add(
-        "--slow-batches",
-        type=int,
-        default=50,
-        help="batches per round for the always-bounded loops (50)",
+    add("--max-epoch-s", type=float, default=0.25, help=bounded)
+    slow = "batches per round for the always-bounded loops (50)"
+    add("--slow-batches", type=int, default=50, help=slow)
+    step_ms = "synthetic model step after every batch in the step section; 0 skips it (0.5)"
+    add("--step-ms", type=float, help=step_ms)
+    step_workload = (
+        "workloads of the step section, a comma list (tabular,images); on images it times the "
+        "images variant set (img-*) and the baseline unless --variants is given"
     )
-    add(
-        "--step-ms",
-        type=float,
-        default=None,
-        help="synthetic model step after every batch in the step section; 0 skips it (0.5)",
-    )
-    add(
-        "--step-workload",
-        default="tabular,images",
-        help="workloads of the step section, a comma list (tabular,images); on images "
-        "it times the images variant set (img-*) and the baseline unless --variants is "
-        "given",
-    )
+    add("--step-workload", default="tabular,images", help=step_workload)
     add("--step-batches", type=int, default=100, help="batches per round, step section (100)")
-    add(
-        "--transfer",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="time uint8 vs float16 transfer by batch size (default: on a GPU only; on the "
-        "CPU both paths are the same host cast)",
+    transfer = (
+        "time uint8 vs float16 transfer by batch size (default: on a GPU only; on the CPU both "
+        "paths are the same host cast)"
     )
-    add(
-        "--memmap-gb",
-        type=float,
-        default=0.0,
-        help="also measure the memory one Loader epoch allocates over a memory-mapped "
-        "dataset of this size, written to a temporary file (default: 0, off)",
+    add("--transfer", action=argparse.BooleanOptionalAction, help=transfer)
+    memmap = (
+        "also measure the memory one Loader epoch allocates over a memory-mapped dataset of "
+        "this size, written to a temporary file (default: 0, off)"
     )
+    add("--memmap-gb", type=float, default=0.0, help=memmap)
     add("--seed", type=int, default=0, help="seed of every order (0)")
-    add(
-        "--out",
-        type=Path,
-        default=None,
-        help="directory for the JSON, Markdown and PNG (default: ./looptoolkit-results)",
-    )
+    out = "directory for the JSON, Markdown and PNG (default: ./looptoolkit-results)"
+    add("--out", type=Path, help=out)
     add("--reference", action="store_true", help=REFERENCE_HELP)
-    add(
-        "--plot",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="write the PNG chart (needs matplotlib)",
-    )
+    plot = "write the PNG chart (needs matplotlib)"
+    add("--plot", action=argparse.BooleanOptionalAction, default=True, help=plot)
     add("--quick", action="store_true", help="tiny sizes, few rounds: a smoke test")
     args = parser.parse_args(argv)
     preset = PRESETS[args.preset][1] if args.preset else {}
@@ -176,15 +123,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             parser.error(f"--{name.replace('_', '-')} must be >= {minimum}")
     if args.epochs is not None and args.epochs < 1:
         parser.error("--epochs must be >= 1")
+    args.epochs_per_round = 1
+    if args.epochs is not None:  # spread over the rounds
+        args.rounds = min(args.rounds, args.epochs)
+        args.epochs_per_round = -(-args.epochs // args.rounds)
     if args.reference and args.out is not None:
         parser.error("--reference and --out: give one")
     return args
 
 
 def _split(text: str | None) -> list[str] | None:
-    if text is None:
-        return None
-    return [part.strip() for part in text.split(",") if part.strip()]
+    return None if text is None else [part.strip() for part in text.split(",") if part.strip()]
 
 
 def best_device(backends: list[str]) -> str:
@@ -228,20 +177,17 @@ def load_backends(
             kit(name)
         except (ImportError, ValueError) as e:
             skipped[name] = str(e)
-            continue
-        present.append(name)
+        else:
+            present.append(name)
     return present, skipped
 
 
 def _workload_names(text: str) -> list[str]:
-    if text == "all":
-        return list(WORKLOADS)
-    names = _split(text) or []
+    names = list(WORKLOADS) if text == "all" else _split(text) or []
     for name in names:
         if name not in WORKLOADS:
-            raise ValueError(
-                f"`--workload`: unknown workload {name!r}; known: {', '.join(WORKLOADS)}, all."
-            )
+            known = ", ".join(WORKLOADS)
+            raise ValueError(f"`--workload`: unknown workload {name!r}; known: {known}, all.")
     return names
 
 
@@ -251,10 +197,9 @@ def _intro(args: argparse.Namespace, device: str, out: Path, backends: list[str]
     ]
     if args.preset:
         lines.append(f"Preset {args.preset}: {PRESETS[args.preset][0]}.")
-    epochs = args.epochs or args.rounds
     lines.append(
-        f"Each loop is timed on {epochs} epoch(s) after {args.warmup} warm-up round(s); "
-        f"loops slower than {args.max_epoch_s:g} s per epoch on their first batches "
+        f"Each loop is timed on {args.epochs or args.rounds} epoch(s) after {args.warmup} warm-up "
+        f"round(s); loops slower than {args.max_epoch_s:g} s per epoch on their first batches "
         "only, scaled to an epoch (marked *)."
     )
     if args.project_epochs:
@@ -266,6 +211,12 @@ def _intro(args: argparse.Namespace, device: str, out: Path, backends: list[str]
     return "\n".join(wrap(line) for line in lines)
 
 
+_RECORDED = (  # the flags kept in the results' settings, in this order
+    *("rounds", "epochs_per_round", "warmup", "seed", "max_epoch_s", "slow_batches", "step_ms"),
+    *("step_workload", "step_batches", "quick", "preset", "project_epochs"),
+)
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     """Run ``looptoolkit compare`` with command-line arguments ``argv``; return the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -275,13 +226,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     try:
         workload_names = _workload_names(args.workload)
         out = results_dir(args.out, reference=args.reference)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"looptoolkit compare: error: {e}", file=sys.stderr)
-        return 2
-    backends, skipped = load_backends(_split(args.backends), progress)
-    try:
+        backends, skipped = load_backends(_split(args.backends), progress)
         device = _check_device(args.device, backends) if args.device else best_device(backends)
-    except ValueError as e:
+    except (ValueError, FileNotFoundError) as e:
         progress.clear()
         print(f"looptoolkit compare: error: {e}", file=sys.stderr)
         return 2
@@ -289,17 +236,13 @@ def run(argv: Sequence[str] | None = None) -> int:
     progress.emit(_intro(args, device, out, backends))
     for name, why in skipped.items():
         progress.emit(wrap(f"backend {name} skipped: {why}"))
-    rounds, epochs_per_round = args.rounds, 1
-    if args.epochs is not None:
-        rounds = min(rounds, args.epochs)
-        epochs_per_round = -(-args.epochs // rounds)
     settings = Settings(
         device=device,
         backends=backends,
         patterns=_split(args.variants),
         skip=_split(args.skip),
-        rounds=rounds,
-        epochs_per_round=epochs_per_round,
+        rounds=args.rounds,
+        epochs_per_round=args.epochs_per_round,
         warmup=args.warmup,
         max_epoch_s=args.max_epoch_s,
         slow_batches=args.slow_batches,
@@ -307,21 +250,13 @@ def run(argv: Sequence[str] | None = None) -> int:
     )
     step_workloads = [w for w in _split(args.step_workload) or [] if w in workload_names]
     step_workloads = step_workloads or workload_names[-1:]
-    run_settings = {
-        **{k: getattr(settings, k) for k in ("rounds", "epochs_per_round", "warmup", "seed")},
-        **{k: getattr(settings, k) for k in ("max_epoch_s", "slow_batches")},
-        "step_ms": args.step_ms,
-        "step_workload": ",".join(step_workloads) if args.step_ms > 0 else None,
-        "step_batches": args.step_batches,
-        **{k: getattr(args, k) for k in ("quick", "preset", "project_epochs")},
-    }
-    accelerator_only = [] if gpu else [v.name for v in variants(backends) if v.accelerator]
-    extras: dict[str, Any] = {
-        "step": [],
-        "skipped_backends": skipped,
-        "accelerator_only": accelerator_only,
-    }
+    args.step_workload = ",".join(step_workloads) if args.step_ms > 0 else None
+    extras: dict[str, Any] = {"step": [], "skipped_backends": skipped}
+    extras["accelerator_only"] = (
+        [] if gpu else [v.name for v in variants(backends) if v.accelerator]
+    )
     command = " ".join(["looptoolkit compare", *argv])
+    run_settings = {key: getattr(args, key) for key in _RECORDED}
     result = Run("compare", device, command, {}, run_settings, [], extras=extras)
     for name in workload_names:
         progress.stage(f"{name}: building the data")
@@ -329,9 +264,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         entries = run_workload(workload, settings, progress)
         title = f"{name} ({device}): {workload.description}; {workload.num_batches} batches/epoch"
         info = {"description": workload.description, "n": workload.n, "bytes": workload.nbytes}
-        group = Group(
-            name, title, [e.row() for e in entries], "epoch", BASELINE, workload.num_batches, info
-        )
+        rows = [e.row() for e in entries]
+        group = Group(name, title, rows, "epoch", BASELINE, workload.num_batches, info)
         result.groups.append(group)
         if len(result.groups) == 1:
             progress.emit(f"\n{render.legend(result.groups)}\n{wrap(report.CHECK_LEGEND)}")
@@ -340,8 +274,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         if args.step_ms > 0 and name in step_workloads:
             focus = STEP_FOCUS.get(name) if settings.patterns is None else None
             step = Step(args.step_ms, device)
-            rows = run_step(workload, entries, settings, step, args.step_batches, progress, focus)
-            extras["step"] += [{"workload": name, **row} for row in rows]
+            steps = run_step(workload, entries, settings, step, args.step_batches, progress, focus)
+            extras["step"] += [{"workload": name, **row} for row in steps]
             progress.emit("\n" + report.step_table(result, name).text())
         for entry in entries:
             entry.close()

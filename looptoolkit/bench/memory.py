@@ -1,11 +1,8 @@
 """Memory of one Loader epoch over a memory-mapped dataset (``looptoolkit compare --memmap-gb``).
 
-Writes a float32 ``(rows, 64)`` file of the given size, then, in a fresh
-subprocess per shuffle mode, iterates one epoch of ``Loader({"x": memmap})``
-and reports the anonymous memory the process allocated meanwhile (a copy of
-the data would be as large as the file), the peak traced by ``tracemalloc``,
-and the peak resident size (which counts the map's file pages read in: page
-cache, not a copy). Linux only (``/proc/self/status``).
+One subprocess per shuffle mode iterates a ``Loader({"x": memmap})`` epoch and reports the
+anonymous memory it gained (a copy of the data would be as large as the file), the
+``tracemalloc`` peak and the peak resident size (page cache included). Linux only.
 """
 
 from __future__ import annotations
@@ -49,11 +46,9 @@ def child(path: str, rows: int, shuffle: str) -> dict[str, Any]:
     x = np.memmap(path, dtype=np.float32, mode="r", shape=(rows, 64))
     loader = Loader({"x": x}, BATCH, shuffle=shuffle, seed=0)
     gc.collect()
-    before = _status_kb("RssAnon")
+    before = peak = _status_kb("RssAnon")
     tracemalloc.start()
-    peak = before
-    count = 0
-    start = time.perf_counter()
+    count, start = 0, time.perf_counter()
     for i, batch in enumerate(loader):
         count += len(batch["x"])
         if i % 500 == 0:
@@ -98,32 +93,20 @@ def measure(gigabytes: float, progress: Progress | None = None) -> list[dict[str
                 "import json, sys\nfrom looptoolkit.bench.memory import child\n"
                 "print(json.dumps(child(sys.argv[1], int(sys.argv[2]), sys.argv[3])))"
             )
-            out = subprocess.run(
-                [sys.executable, "-c", code, path, str(rows), shuffle],
-                capture_output=True,
-                text=True,
-                check=True,
-            )
+            argv = [sys.executable, "-c", code, path, str(rows), shuffle]
+            out = subprocess.run(argv, capture_output=True, text=True, check=True)
             results.append(json.loads(out.stdout.strip().splitlines()[-1]))
     return results
 
 
 def table(results: list[dict[str, Any]]) -> Table:
     """One row per shuffle mode: dataset size, epoch time, memory allocated."""
-    rows = [
-        [
-            r["shuffle"],
-            f"{r['dataset_gb']:.2f}",
-            f"{r['epoch_s']:.1f}",
-            f"{r['anon_rss_growth_gb']:.3f}",
-            f"{r['traced_peak_gb']:.3f}",
-            f"{r['peak_rss_gb']:.2f}",
-        ]
-        for r in results
-    ]
+    keys = ("dataset_gb", ".2f"), ("epoch_s", ".1f"), ("anon_rss_growth_gb", ".3f")
+    keys += ("traced_peak_gb", ".3f"), ("peak_rss_gb", ".2f")
+    rows = [[r["shuffle"], *(format(r[k], f) for k, f in keys)] for r in results]
     header = ["shuffle", "data GB", "epoch s", "allocated GB", "traced GB", "peak RSS GB"]
-    notes = [
+    note = (
         "allocated: anonymous memory the process gained during the epoch (a copy of the data "
         "would be the data's size); peak RSS counts the map's file pages read in."
-    ]
-    return Table("One Loader epoch over a memory-mapped dataset", header, rows, notes=notes)
+    )
+    return Table("One Loader epoch over a memory-mapped dataset", header, rows, notes=[note])

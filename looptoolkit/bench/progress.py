@@ -1,16 +1,8 @@
-"""What a benchmark says while it runs: one line per stage, and frameworks imported quietly.
+"""What a benchmark says while it runs, and frameworks imported quietly.
 
-[`Progress`][looptoolkit.bench.progress.Progress] reports every stage of a run on stderr: on a
-terminal as a rich progress bar with the time left (removed before results are printed);
-anywhere else (a log file, a pipe) as plain lines, one per stage, plus a line
-within a long stage whenever a couple of seconds have passed since the last one.
-Results go to stdout through [`Progress.emit`][looptoolkit.bench.progress.Progress.emit], flushed at
-once, so that a log of ``2>&1`` keeps them in order.
-
-[`quiet_import`][looptoolkit.bench.progress.quiet_import] imports a framework without the log lines
-its native code writes straight to the process's stderr (TensorFlow's absl and oneDNN notices
-come before its own log level is read); what was written is shown only when
-the import fails.
+[`Progress`][looptoolkit.bench.progress.Progress] reports stages on stderr (a rich bar on a
+terminal, plain lines elsewhere) and results on stdout;
+[`quiet_import`][looptoolkit.bench.progress.quiet_import] swallows a framework's native log lines.
 """
 
 from __future__ import annotations
@@ -45,33 +37,35 @@ def quiet_env() -> None:
         os.environ.setdefault(key, value)
 
 
-@contextlib.contextmanager
-def _captured_fds() -> Iterator[IO[bytes]]:
-    """Send whatever is written to file descriptors 1 and 2 to a temporary file meanwhile."""
+def _flush() -> None:
+    """Flush Python's stdout and stderr (before their file descriptors are swapped)."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
+
+
+@contextlib.contextmanager
+def _captured_fds() -> Iterator[IO[bytes]]:
+    """Send whatever is written to file descriptors 1 and 2 to a temporary file meanwhile."""
+    _flush()
     saved = [os.dup(1), os.dup(2)]
     with tempfile.TemporaryFile() as tmp:
-        os.dup2(tmp.fileno(), 1)
-        os.dup2(tmp.fileno(), 2)
+        for fd in (1, 2):
+            os.dup2(tmp.fileno(), fd)
         try:
             yield tmp
         finally:
-            for stream in (sys.stdout, sys.stderr):
-                with contextlib.suppress(Exception):
-                    stream.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            for fd in saved:
-                os.close(fd)
+            _flush()
+            for fd, copy in zip((1, 2), saved, strict=True):
+                os.dup2(copy, fd)
+                os.close(copy)
 
 
 def quiet_import(name: str) -> ModuleType:
     """Import module ``name`` with ``QUIET_ENV`` set and its native log lines swallowed.
 
-    Raises:
-        ImportError: as ``import`` does; what the import wrote is printed first.
+    TensorFlow's absl and oneDNN notices come before its own log level is read; what the import
+    wrote is shown only when it raises ``ImportError``.
     """
     quiet_env()
     if name in sys.modules:
@@ -94,11 +88,12 @@ def quiet_import(name: str) -> ModuleType:
 
 
 class Progress:
-    """Stage-by-stage progress on stderr; results on stdout.
+    """Stage-by-stage progress on ``stream`` (stderr); results on stdout, flushed at once.
 
     Args:
         stream: where progress goes (default: ``sys.stderr``).
-        live: a rich progress bar, redrawn in place (default: when ``stream`` is a terminal).
+        live: a rich progress bar with the time left, removed before results are printed
+            (default: when ``stream`` is a terminal); else plain lines, one per stage.
         every_s: in plain mode, the longest silence within a stage before a
             [`step`][looptoolkit.bench.progress.Progress.step] is printed.
 
@@ -118,10 +113,8 @@ class Progress:
         if live is None:
             isatty = getattr(self.stream, "isatty", None)
             live = bool(isatty and isatty()) and os.environ.get("TERM") != "dumb"
-        self.live = live
-        self.every_s = every_s
-        self.started = time.perf_counter()
-        self._last_line = self.started
+        self.live, self.every_s = live, every_s
+        self.started = self._last_line = time.perf_counter()
         self._bar: Any = None
         self._task: Any = None
 
@@ -130,9 +123,11 @@ class Progress:
         return time.perf_counter() - self.started
 
     def _prefix(self) -> str:
+        """The elapsed time that starts each line."""
         return f"[{self.elapsed():4.0f} s] "
 
     def _write_line(self, text: str) -> None:
+        """One plain line of progress."""
         self.stream.write(self._prefix() + text + "\n")
         self.stream.flush()
         self._last_line = time.perf_counter()
@@ -170,11 +165,7 @@ class Progress:
             self._write_line(text)
 
     def step(self, text: str, done: int | None = None, total: int | None = None) -> None:
-        """Report progress within the current stage (``done`` of ``total`` steps, if known).
-
-        On a terminal the bar shows it at once; in plain mode it is printed only
-        when ``every_s`` seconds have passed since the last line.
-        """
+        """Report ``done`` of ``total`` steps in the stage (plain: once ``every_s`` has passed)."""
         if self.live:
             self._show(text, done, total)
         elif time.perf_counter() - self._last_line >= self.every_s:

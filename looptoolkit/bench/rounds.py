@@ -1,15 +1,14 @@
-"""Epoch rounds of ``looptoolkit compare``: check, bound, then time through the one loop.
+"""Epoch rounds of ``looptoolkit compare``: check each variant, bound the slow ones, time them.
 
-Each variant is checked ([`check_batches`][looptoolkit.bench.check.check_batches]) and, when its
-epoch is long, bounded to its first batches; then one round of it is one epoch (scaled when
-bounded), timed with the other variants of the workload by
-[`interleave`][looptoolkit.bench.timing.interleave]. With a synthetic model step after every batch,
-a round also records each batch's wait, step and total: what a prefetching loop hides.
+A round is one epoch (scaled when bounded), interleaved with the workload's other variants by
+[`interleave`][looptoolkit.bench.timing.interleave]; with a synthetic model step after every
+batch it also records each batch's wait, step and total.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fnmatch
 import statistics
 import time
@@ -51,10 +50,10 @@ def sync_fn(device: str, backends: Iterable[str]) -> Callable[[], None] | None:
 
 
 class Step:
-    """A synthetic model step of ``ms`` milliseconds.
+    """A synthetic model step of ``ms`` ms: a sleep on the host, a spinning kernel on CUDA.
 
-    On the host ``time.sleep`` (it releases the GIL, as a native step does); on CUDA a spinning
-    kernel of about that length (``torch.cuda._sleep``, calibrated with events), waited for.
+    ``time.sleep`` releases the GIL as a native step does; on CUDA ``torch.cuda._sleep`` is
+    calibrated with events and waited for.
     """
 
     def __init__(self, ms: float, device: str) -> None:
@@ -81,6 +80,7 @@ class Step:
 
 
 def _close(iterator: Any) -> None:
+    """Close a generator, ignoring what closing raises."""
     with contextlib.suppress(Exception):
         iterator.close()
 
@@ -120,11 +120,10 @@ def epoch_round(
 ) -> Callable[[], float]:
     """One round: ``epochs`` epochs of ``pipeline``, each bounded to ``limit`` batches.
 
-    The round returns seconds per epoch. A bounded epoch is scaled to ``num_batches``: the time
-    to its first batch (the epoch's set-up) plus the mean of the others for the rest. Without a
-    ``step`` the clock is read only at the epoch's ends and its first batch, so the harness adds
-    nothing per batch beyond ``next()`` (every batch is all wait); with one, each batch's wait,
-    step and total are timed, the first batch left out (the steady state). An error is recorded in
+    The round returns seconds per epoch; a bounded epoch is scaled to ``num_batches`` (the time to
+    its first batch, plus the mean of the others for the rest). Without a ``step`` the clock is
+    read only at the epoch's ends and its first batch: nothing per batch beyond ``next()``. With
+    one, each batch's wait and step are timed, the first batch left out. An error is recorded in
     ``record`` and ends the variant's timing.
     """
     clock, stop = time.perf_counter, -1 if limit is None else max(limit, 1)
@@ -189,12 +188,8 @@ def epoch_round(
                 _close(iterator)
                 if 1 < k < num_batches:
                     elapsed = first + (elapsed - first) * (num_batches - 1) / (k - 1)
-                seconds, wait, in_step, counted = (
-                    seconds + elapsed,
-                    wait + w,
-                    in_step + s,
-                    counted + c,
-                )
+                seconds += elapsed
+                wait, in_step, counted = wait + w, in_step + s, counted + c
         except Exception as e:
             record.error = f"{type(e).__name__}: {e}"
             return 0.0
@@ -271,6 +266,7 @@ _CHECK_OVERHEAD = 3.0
 
 
 def _per_batch(entry: Entry) -> float:
+    """Seconds per timed batch, estimated from the check."""
     c = entry.check
     return c.seconds / c.batches / _CHECK_OVERHEAD if c is not None and c.batches else 0.0
 
@@ -311,37 +307,30 @@ def _time(
     workload: Workload,
     progress: Progress | None,
     label: str,
-    *,
-    rounds: int,
-    warmup: int,
-    epochs: int,
     step: Step | None = None,
     batches: int | None = None,
 ) -> list[Timing]:
-    """Time ``entries`` interleaved, each round an epoch (or ``batches``) of every loop."""
+    """Time ``entries`` interleaved: ``settings.rounds`` rounds of an epoch (or ``batches``)."""
+    if not entries:
+        return []
     syncs = {b: sync_fn(settings.device, [b]) for b in {e.variant.backend for e in entries}}
-    calls = []
+    s, n, calls = settings, workload.num_batches, []
     for e, record in zip(entries, records, strict=True):
-        b, n = e.variant.backend, workload.num_batches
+        b, limit = e.variant.backend, batches or e.limit
         fn = epoch_round(
-            e.pipeline, record, epochs, batches or e.limit, n, kit(b).ready, step, syncs[b]
+            e.pipeline, record, s.epochs_per_round, limit, n, kit(b).ready, step, syncs[b]
         )
         calls.append((e.variant.name, fn))
-    if progress is not None and calls:
+    if progress is not None:
         seconds = sum(
             (step.seconds if step else 0.0) * (batches or 0)
-            + _per_batch(e) * (batches or e.limit or workload.num_batches)
+            + _per_batch(e) * (batches or e.limit or n)
             for e in entries
         )
-        total = seconds * epochs * (rounds + warmup)
-        progress.stage(
-            f"{label}: {len(calls)} loops, {warmup} warm-up + {rounds} rounds, about {total:.0f} s"
-        )
-    return (
-        interleave(calls, rounds=rounds, warmup=warmup, progress=progress, label=label)
-        if calls
-        else []
-    )
+        total = seconds * s.epochs_per_round * (s.rounds + s.warmup)
+        plan = f"{s.warmup} warm-up + {s.rounds} rounds, about {total:.0f} s"
+        progress.stage(f"{label}: {len(calls)} loops, {plan}")
+    return interleave(calls, rounds=s.rounds, warmup=s.warmup, progress=progress, label=label)
 
 
 def run_workload(
@@ -365,18 +354,10 @@ def run_workload(
         if entry.skipped is None:
             _check(entry, workload, settings, data)
     timed = [e for e in entries if e.pipeline is not None]
-    timings = _time(
-        timed,
-        [e.record for e in timed],
-        settings,
-        workload,
-        progress,
-        f"{workload.name}: timing",
-        rounds=settings.rounds,
-        warmup=settings.warmup,
-        epochs=settings.epochs_per_round,
-    )
-    for entry, timing in zip(timed, timings, strict=True):
+    records, label = [e.record for e in timed], f"{workload.name}: timing"
+    for entry, timing in zip(
+        timed, _time(timed, records, settings, workload, progress, label), strict=True
+    ):
         entry.timing = timing
     return entries
 
@@ -403,19 +384,11 @@ def run_step(
         and selected(e.variant.name, patterns)
     ]
     records = [Record() for _ in timed]
-    _time(
-        timed,
-        records,
-        settings,
-        workload,
-        progress,
-        f"{workload.name}, step of {step.seconds * 1e3:g} ms",
-        rounds=max(2, min(settings.rounds, 3)),
-        warmup=1,
-        epochs=1,
-        step=step,
-        batches=batches,
+    brief = dataclasses.replace(
+        settings, rounds=max(2, min(settings.rounds, 3)), warmup=1, epochs_per_round=1
     )
+    label = f"{workload.name}, step of {step.seconds * 1e3:g} ms"
+    _time(timed, records, brief, workload, progress, label, step, batches)
     rows: list[dict[str, Any]] = []
     for e, record in zip(timed, records, strict=True):
         row: dict[str, Any] = {"name": e.variant.name, "backend": e.variant.backend}

@@ -1,9 +1,8 @@
-"""The workloads of ``looptoolkit compare``: NumPy data with a row-id leaf, per backend.
+"""The workloads of ``looptoolkit compare``: NumPy pytrees with a row-id leaf.
 
-A workload is a NumPy pytree whose id leaf holds every row's own index, so any
-batch can be checked (right rows, each once); gathering it costs what gathering
-labels costs. Each backend's kit ([`looptoolkit.bench.variants`][looptoolkit.bench.variants]) turns
-it into that backend's arrays.
+The id leaf holds every row's own index, so any batch can be checked (right rows, each once);
+gathering it costs what gathering labels costs. Each backend's kit
+([`looptoolkit.bench.variants`][looptoolkit.bench.variants]) turns it into that backend's arrays.
 """
 
 from __future__ import annotations
@@ -29,15 +28,7 @@ WORKLOADS: dict[str, tuple[str, int, int, int, int]] = {
 
 @dataclass
 class Workload:
-    """The data of one workload, on the host.
-
-    Attributes:
-        name: ``"index"``, ``"tabular"`` or ``"images"``.
-        description: what the data is.
-        data: the NumPy pytree.
-        batch_size: rows per batch.
-        id_path: key path of the row-id leaf (``"batch"`` when the data is that leaf).
-    """
+    """The data of one workload (a NumPy pytree) and the key path of its row-id leaf."""
 
     name: str
     description: str
@@ -63,15 +54,10 @@ class Workload:
 
 
 def make_workload(name: str, *, quick: bool = False, seed: int = 0) -> Workload:
-    """Build the ``name`` workload (its full size, or a tiny one with ``quick``).
-
-    Row ids stand in for labels so that every batch can be checked; gathering
-    them costs what gathering labels costs.
-    """
+    """Build the ``name`` workload (its full size, or a tiny one with ``quick``)."""
     description, rows, quick_rows, batch, quick_batch = WORKLOADS[name]
     n, batch_size = (quick_rows, quick_batch) if quick else (rows, batch)
-    rng = np.random.default_rng(seed)
-    ids = np.arange(n, dtype=np.int64)
+    rng, ids = np.random.default_rng(seed), np.arange(n, dtype=np.int64)
     data: Any
     if name == "index":
         data, id_path = ids, "batch"
