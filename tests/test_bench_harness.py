@@ -120,10 +120,18 @@ def test_each_variant_waits_for_its_own_backend_once_per_epoch(monkeypatch):
         return lambda: calls.append(backend)
 
     monkeypatch.setattr(rounds, "sync_fn", fake_sync_fn)
-    settings = rounds.Settings(device="cpu", backends=["numpy", "torch"],
-                               patterns=["floor-torch", "loader-torch"], skip=None, rounds=2,
-                               epochs_per_round=1, warmup=1, max_epoch_s=0.0, slow_batches=5,
-                               seed=0)  # fmt: skip
+    settings = rounds.Settings(
+        device="cpu",
+        backends=["numpy", "torch"],
+        patterns=["floor-torch", "loader-torch"],
+        skip=None,
+        rounds=2,
+        epochs_per_round=1,
+        warmup=1,
+        max_epoch_s=0.0,
+        slow_batches=5,
+        seed=0,
+    )
     entries = rounds.run_workload(make_workload("tabular", quick=True), settings)
     names = sorted(e.variant.name for e in entries if e.timing is not None)
     assert names == ["floor-torch", "loader-torch", "numpy-take"]

@@ -88,14 +88,9 @@ class _Coverage:
 
 
 def check_batches(
-    variant: Variant,
-    pipeline: Iterable[Any],
-    ctx: Context,
-    reference: Leaves,
-    *,
-    limit: int | None = None,
+    variant: Variant, loop: Iterable[Any], ctx: Context, reference: Leaves, limit: int | None = None
 ) -> Check:
-    """Check one epoch (or its first ``limit`` batches) of ``pipeline``, batch by batch.
+    """Check one epoch (or its first ``limit`` batches) of ``loop``, batch by batch.
 
     Exact variants (with a ``shuffle``) must yield the NumPy gather of their Loader order, epoch
     0, batch for batch (values and dtypes); the others must pass the coverage check. Batches are
@@ -109,7 +104,7 @@ def check_batches(
         expected = split_batches(epoch_indices(ctx.order(shuffle), 0), ctx.batch_size)
     else:
         how = "coverage: every row once, rows aligned with their ids"
-    count, seconds, iterator = 0, 0.0, iter(pipeline)
+    count, seconds, iterator = 0, 0.0, iter(loop)
     try:
         while limit is None or count < limit:
             start = time.perf_counter()

@@ -101,9 +101,9 @@ def measure(gigabytes: float, progress: Progress | None = None) -> list[dict[str
 
 def table(results: list[dict[str, Any]]) -> Table:
     """One row per shuffle mode: dataset size, epoch time, memory allocated."""
-    keys = ("dataset_gb", ".2f"), ("epoch_s", ".1f"), ("anon_rss_growth_gb", ".3f")
-    keys += ("traced_peak_gb", ".3f"), ("peak_rss_gb", ".2f")
-    rows = [[r["shuffle"], *(format(r[k], f) for k, f in keys)] for r in results]
+    formats = {"dataset_gb": ".2f", "epoch_s": ".1f", "anon_rss_growth_gb": ".3f"}
+    formats |= {"traced_peak_gb": ".3f", "peak_rss_gb": ".2f"}  # the columns, in order
+    rows = [[r["shuffle"], *(format(r[k], f) for k, f in formats.items())] for r in results]
     header = ["shuffle", "data GB", "epoch s", "allocated GB", "traced GB", "peak RSS GB"]
     note = (
         "allocated: anonymous memory the process gained during the epoch (a copy of the data "

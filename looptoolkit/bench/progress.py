@@ -96,14 +96,6 @@ class Progress:
             (default: when ``stream`` is a terminal); else plain lines, one per stage.
         every_s: in plain mode, the longest silence within a stage before a
             [`step`][looptoolkit.bench.progress.Progress.step] is printed.
-
-    Examples:
-        >>> import io
-        >>> out = io.StringIO()
-        >>> p = Progress(out, live=False)
-        >>> p.stage("tabular: checking 3 variants")
-        >>> out.getvalue().split("] ")[1].strip()
-        'tabular: checking 3 variants'
     """
 
     def __init__(

@@ -337,13 +337,11 @@ def run_workload(
     workload: Workload, settings: Settings, progress: Progress | None = None
 ) -> list[Entry]:
     """Build, check and time every applicable variant on ``workload``."""
-    chosen = [
-        v
-        for v in variants(settings.backends)
-        if selected(v.name, settings.patterns, settings.skip)
-        and (v.workloads is None or workload.name in v.workloads)
-        and (settings.device != "cpu" or not v.accelerator)  # listed once in the results instead
-    ]
+    s = settings
+    chosen = [v for v in variants(s.backends) if selected(v.name, s.patterns, s.skip)]
+    chosen = [v for v in chosen if v.workloads is None or workload.name in v.workloads]
+    # Accelerator-only variants are not run on the CPU (listed once in the results instead).
+    chosen = [v for v in chosen if s.device != "cpu" or not v.accelerator]
     entries, data = [Entry(v) for v in chosen], {}  # type: ignore[var-annotated]
     if progress is not None:
         progress.stage(f"{workload.name}: checking {len(chosen)} variants")
@@ -354,10 +352,9 @@ def run_workload(
         if entry.skipped is None:
             _check(entry, workload, settings, data)
     timed = [e for e in entries if e.pipeline is not None]
-    records, label = [e.record for e in timed], f"{workload.name}: timing"
-    for entry, timing in zip(
-        timed, _time(timed, records, settings, workload, progress, label), strict=True
-    ):
+    label = f"{workload.name}: timing"
+    timings = _time(timed, [e.record for e in timed], settings, workload, progress, label)
+    for entry, timing in zip(timed, timings, strict=True):
         entry.timing = timing
     return entries
 
@@ -375,14 +372,8 @@ def run_step(
 
     ``patterns`` (names or globs) narrows the variants (the baseline always runs).
     """
-    timed = [
-        e
-        for e in entries
-        if e.pipeline is not None
-        and e.record.error is None
-        and not e.variant.is_floor
-        and selected(e.variant.name, patterns)
-    ]
+    timed = [e for e in entries if e.pipeline is not None and e.record.error is None]
+    timed = [e for e in timed if not e.variant.is_floor and selected(e.variant.name, patterns)]
     records = [Record() for _ in timed]
     brief = dataclasses.replace(
         settings, rounds=max(2, min(settings.rounds, 3)), warmup=1, epochs_per_round=1
