@@ -117,12 +117,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.step_batches = min(args.step_batches, 20)
         args.slow_batches = min(args.slow_batches, 10)
         args.max_epoch_s = min(args.max_epoch_s, 0.2)
-    for name in ("rounds", "warmup", "slow_batches", "step_batches"):
-        minimum = 0 if name == "warmup" else 1
-        if getattr(args, name) < minimum:
+    for name in ("rounds", "warmup", "slow_batches", "step_batches", "epochs"):
+        value, minimum = getattr(args, name), 0 if name == "warmup" else 1
+        if value is not None and value < minimum:
             parser.error(f"--{name.replace('_', '-')} must be >= {minimum}")
-    if args.epochs is not None and args.epochs < 1:
-        parser.error("--epochs must be >= 1")
     args.epochs_per_round = 1
     if args.epochs is not None:  # spread over the rounds
         args.rounds = min(args.rounds, args.epochs)
@@ -211,10 +209,10 @@ def _intro(args: argparse.Namespace, device: str, out: Path, backends: list[str]
     return "\n".join(wrap(line) for line in lines)
 
 
-_RECORDED = (  # the flags kept in the results' settings, in this order
-    *("rounds", "epochs_per_round", "warmup", "seed", "max_epoch_s", "slow_batches", "step_ms"),
-    *("step_workload", "step_batches", "quick", "preset", "project_epochs"),
-)
+# The flags of every workload's timing (Settings), then all the flags kept in the results.
+_TIMING = ("rounds", "epochs_per_round", "warmup", "seed", "max_epoch_s", "slow_batches")
+_STEP = ("step_ms", "step_workload", "step_batches")
+_RECORDED = (*_TIMING, *_STEP, "quick", "preset", "project_epochs")
 
 
 def run(argv: Sequence[str] | None = None) -> int:
@@ -236,18 +234,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     progress.emit(_intro(args, device, out, backends))
     for name, why in skipped.items():
         progress.emit(wrap(f"backend {name} skipped: {why}"))
-    settings = Settings(
-        device=device,
-        backends=backends,
-        patterns=_split(args.variants),
-        skip=_split(args.skip),
-        rounds=args.rounds,
-        epochs_per_round=args.epochs_per_round,
-        warmup=args.warmup,
-        max_epoch_s=args.max_epoch_s,
-        slow_batches=args.slow_batches,
-        seed=args.seed,
-    )
+    timing = {key: getattr(args, key) for key in _TIMING}
+    settings = Settings(device, backends, _split(args.variants), _split(args.skip), **timing)
     step_workloads = [w for w in _split(args.step_workload) or [] if w in workload_names]
     step_workloads = step_workloads or workload_names[-1:]
     args.step_workload = ",".join(step_workloads) if args.step_ms > 0 else None

@@ -50,11 +50,7 @@ def sync_fn(device: str, backends: Iterable[str]) -> Callable[[], None] | None:
 
 
 class Step:
-    """A synthetic model step of ``ms`` ms: a sleep on the host, a spinning kernel on CUDA.
-
-    ``time.sleep`` releases the GIL as a native step does; on CUDA ``torch.cuda._sleep`` is
-    calibrated with events and waited for.
-    """
+    """A synthetic model step of ``ms`` ms: a sleep on the host, a calibrated spin on CUDA."""
 
     def __init__(self, ms: float, device: str) -> None:
         self.seconds, self._cycles = ms / 1000.0, 0
@@ -76,7 +72,7 @@ class Step:
             self._cuda._sleep(self._cycles)
             self._cuda.synchronize()
         elif self.seconds > 0:
-            time.sleep(self.seconds)
+            time.sleep(self.seconds)  # releases the GIL, as a native step does
 
 
 def _close(iterator: Any) -> None:
@@ -260,8 +256,8 @@ class Settings:
     seed: int
 
 
-# A checked batch costs about three timed ones (the check converts and compares every leaf):
-# measured on the default run of every workload, 2-core machine.
+# A checked batch costs about three timed ones (the check converts and compares every leaf),
+# measured on the default run of every workload on a 2-core machine.
 _CHECK_OVERHEAD = 3.0
 
 
