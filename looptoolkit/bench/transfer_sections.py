@@ -1,9 +1,8 @@
 """The host sections of ``looptoolkit transfer``, and `measure`, which every section goes through.
 
-Workloads: ``nested`` (a dict of lists of namedtuples, 1000 small leaves of four
-dtypes) and ``images`` (uint8 (256, 3, 64, 64) images, int64 labels). A section
-declares its rows (`Row`: table name, one-line label, call); `measure` checks each
-row's output against its reference, then times the rows interleaved.
+Workloads: ``nested`` (1000 small leaves of four dtypes in dicts, lists and namedtuples) and
+``images`` (uint8 (256, 3, 64, 64) images, int64 labels). A section declares its `Row`s;
+`measure` checks each row's output against its reference, then times the rows interleaved.
 """
 
 from __future__ import annotations
@@ -27,12 +26,19 @@ WARMUP = 2
 """Untimed rounds before the timed ones."""
 SIZES, DTYPES = (32, 64, 128, 256, 512, 1024), ("uint8", "float16", "float32")
 """The sweep's batch sizes (images of 3x64x64) and dtypes."""
-ROW_KEYS: tuple[str, ...] = ("dtype", "batch_size", "bytes", "median_s", "min_s", "max_s")
-ROW_KEYS += ("ms_per_batch", "mb_per_s")
+ROW_KEYS = (
+    "dtype",
+    "batch_size",
+    "bytes",
+    "median_s",
+    "min_s",
+    "max_s",
+    "ms_per_batch",
+    "mb_per_s",
+)
 """The keys of every sweep row, in order."""
-Sample = namedtuple(
-    "Sample", "x y mask score"
-)  # float32 (16,), int64 0-d, bool (16,), float16 (4,)
+Sample = namedtuple("Sample", "x y mask score")
+"""A sample of ``nested``: float32 (16,), int64 0-d, bool (16,), float16 (4,)."""
 
 
 def light_repeat(repeat: int) -> int:
@@ -43,18 +49,12 @@ def light_repeat(repeat: int) -> int:
 def nested() -> Any:
     """The ``nested`` workload: 10 keys of 25 samples, 4 NumPy leaves each (1000 leaves)."""
     rng = np.random.default_rng(0)
-    return {
-        f"group{g}": [
-            Sample(
-                rng.standard_normal(16, dtype=np.float32),
-                np.array(g * 25 + i, dtype=np.int64),
-                rng.random(16) < 0.5,
-                rng.standard_normal(4).astype(np.float16),
-            )
-            for i in range(25)
-        ]
-        for g in range(10)
-    }
+
+    def sample(i: int) -> Sample:
+        x, y = rng.standard_normal(16, dtype=np.float32), np.array(i, dtype=np.int64)
+        return Sample(x, y, rng.random(16) < 0.5, rng.standard_normal(4).astype(np.float16))
+
+    return {f"group{g}": [sample(g * 25 + i) for i in range(25)] for g in range(10)}
 
 
 def images_batch(batch: int = 256) -> dict[str, np.ndarray]:
@@ -132,9 +132,9 @@ def measure(
 ) -> list[dict[str, Any]]:
     """Check each row's output against its reference (``want``), then time the rows interleaved.
 
-    Host rows: ``repeat`` calls per round, the garbage collector off; rows read by
-    a device's clock (CUDA events) leave it on. Returns a JSON row per row: ``name``,
-    ``label``, ``median_s``, ``min_s``, ``max_s``, ``rounds_s`` (seconds per call).
+    Host rows: ``repeat`` calls per round, the garbage collector off; rows read by a device's
+    clock (CUDA events) leave it on. Returns a JSON row per row: ``name``, ``label``,
+    ``median_s``, ``min_s``, ``max_s``, ``rounds_s`` (seconds per call).
 
     Raises:
         AssertionError: a row's output differs from its reference.
@@ -173,31 +173,26 @@ def nested_traversal(rounds: int, repeat: int, progress: Progress | None = None)
     tt = optree.tree_map(torch.from_numpy, host)
     td, plain = TensorDict.from_dict(_as_dicts(tt)), _as_dicts(tt)
 
-    def rows(tree: Any, move: Callable[[Any], Any], what: str, kind: type) -> list[Row]:
+    def rows(x: Any, move: Callable[[Any], Any], what: str, kind: type) -> list[Row]:
         return [
-            Row("to_device", "to_device(tree, dev)", lambda: to_device(tree, dev)),
+            Row("to_device", "to_device(tree, dev)", lambda: to_device(x, dev)),
             Row(
                 "optree.tree_map",
                 f"optree.tree_map({what}, tree)",
-                lambda: optree.tree_map(move, tree),
+                lambda: optree.tree_map(move, x),
             ),
             Row(
                 "torch pytree tree_map",
                 f"torch.utils._pytree.tree_map({what}, tree)",
-                lambda: _pytree.tree_map(move, tree),
+                lambda: _pytree.tree_map(move, x),
             ),
-            Row(
-                "move_to (recursive)", "recursive move_to(tree)", lambda: move_to(tree, move, kind)
-            ),
+            Row("move_to (recursive)", "recursive move_to(tree)", lambda: move_to(x, move, kind)),
         ]
 
+    from_dict = lambda: TensorDict.from_dict(plain).to(dev)  # noqa: E731
     tensordicts = [
         Row("TensorDict.to (built)", "TensorDict (built once).to(dev)", lambda: td.to(dev)),
-        Row(
-            "TensorDict.from_dict.to",
-            "TensorDict.from_dict(dicts).to(dev)",
-            lambda: TensorDict.from_dict(plain).to(dev),
-        ),
+        Row("TensorDict.from_dict.to", "TensorDict.from_dict(dicts).to(dev)", from_dict),
     ]
     torch_rows = [*rows(tt, lambda t: t.to(dev), "move", torch.Tensor), *tensordicts]
     numpy_rows = rows(host, torch.from_numpy, "torch.from_numpy", np.ndarray)
@@ -316,10 +311,10 @@ def sweep(
 ) -> dict[str, Any]:
     """Time ``to_device`` of an images batch per dtype and batch size; one row per pair.
 
-    With CUDA the batch goes to the GPU (torch). On the CPU it goes to JAX's CPU
-    device, whose ``device_put`` copies it (it would alias a 64-byte-aligned
-    buffer; these start 16 bytes off), so the sweep measures the host side of a
-    move. The check makes sure each move kept the values and dtype, and copied.
+    With CUDA the batch goes to the GPU (torch). On the CPU it goes to JAX's CPU device, whose
+    ``device_put`` copies it (it would alias a 64-byte-aligned buffer; these start 16 bytes off),
+    so the sweep measures the host side of a move. The check makes sure each move kept the
+    values and dtype, and copied.
     """
     from looptoolkit import to_device
 
