@@ -222,16 +222,8 @@ def packing_cpu(rounds: int, repeat: int, progress: Progress | None = None) -> d
     dev, tt = torch.device("cpu"), optree.tree_map(torch.from_numpy, nested())
     leaves = optree.tree_leaves(tt)
     rows = [
-        Row(
-            "per-leaf clone",
-            "per-leaf t.clone() (1000 copies)",
-            lambda: [t.clone() for t in leaves],
-        ),
-        Row(
-            "pack_copy",
-            "pack_copy(leaves, cpu) (one cat per dtype)",
-            lambda: pack_copy(leaves, dev),
-        ),
+        Row("per-leaf clone", "t.clone() of each leaf", lambda: [t.clone() for t in leaves]),
+        Row("pack_copy", "pack_copy(leaves, cpu): cat per dtype", lambda: pack_copy(leaves, dev)),
         Row(
             "to_device(pack=True)",
             "to_device(tree, cpu, pack=True)",
@@ -253,31 +245,16 @@ def images_cpu(rounds: int, repeat: int, progress: Progress | None = None) -> di
     image = torch.from_numpy(batch["image"])
     im16 = image.to(torch.float16)
     # Preallocated outputs: the rows time the work, not the page faults of fresh buffers.
-    u8, f16, staged16 = torch.empty_like(image), torch.empty_like(im16), im16.clone()
+    u8, f16, mid16 = torch.empty_like(image), torch.empty_like(im16), im16.clone()
     want = {"image": im16, "label": torch.from_numpy(batch["label"])}
     rows = [
         Row("cast uint8->float16", "host cast uint8 -> float16", lambda: f16.copy_(image)),
+        Row("copy uint8 (3 MiB)", "host copy of the uint8 batch", lambda: u8.copy_(image), image),
+        Row("copy float16 (6 MiB)", "host copy of the float16 batch", lambda: f16.copy_(im16)),
         Row(
-            "copy uint8 (3 MiB)",
-            "host copy of the uint8 batch (3 MiB)",
-            lambda: u8.copy_(image),
-            image,
+            "cast, then copy", "host: cast, then copy 6 MiB", lambda: f16.copy_(mid16.copy_(image))
         ),
-        Row(
-            "copy float16 (6 MiB)",
-            "host copy of the float16 batch (6 MiB)",
-            lambda: f16.copy_(im16),
-        ),
-        Row(
-            "cast, then copy",
-            "cast-then-copy on the host (cast, copy 6 MiB)",
-            lambda: f16.copy_(staged16.copy_(image)),
-        ),
-        Row(
-            "copy, then cast",
-            "copy-then-cast on the host (copy 3 MiB, cast)",
-            lambda: f16.copy_(u8.copy_(image)),
-        ),
+        Row("copy, then cast", "host: copy 3 MiB, then cast", lambda: f16.copy_(u8.copy_(image))),
         Row(
             "to_device(dtype=...)",
             "to_device(batch, torch cpu, dtype={uint8: float16})",
