@@ -12,7 +12,7 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Table", "render", "wrap"]
+__all__ = ["Table", "wrap"]
 
 _STYLE: dict[str, Any] = dict(
     title_justify="left", title_style=None, header_style=None, show_edge=False, pad_edge=False
@@ -71,10 +71,11 @@ class Table:
         notes = self.notes if len(self.notes) == 1 else [f"- {n}" for n in self.notes]
         return out + ("\n" + "\n".join(notes) + "\n" if notes else "")
 
-    def rich(self) -> Any:
-        """The table as a ``rich.table.Table`` (title above, left-aligned; no notes)."""
+    def text(self, width: int = 80) -> str:
+        """The table laid out by rich in at most ``width`` columns, then its notes, wrapped."""
         try:
             from rich import box
+            from rich.console import Console
             from rich.table import Table as RichTable
         except ImportError:
             raise ImportError(
@@ -85,17 +86,7 @@ class Table:
             table.add_column(name, justify="right" if side == "r" else "left", overflow="fold")
         for row in self.rows:
             table.add_row(*row)
-        return table
-
-    def text(self, width: int = 80) -> str:
-        """The table laid out by rich in at most ``width`` columns, then its notes, wrapped."""
-        return "\n".join([render(self.rich(), width), *(wrap(n, width, "  ") for n in self.notes)])
-
-
-def render(renderable: Any, width: int = 80) -> str:
-    """What rich prints for ``renderable`` at ``width`` columns, as plain text (no colour)."""
-    from rich.console import Console
-
-    buffer = io.StringIO()
-    Console(file=buffer, width=width, color_system=None, highlight=False).print(renderable)
-    return "\n".join(line.rstrip() for line in buffer.getvalue().rstrip("\n").splitlines())
+        buffer = io.StringIO()
+        Console(file=buffer, width=width, color_system=None, highlight=False).print(table)
+        lines = [line.rstrip() for line in buffer.getvalue().rstrip("\n").splitlines()]
+        return "\n".join(lines + [wrap(n, width, "  ") for n in self.notes])
