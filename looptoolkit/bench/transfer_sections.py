@@ -298,19 +298,13 @@ def sweep(
     if cuda:
         import torch
 
-        dev, sync, what = (
-            torch.device("cuda"),
-            torch.cuda.synchronize,
-            "host-to-device copies (torch)",
-        )
+        dev, sync = torch.device("cuda"), torch.cuda.synchronize
+        what = "host-to-device copies (torch)"
     else:
         import jax
 
-        dev, sync, what = (
-            jax.devices("cpu")[0],
-            None,
-            "CPU only: the host side, a copy into JAX's CPU buffer",
-        )
+        dev, sync = jax.devices("cpu")[0], None
+        what = "CPU only: the host side, a copy into JAX's CPU buffer"
 
     def check(name: str, got: Any, want: np.ndarray) -> None:
         check_same(name, got, want)
