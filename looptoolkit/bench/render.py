@@ -123,10 +123,8 @@ def markdown(run: Run, heads: Sequence[str], intro: Sequence[str], tables: list[
     out += [f"Machine: {m['cpu']}, {m['cores']} cores{gpu}; Python {m['python']}; {versions}  "]
     out += [f"Date: {m['date']}; wall time {run.wall_s:.0f} s{load_text(m)}\n"]
     out += [f"{text}\n" for text in intro]
-    out += [
-        f"## {g.title}\n\n" + group_table(g, full=True, epochs=epochs).markdown()
-        for g in run.groups
-    ]
+    for g in run.groups:
+        out.append(f"## {g.title}\n\n" + group_table(g, full=True, epochs=epochs).markdown())
     out += [f"## {t.title}\n\n{t.markdown()}" for t in tables]
     if run.verdicts:
         targets = targets_table(run.verdicts, short=False).markdown()
@@ -179,10 +177,8 @@ def plot(
         base = timed.get(g.baseline or "")
         marks = [Line(base.median_s * scale, f"baseline ({base.name})", "-")] if base else []
         for name, style in (lines or {}).items():
-            if name in timed:
-                marks.append(
-                    Line(timed[name].median_s * scale, f"{name} (floor)", style, "dimgray")
-                )
+            if row := timed.get(name):
+                marks.append(Line(row.median_s * scale, f"{name} (floor)", style, "dimgray"))
         to = "baseline" if base else "first row"
         xlabel = f"{unit} per {g.unit} (lower is better); ratios to the {to}"
         if bars:
