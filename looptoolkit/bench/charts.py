@@ -1,11 +1,8 @@
 """The one chart helper of every report: horizontal bars, each labelled with its figure.
 
-A chart is a stack of [`Panel`][looptoolkit.bench.charts.Panel]; each panel has bars (one per
-variant, its figure and ratio written beside it, in a column of their own so that no line
-crosses them), reference lines (the baseline and the floors), a linear axis
-with a label, and, where a few bars are many times longer than the rest, an
-axis cut at ``clip``: those bars end at the cut, hatched, and their label still
-gives their real figure. Needs matplotlib (drawn with the Agg backend).
+A chart is a stack of [`Panel`][looptoolkit.bench.charts.Panel]s: bars (their figures in a column
+of their own), reference lines (the baseline, the floors), a linear axis, and where a few bars
+are many times longer than the rest, a cut at ``clip`` (those bars hatched, their labels true).
 """
 
 from __future__ import annotations
@@ -62,15 +59,10 @@ def bar_chart(
     legend: list[tuple[str, str]] | None = None,
     footer: str = "",
 ) -> Path:
-    """Draw ``panels`` one above the other into the PNG ``path``; return it.
+    """Draw ``panels`` one above the other into the PNG ``path`` (matplotlib, Agg); return it.
 
-    Args:
-        panels: the panels.
-        path: the PNG to write.
-        title: above the first panel.
-        legend: ``(label, colour)`` patches shown under the last panel, with
-            the reference lines of the first panel.
-        footer: a line of small text at the bottom.
+    ``legend``: ``(label, colour)`` patches under the last panel, with the first panel's
+    reference lines; ``footer``: a line of small text at the bottom.
 
     Raises:
         ImportError: matplotlib is not installed.
@@ -84,20 +76,13 @@ def bar_chart(
     from matplotlib.transforms import blended_transform_factory
 
     heights = [1.0 + 0.26 * (len(p.bars) + 0.6 * sum(b.gap_before for b in p.bars)) for p in panels]
-    n_handles = len(legend or []) + len(panels[0].lines)
-    ncol = 4
-    rows = -(-n_handles // ncol)
-    footer_in = 0.3 if footer else 0.05
-    legend_in = 0.25 * rows + 0.15 if n_handles else 0.0
-    title_in = 0.3 if title else 0.1
+    handles: list[Any] = [Patch(color=c, label=label) for label, c in legend or []]
+    handles += [Line2D([0], [0], color=x.color, ls=x.style, label=x.label) for x in panels[0].lines]
+    footer_in, title_in = (0.3 if footer else 0.05), (0.3 if title else 0.1)
+    legend_in = 0.25 * -(-len(handles) // 4) + 0.15 if handles else 0.0
     height = sum(heights) + 0.55 * len(panels) + footer_in + legend_in + title_in
-    fig, axes = plt.subplots(
-        len(panels),
-        1,
-        figsize=(11, height),
-        squeeze=False,
-        gridspec_kw={"height_ratios": heights},
-    )
+    grid = {"height_ratios": heights}
+    fig, axes = plt.subplots(len(panels), 1, figsize=(11, height), squeeze=False, gridspec_kw=grid)
     for ax, panel in zip(axes[:, 0], panels, strict=True):
         positions, y = [], 0.0
         for bar in panel.bars:
@@ -108,17 +93,14 @@ def bar_chart(
         longest = max((b.value for b in panel.bars), default=1.0)
         if limit is None or longest <= limit:
             limit = longest * 1.02
-        lengths = [min(b.value, limit) for b in panel.bars]
-        for pos, length, bar in zip(positions, lengths, panel.bars, strict=True):
+        notes = blended_transform_factory(ax.transAxes, ax.transData)
+        for pos, bar in zip(positions, panel.bars, strict=True):
             cut = bar.value > limit
-            ax.barh(
-                pos,
-                length,
-                color=bar.color,
-                hatch="//" if cut else bar.hatch,
-                edgecolor="white" if (cut or bar.hatch) else bar.color,
-                height=0.8,
-            )
+            edge = "white" if (cut or bar.hatch) else bar.color
+            hatch, width = ("//" if cut else bar.hatch), min(bar.value, limit)
+            ax.barh(pos, width, color=bar.color, hatch=hatch, edgecolor=edge, height=0.8)
+            text = ("> " if cut else "") + bar.note
+            ax.text(1.01, pos, text, transform=notes, va="center", fontsize=7.5, family="monospace")
         ax.set_yticks(positions, [b.label for b in panel.bars], fontsize=8)
         for tick, bar in zip(ax.get_yticklabels(), panel.bars, strict=True):
             if bar.bold:
@@ -127,35 +109,26 @@ def bar_chart(
         ax.set_xlim(0, limit)
         for line in panel.lines:
             ax.axvline(line.value, color=line.color, ls=line.style, lw=1.0, zorder=3)
-        notes = blended_transform_factory(ax.transAxes, ax.transData)
-        for pos, bar in zip(positions, panel.bars, strict=True):
-            text = ("> " if bar.value > limit else "") + bar.note
-            ax.text(1.01, pos, text, transform=notes, va="center", fontsize=7.5, family="monospace")
         ax.set_title(panel.title, fontsize=10, loc="left")
         ax.set_xlabel(panel.xlabel, fontsize=8)
         ax.tick_params(axis="x", labelsize=8)
         ax.grid(axis="x", alpha=0.3)
-    handles: list[Any] = [Patch(color=c, label=label) for label, c in legend or []]
-    handles += [
-        Line2D([0], [0], color=line.color, ls=line.style, label=line.label)
-        for line in panels[0].lines
-    ]
     if title:
         fig.suptitle(title, fontsize=11, x=0.01, y=1 - 0.12 / height, ha="left", va="top")
     if handles:
+        at = (0.45, footer_in / height)
         fig.legend(
             handles=handles,
             loc="lower center",
-            ncol=ncol,
+            bbox_to_anchor=at,
+            ncol=4,
             fontsize=8,
             frameon=False,
-            bbox_to_anchor=(0.45, footer_in / height),
         )
     if footer:
         fig.text(0.01, 0.08 / height, footer, fontsize=7)
     bottom = (footer_in + legend_in + 0.05) / height
     fig.tight_layout(rect=(0, bottom, 0.79, 1 - title_in / height))
-    out = Path(path)
-    fig.savefig(out, dpi=110)
+    fig.savefig(out := Path(path), dpi=110)
     plt.close(fig)
     return out

@@ -1,8 +1,7 @@
 """What only ``looptoolkit compare`` says: headlines, the step and transfer sections, the page.
 
-Everything else (a workload's table, the targets, the chart) is the shared rendering of
-[`looptoolkit.bench.render`][looptoolkit.bench.render]. Every ratio is to the best manual loop
-(``numpy-take``); each Loader row also shows its ratio to its own floor.
+The rest (a workload's table, the targets, the chart) is the shared `looptoolkit.bench.render`.
+Every ratio is to the best manual loop (``numpy-take``); a Loader row's also to its floor.
 """
 
 from __future__ import annotations
@@ -38,20 +37,15 @@ def headline(group: Group, epochs: int | None = None) -> str:
     ratio = group.ratio
 
     def when(seconds: float) -> str:
-        return (
-            f"{fmt_duration(seconds * epochs)} for {epochs} epochs"
-            if epochs
-            else f"{fmt_ms(seconds * 1e3)} ms/epoch"
-        )
+        if epochs:
+            return f"{fmt_duration(seconds * epochs)} for {epochs} epochs"
+        return f"{fmt_ms(seconds * 1e3)} ms/epoch"
 
     text = f"{group.name}: fastest loop {best.name}, {when(best.median_s)}, "
     text += f"{ratio(best):.2f}x the best manual loop ({BASELINE}, {when(base.median_s)})."
-    floors = [
-        f"{r.name.removeprefix('floor-')} {ratio(r):.2f}x"
-        for r in timed.values()
-        if r.name.startswith("floor-")
-    ]
-    text += f" Floors: {', '.join(floors)}." if floors else ""
+    floors = [r for r in timed.values() if r.name.startswith("floor-")]
+    named = ", ".join(f"{r.name.removeprefix('floor-')} {ratio(r):.2f}x" for r in floors)
+    text += f" Floors: {named}." if floors else ""
     loaders = [
         f"{r.name} {ratio(r):.2f}x ({ratio(r, r.floor):.2f}x its floor)"
         for r in loops
@@ -59,9 +53,8 @@ def headline(group: Group, epochs: int | None = None) -> str:
     ]
     text += f" Loader: {', '.join(loaders)}." if loaders else ""
     slow = sorted(loops, key=lambda r: r.median_s)[-3:]
-    return text + (
-        f" Slowest: {', '.join(f'{r.name} {when(r.median_s)}' for r in slow)}." if epochs else ""
-    )
+    slowest = ", ".join(f"{r.name} {when(r.median_s)}" for r in slow)
+    return text + (f" Slowest: {slowest}." if epochs else "")
 
 
 def targets_line(run: Run) -> str:
@@ -71,9 +64,8 @@ def targets_line(run: Run) -> str:
     measured = [v for v in run.verdicts if v.status in ("met", "not met")]
     met = [v.key for v in measured if v.status == "met"]
     missed = [f"{v.key} {v.shown} ({v.goal})" for v in measured if v.status == "not met"]
-    text = f"Targets: {len(met)} of {len(measured)} measured met" + (
-        f" ({', '.join(met)})" if met else ""
-    )
+    text = f"Targets: {len(met)} of {len(measured)} measured met"
+    text += f" ({', '.join(met)})" if met else ""
     return (text + (f"; not met: {', '.join(missed)}." if missed else ".")) if measured else ""
 
 
@@ -84,13 +76,12 @@ def summary(run: Run) -> list[str]:
         loops = [r for r in g.timed().values() if not r.name.startswith("floor-")]
         if BASELINE in g.timed() and loops:
             best = min(loops, key=lambda r: r.median_s)
-            loaders = [
-                f"{r.name.removeprefix('loader-')} {g.ratio(r):.2f}x"
-                for r in loops
-                if r.name.startswith("loader-")
-            ]
+            loaders = [r for r in loops if r.name.startswith("loader-")]
+            named = ", ".join(
+                f"{r.name.removeprefix('loader-')} {g.ratio(r):.2f}x" for r in loaders
+            )
             text = f"{g.name}: fastest {best.name} {g.ratio(best):.2f}x"
-            lines.append(text + (f"; Loader {', '.join(loaders)}." if loaders else "."))
+            lines.append(text + (f"; Loader {named}." if loaders else "."))
     return lines + [line for line in [targets_line(run)] if line]
 
 
@@ -130,16 +121,14 @@ def transfer_table(transfer: dict[str, Any]) -> Table:
         cells = [str(size), f"{size * transfer['bytes_per_image_uint8'] / 1e6:.2f}"]
         rows.append(cells + [f"{transfer['ms_per_batch'][n][i]:.3f}" for n in names])
     notes = [f"{chr(65 + i)}: {n}" for i, n in enumerate(names)]
-    return Table(
-        f"images batch to float16 by batch size ({transfer['note']})", header, rows, notes=notes
-    )
+    title = f"images batch to float16 by batch size ({transfer['note']})"
+    return Table(title, header, rows, notes=notes)
 
 
 def tables(run: Run) -> list[Table]:
     """The sections after the workloads: the step section, the transfer, the memory."""
-    out = [
-        step_table(run, w) for w in dict.fromkeys(r["workload"] for r in run.extras.get("step", []))
-    ]
+    steps = dict.fromkeys(r["workload"] for r in run.extras.get("step", []))
+    out = [step_table(run, w) for w in steps]
     if run.extras.get("transfer"):
         out.append(transfer_table(run.extras["transfer"]))
     if run.extras.get("memory"):
@@ -166,13 +155,9 @@ def _settings_text(run: Run) -> str:
 def markdown(run: Run) -> str:
     """The Markdown report of a compare run: headline first, then the tables, legend, charts."""
     epochs = run.settings.get("project_epochs")
-    heads = [headline(g, epochs) for g in run.groups] + [
-        line for line in [targets_line(run)] if line
-    ]
-    notes = [
-        f"- backend {name} skipped: {why}"
-        for name, why in run.extras.get("skipped_backends", {}).items()
-    ]
+    heads = [headline(g, epochs) for g in run.groups] + [x for x in [targets_line(run)] if x]
+    skipped = run.extras.get("skipped_backends", {})
+    notes = [f"- backend {name} skipped: {why}" for name, why in skipped.items()]
     if run.extras.get("accelerator_only"):
         names = ", ".join(f"`{n}`" for n in run.extras["accelerator_only"])
         notes.append(f"- not run on {run.device} (they need an accelerator): {names}")
@@ -181,11 +166,7 @@ def markdown(run: Run) -> str:
 
 
 def plot(run: Run, out: str | Path, stem: str) -> list[Path]:
-    """Write ``<stem>.png``: ms/epoch per variant, one panel per workload.
-
-    Raises:
-        ImportError: matplotlib is not installed.
-    """
+    """Write ``<stem>.png``: ms/epoch per variant, one panel per workload (needs matplotlib)."""
     legend = [*BACKEND_COLORS.items(), ("floor", FLOOR_COLOR)]
     footer = "Bars past 4x the best manual loop are cut (hatched, '>'); * timed on the first "
     footer += "batches of each epoch and scaled."

@@ -1,9 +1,7 @@
 """Every suite's results rendered one way: a group's table, the targets, the Markdown, the chart.
 
-The renderers read a typed [`Run`][looptoolkit.bench.results.Run] only, so a saved run renders
-again exactly as it printed (``looptoolkit report``). Tables are
-[`Table`][looptoolkit.bench.tables.Table]s: rich lays them out in 80 columns on screen, and the same
-objects write the Markdown. Ratios are to the group's baseline (``compare``: the best manual loop)
+The renderers read a typed `Run` only, so a saved run renders again as it printed
+(``looptoolkit report``). Ratios are to the group's baseline (``compare``: the best manual loop)
 or its first row (``transfer``); a row with a floor also shows its ratio to it.
 """
 
@@ -20,6 +18,7 @@ from looptoolkit.bench.timing import load_text
 __all__ = ["fmt_duration", "fmt_ms", "group_table", "markdown", "plot", "side_by_side"]
 
 _NOT_TIMED = {"skipped": "skip", "failed": "FAIL", "error": "error"}
+_WHY = {"skipped": "skipped, ", "failed": "FAILED the check, not timed: "}
 
 
 def fmt_ms(ms: float) -> str:
@@ -36,12 +35,6 @@ def fmt_duration(seconds: float) -> str:
 
 def _ratio(x: float | None) -> str:
     return "" if x is None else f"{x:.2f}"
-
-
-def _why(row: Row) -> str:
-    return {"skipped": "skipped, ", "failed": "FAILED the check, not timed: "}.get(
-        row.status, "error while timing: "
-    ) + row.detail
 
 
 def group_table(group: Group, *, full: bool = False, epochs: int | None = None) -> Table:
@@ -61,40 +54,32 @@ def group_table(group: Group, *, full: bool = False, epochs: int | None = None) 
     header += [f"{epochs} epochs"] * bool(epochs) + ["GB/s"] * gb + ["check"] * checks
     rows, notes, bounded = [], [], 0
     for r in group.rows:
-        name = f"`{r.name}`" if full else r.name
+        name, backend = f"`{r.name}`" if full else r.name, [r.backend] * wide
         if not r.timed:
             last = f"not timed: {r.detail}" if full else _NOT_TIMED.get(r.status, "error")
-            blank = [""] * (len(header) - 2 - wide)
-            rows.append([name, *[r.backend] * wide, *blank, last])
-            notes += [] if full else [f"{r.name}: {_why(r)}"]
+            rows.append([name, *backend, *[""] * (len(header) - 2 - wide), last])
+            why = _WHY.get(r.status, "error while timing: ")
+            notes += [] if full else [f"{r.name}: {why}{r.detail}"]
             continue
         bounded = max(bounded, r.bounded or 0)
         time = fmt_ms(r.median_s * scale)
         if r.bounded:
             time += f" (scaled from {r.bounded} batches)" if full else "*"
-        span = fmt_ms(r.min_s * scale), fmt_ms(r.max_s * scale)
-        cells = [
-            name,
-            *[r.backend] * wide,
-            time,
-            f"[{span[0]}, {span[1]}]" if full else "-".join(span),
-        ]
+        lo, hi = fmt_ms(r.min_s * scale), fmt_ms(r.max_s * scale)
+        cells = [name, *backend, time, f"[{lo}, {hi}]" if full else f"{lo}-{hi}"]
         cells += [f"{group.batches / r.median_s:,.0f}"] * rate + [_ratio(group.ratio(r))]
         cells += [f"`{r.floor}`" if r.floor else ""] * (full and floors)
         cells += [_ratio(group.ratio(r, r.floor) if r.floor else None)] * floors
         cells += [fmt_duration(r.median_s * epochs)] if epochs else []
-        if gb:
-            share = r.extra.get("of_reference")
-            cells.append(
-                f"{r.extra['gb_per_s']:.1f} ({share:.0%})" if "gb_per_s" in r.extra else ""
-            )
+        share = r.extra.get("of_reference")
+        cells += [f"{r.extra['gb_per_s']:.1f} ({share:.0%})" if "gb_per_s" in r.extra else ""] * gb
         rows.append(cells + ["exact" if r.check.startswith("exact") else "cover"] * checks)
-    if not full:
-        if bounded:
-            note = f"* timed on the first batches of each epoch (at most {bounded}), scaled to one."
-            notes.insert(0, note)
-        if epochs:
-            notes.insert(0, f"{epochs} epochs: the median epoch times {epochs}, not a timed run.")
+    if not full and bounded:
+        notes.insert(
+            0, f"* timed on the first batches of each epoch (at most {bounded}), scaled to one."
+        )
+    if not full and epochs:
+        notes.insert(0, f"{epochs} epochs: the median epoch times {epochs}, not a timed run.")
     if group.unit == "call":
         notes += [f"{r.name}: {r.label}" for r in group.rows if r.label and r.label != r.name]
     align = "".join("l" if h in ("variant", "backend", "floor", "check") else "r" for h in header)
@@ -124,45 +109,31 @@ def legend(groups: Sequence[Group], width: int = 80) -> str:
     return "\n".join(lines)
 
 
-def markdown(
-    run: Run, headline: Sequence[str], intro: Sequence[str], tables: Sequence[Table]
-) -> str:
+def markdown(run: Run, heads: Sequence[str], intro: Sequence[str], tables: list[Table]) -> str:
     """The Markdown report of ``run``.
 
-    Title, ``headline`` bullets, the machine, ``intro`` paragraphs, each group's full table, the
+    Title, ``heads`` bullets, the machine, ``intro`` paragraphs, each group's full table, the
     suite's other ``tables``, the targets, the variants and the charts.
     """
-    m = run.machine
+    m, epochs = run.machine, run.settings.get("project_epochs")
     versions = ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items())
     gpu = f"; GPU {m['gpu']} (CUDA {m.get('cuda')})" if m.get("gpu") else ""
-    out = [f"# looptoolkit {run.suite} — {run.device}\n", *[f"- {line}" for line in headline], ""]
+    out = [f"# looptoolkit {run.suite} — {run.device}\n", *[f"- {line}" for line in heads], ""]
     out += [f"Command: `{run.command}`  "]
     out += [f"Machine: {m['cpu']}, {m['cores']} cores{gpu}; Python {m['python']}; {versions}  "]
     out += [f"Date: {m['date']}; wall time {run.wall_s:.0f} s{load_text(m)}\n"]
     out += [f"{text}\n" for text in intro]
     for g in run.groups:
-        out += [
-            f"## {g.title}\n",
-            group_table(g, full=True, epochs=run.settings.get("project_epochs")).markdown(),
-        ]
+        out.append(f"## {g.title}\n\n" + group_table(g, full=True, epochs=epochs).markdown())
     out += [f"## {t.title}\n\n{t.markdown()}" for t in tables]
     if run.verdicts:
-        out += [
-            "## Targets, ratios from this run\n",
-            targets_table(run.verdicts, short=False).markdown(),
-        ]
-    seen = {r.name: r for g in reversed(run.groups) for r in g.rows}
-    cells = [
-        [f"`{r.name}`", r.backend, r.label, f"`{r.floor}`" if r.floor else ""]
-        for r in seen.values()
-    ]
-    if any(r.backend for r in seen.values()):
-        out += [
-            "## Variants\n",
-            Table(
-                "", ["variant", "backend", "what it is", "floor"], cells, align="llll"
-            ).markdown(),
-        ]
+        targets = targets_table(run.verdicts, short=False).markdown()
+        out.append(f"## Targets, ratios from this run\n\n{targets}")
+    seen = {r.name: r for g in reversed(run.groups) for r in g.rows}.values()
+    if any(r.backend for r in seen):
+        cells = [[f"`{r.name}`", r.backend, r.label, f"`{r.floor}`" * bool(r.floor)] for r in seen]
+        variants = Table("", ["variant", "backend", "what it is", "floor"], cells, align="llll")
+        out.append(f"## Variants\n\n{variants.markdown()}")
     out += [f"![{chart}]({chart})\n" for chart in run.charts]
     return "\n".join(out)
 
@@ -195,43 +166,26 @@ def plot(
         scale, unit = (1e6, "us") if g.unit == "call" else (1e3, "ms")
         bars, previous = [], None
         for r in timed.values():
+            floor = g.ratio(r, r.floor) if r.floor else None
             note = f"{fmt_ms(r.median_s * scale):>6} {unit} {g.ratio(r) or 0:5.2f}x"
-            note += (
-                f" ({g.ratio(r, r.floor):.2f}x floor)" if r.floor and g.ratio(r, r.floor) else ""
-            )
+            note += f" ({floor:.2f}x floor)" if floor else ""
             note += f"  {fmt_duration(r.median_s * epochs)}/{epochs} ep" if epochs else ""
-            gap = previous is not None and r.backend != previous
-            bars.append(
-                Bar(
-                    r.name + " *" * bool(r.bounded),
-                    r.median_s * scale,
-                    note,
-                    color(r),
-                    ".." if r.name.startswith("floor-") else None,
-                    gap,
-                    r.name.startswith("loader-"),
-                )
-            )
+            label, hatch = r.name + " *" * bool(r.bounded), ".." * r.name.startswith("floor-")
+            gap, bold = previous is not None and r.backend != previous, r.name.startswith("loader-")
+            bars.append(Bar(label, r.median_s * scale, note, color(r), hatch or None, gap, bold))
             previous = r.backend
         base = timed.get(g.baseline or "")
         marks = [Line(base.median_s * scale, f"baseline ({base.name})", "-")] if base else []
-        marks += [
-            Line(timed[n].median_s * scale, f"{n} (floor)", s, "dimgray")
-            for n, s in (lines or {}).items()
-            if n in timed
-        ]
-        xlabel = f"{unit} per {g.unit} (lower is better); ratios to the " + (
-            "baseline" if base else "first row"
-        )
+        for name, style in (lines or {}).items():
+            if row := timed.get(name):
+                marks.append(Line(row.median_s * scale, f"{name} (floor)", style, "dimgray"))
+        to = "baseline" if base else "first row"
+        xlabel = f"{unit} per {g.unit} (lower is better); ratios to the {to}"
         if bars:
-            panels.append(
-                Panel(g.title, bars, xlabel, marks, 4 * base.median_s * scale if base else None)
-            )
-    if not panels:
-        return None
-    return bar_chart(
-        panels, path, title=f"looptoolkit {run.suite}, {run.device}", legend=legend, footer=footer
-    )
+            clip = 4 * base.median_s * scale if base else None
+            panels.append(Panel(g.title, bars, xlabel, marks, clip))
+    title = f"looptoolkit {run.suite}, {run.device}"
+    return bar_chart(panels, path, title=title, legend=legend, footer=footer) if panels else None
 
 
 def side_by_side(
@@ -242,22 +196,16 @@ def side_by_side(
     Also returns every ``(group/variant, ratio)`` of a later run to the first.
     """
     medians = [r.medians() for r in runs]
-    header = [
-        "variant",
-        *(f"{label} ms" for label in labels),
-        *(f"{label}/{labels[0]}" for label in labels[1:]),
-    ]
+    header = ["variant", *(f"{x} ms" for x in labels), *(f"{x}/{labels[0]}" for x in labels[1:])]
     tables, ratios = [], []
     for g in runs[0].groups:
-        table = Table(g.title, header, [])
+        tables.append(table := Table(g.title, header, []))
         for r in g.rows:
             got = [m.get((g.name, r.name)) for m in medians]
             cells = [r.name, *("-" if s is None else fmt_ms(s * 1e3) for s in got)]
             for s in got[1:]:
-                cells.append("-" if s is None or got[0] is None else f"{s / got[0]:.2f}")
-                ratios += (
-                    [] if s is None or got[0] is None else [(f"{g.name}/{r.name}", s / got[0])]
-                )
+                ratio = None if s is None or got[0] is None else s / got[0]
+                cells.append("-" if ratio is None else f"{ratio:.2f}")
+                ratios += [] if ratio is None else [(f"{g.name}/{r.name}", ratio)]
             table.rows.append(cells)
-        tables.append(table)
     return tables, ratios

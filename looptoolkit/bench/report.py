@@ -1,9 +1,8 @@
 """``looptoolkit report FILE [FILE ...]``: saved runs again, or side by side with their ratios.
 
-One file prints its run as it was printed (headline, tables, targets). Two or more files of the
-same suite print each group's medians side by side and each later file's ratio to the first
-(this machine against that one, after a change against before it); ``--fail-above R`` exits 1
-when one of those ratios exceeds ``R``.
+One file prints its run as it was printed. Two or more files of one suite print each group's
+medians side by side with each later file's ratio to the first (this machine against that one,
+after a change against before it); ``--fail-above R`` exits 1 when one of them exceeds ``R``.
 """
 
 from __future__ import annotations
@@ -52,23 +51,17 @@ def run(argv: Sequence[str] | None = None) -> int:
         "more files, their medians side by side and each later file's ratio to the first.",
     )
     parser.add_argument("files", nargs="+", type=Path, metavar="FILE", help="results JSON")
-    parser.add_argument(
-        "--fail-above",
-        type=float,
-        metavar="R",
-        help="exit 1 when a variant's ratio of a later file to the first exceeds R",
-    )
+    fail = "exit 1 when a variant's ratio of a later file to the first exceeds R"
+    parser.add_argument("--fail-above", type=float, metavar="R", help=fail)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if args.fail_above is not None and args.fail_above <= 0:
         parser.error("--fail-above must be > 0")
     try:
         runs = [Run.load(path) for path in args.files]
+        if len(suites := sorted({r.suite for r in runs})) > 1:
+            raise ResultsError(f"files of different suites: {suites}.")
     except (ResultsError, OSError) as e:
         print(f"looptoolkit report: error: {e}", file=sys.stderr)
-        return 2
-    if len({r.suite for r in runs}) > 1:
-        suites = sorted({r.suite for r in runs})
-        print(f"looptoolkit report: error: files of different suites: {suites}.", file=sys.stderr)
         return 2
     if len(runs) == 1:
         print(screen(runs[0]))

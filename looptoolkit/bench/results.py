@@ -1,12 +1,8 @@
-"""A benchmark run as typed results: written to JSON and read back by the same code.
+"""A benchmark run as typed results, written to JSON and read back by the same code.
 
-A [`Run`][looptoolkit.bench.results.Run] holds [`Group`][looptoolkit.bench.results.Group]s (the
-variants timed together: a workload of ``compare``, a section of ``transfer``), each a list of
-[`Row`][looptoolkit.bench.results.Row]s (a variant: how it was checked, its timed rounds), and the
-[`Verdict`][looptoolkit.bench.results.Verdict]s of the targets. The JSON carries a ``schema``
-version; [`Run.load`][looptoolkit.bench.results.Run.load] refuses another, naming it. Results go to
-``./looptoolkit-results/`` (ignored by git) or ``--out``; the reference results committed under
-``benchmarks/results/`` change only with ``--reference`` (``make reference``).
+A `Run` holds `Group`s (variants timed together), each a list of `Row`s (a variant: its check,
+its timed rounds), and the `Verdict`s of the targets. The JSON carries a ``schema`` version;
+`Run.load` refuses another, naming it.
 """
 
 from __future__ import annotations
@@ -49,6 +45,8 @@ class ResultsError(ValueError):
 def results_dir(out: str | Path | None, *, reference: bool = False) -> Path:
     """The directory to write to, created; the default one ignores itself in git.
 
+    Reference results (``benchmarks/results/``) are written only with ``reference``.
+
     Raises:
         FileNotFoundError: ``reference`` outside a source checkout.
     """
@@ -79,9 +77,8 @@ def write_results(out: str | Path, stem: str, payload: dict[str, Any], text: str
 class Row:
     """One variant in a group: what it is, how it was checked, its timed rounds (seconds).
 
-    ``status`` is ``"ok"``, ``"skipped"`` (could not run here), ``"failed"`` (its check) or
-    ``"error"`` (while timing), with ``detail`` saying why. ``bounded``: the batches of each epoch
-    that were timed, scaled to the whole epoch. ``extra``: a suite's own figures (GB/s, ...).
+    ``status``: ``"ok"``, ``"skipped"``, ``"failed"`` (its check) or ``"error"`` (while timing),
+    ``detail`` says why. ``bounded``: the batches timed per epoch, scaled to the whole epoch.
     """
 
     name: str
@@ -95,11 +92,7 @@ class Row:
     bounded: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def timed(self) -> bool:
-        """Whether the row has timings."""
-        return self.status == "ok" and bool(self.rounds_s)
-
+    timed = property(lambda self: self.status == "ok" and bool(self.rounds_s), doc="Has timings.")
     median_s = property(lambda self: statistics.median(self.rounds_s), doc="Median seconds.")
     min_s = property(lambda self: min(self.rounds_s), doc="Fastest round.")
     max_s = property(lambda self: max(self.rounds_s), doc="Slowest round.")
@@ -109,8 +102,7 @@ class Row:
 class Group:
     """Variants timed together, interleaved: a workload, a section.
 
-    ``unit``: what a round is (``"epoch"`` or ``"call"``); ratios are to ``baseline`` (None: the
-    first row); ``batches``: batches per epoch; ``info``: sizes and other context.
+    ``unit``: a round's (``"epoch"``, ``"call"``); ratios are to ``baseline`` (None: the first row).
     """
 
     name: str
@@ -150,10 +142,7 @@ class Verdict:
 
 @dataclass
 class Run:
-    """One run of a suite (``compare``, ``transfer``): where and how it ran, what it measured.
-
-    ``extras`` holds a suite's other sections by name (the step section, the sweep, ...).
-    """
+    """One run of a suite (``compare``, ``transfer``); ``extras``: its other sections by name."""
 
     suite: str
     device: str

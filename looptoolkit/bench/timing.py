@@ -1,11 +1,8 @@
 """The one timing loop of every benchmark: interleaved rounds after warm-up, medians.
 
-Variants run in one process, interleaved (A B C A B C ...), after warm-up;
-each reports the median with min and max over the rounds. The machines are
-shared and noisy: a ratio taken in one run is the figure that holds, an
-absolute time is context. [`interleave`][looptoolkit.bench.timing.interleave] is used by
-``looptoolkit compare`` (one round = one epoch of a loop) and ``looptoolkit transfer`` (one
-round = ``repeat`` calls, or one call timed with CUDA events).
+Variants run in one process, interleaved (A B C A B C ...), after warm-up; each reports the
+median with min and max over the rounds. On shared, noisy machines a ratio taken in one run is
+the figure that holds; an absolute time is context.
 """
 
 from __future__ import annotations
@@ -121,10 +118,9 @@ def interleave(
     """Time each ``(name, fn)`` for ``rounds`` rounds, interleaved, after ``warmup`` rounds.
 
     A round calls ``fn`` ``repeat`` times between two readings of ``clock`` (default: a
-    [`HostClock`][looptoolkit.bench.timing.HostClock] without sync) and records seconds per call.
-    A ``fn`` that times itself (an epoch bounded to its first batches and scaled) returns its
-    seconds as a float, and that is what the round records. ``collect=False`` turns the garbage
-    collector off meanwhile (as ``timeit`` does). ``progress`` gets "round r/R" and the time left.
+    `HostClock` without sync) and records seconds per call; a ``fn`` that times itself returns
+    its seconds as a float, and the round records that. ``collect=False``: the garbage collector
+    off meanwhile (as in ``timeit``). ``progress`` gets "round r/R" and the time left.
 
     Examples:
         >>> [t.name for t in interleave([("a", lambda: 1), ("b", lambda: 2)], rounds=3)]
@@ -144,11 +140,8 @@ def interleave(
             if progress is not None:
                 done = time.perf_counter() - started
                 left = f", about {done / (r + warmup) * (rounds - r):.0f} s left" if r > 0 else ""
-                what = (
-                    f"warm-up round {r + warmup + 1}/{warmup}"
-                    if r < 0
-                    else f"round {r + 1}/{rounds}"
-                )
+                what = f"warm-up round {r + warmup + 1}/{warmup}" if r < 0 else ""
+                what = what or f"round {r + 1}/{rounds}"
                 progress.step(f"{label}: {what}{left}", max(r, 0), rounds)
             for timing, (_, fn) in zip(timings, variants, strict=True):
                 if r < 0:  # warm-up: no clock
@@ -180,11 +173,7 @@ def _cpu_model() -> str:
 
 
 def machine_info() -> dict[str, Any]:
-    """CPU, cores, load average, GPU, and the version of every framework already imported.
-
-    The load average (1, 5 and 15 minutes, where the platform has one) says how
-    busy the machine was: other processes on a shared machine widen every range.
-    """
+    """CPU, cores, load average (how busy the machine was), GPU, versions of imported frameworks."""
     info: dict[str, Any] = {
         "cpu": _cpu_model(),
         "cores": os.cpu_count(),
@@ -195,12 +184,9 @@ def machine_info() -> dict[str, Any]:
     }
     if hasattr(os, "getloadavg"):
         info["load_average"] = [round(x, 2) for x in os.getloadavg()]
-    versions = {}
-    for name in ("numpy", "optree", "torch", "tensordict", "jax", "jaxlib", "tensorflow"):
-        module = sys.modules.get(name)
-        if module is not None:
-            versions[name] = getattr(module, "__version__", "?")
-    info["versions"] = versions
+    names = ("numpy", "optree", "torch", "tensordict", "jax", "jaxlib", "tensorflow")
+    modules = {name: sys.modules[name] for name in names if name in sys.modules}
+    info["versions"] = {name: getattr(m, "__version__", "?") for name, m in modules.items()}
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name()
@@ -215,10 +201,7 @@ def load_text(machine: dict[str, Any]) -> str:
         >>> load_text({"load_average": [1.5, 2.0, 2.25], "cores": 2})
         '; load average 1.5 / 2 / 2.25 (1 / 5 / 15 min, at the end; 2 cores)'
     """
-    load = machine.get("load_average")
-    if not load:
+    if not (load := machine.get("load_average")):
         return ""
-    return (
-        f"; load average {load[0]:g} / {load[1]:g} / {load[2]:g} (1 / 5 / 15 min, at the end; "
-        f"{machine['cores']} cores)"
-    )
+    figures = " / ".join(f"{x:g}" for x in load[:3])
+    return f"; load average {figures} (1 / 5 / 15 min, at the end; {machine['cores']} cores)"

@@ -1,9 +1,7 @@
 """``looptoolkit transfer``: what ``to_device`` costs on top of the copies it has to make.
 
-Every section's rows are checked, then timed interleaved in one process (medians
-of ``--rounds`` rounds; CUDA rows with CUDA events). The report (headline, tables,
-targets) is printed and written as ``transfer-<device>.{json,md,png}`` and the
-sweep's chart ``transfer-<device>-sweep.png``, to ``./looptoolkit-results/`` or ``--out``.
+Every section's rows are checked, then timed interleaved (CUDA rows with CUDA events). The report
+is printed and written as ``transfer-<device>.{json,md,png}`` and ``transfer-<device>-sweep.png``.
 """
 
 from __future__ import annotations
@@ -36,20 +34,25 @@ TITLES = {
 }
 """Where each section's rows are in a measured section, and its title; in report order."""
 TO_DEVICE = "#dd8452"
-_ROW_KEYS = ("name", "label", "rounds_s", "median_s", "min_s", "max_s")
+_ROW_KEYS, _CHECK = (
+    ("name", "label", "rounds_s", "median_s", "min_s", "max_s"),
+    "same as the reference",
+)
+
+
+def _row(r: dict[str, Any]) -> Row:
+    """A measured row as a typed row; its other figures in ``extra``."""
+    extra = {k: v for k, v in r.items() if k not in _ROW_KEYS}
+    return Row(r["name"], r["label"], rounds_s=r["rounds_s"], check=_CHECK, extra=extra)
 
 
 def _groups(key: str, section: dict[str, Any]) -> list[Group]:
-    """The groups of one measured section: its rows as typed rows, per call."""
-    groups = []
-    for (where, part), title in TITLES.items():
-        if where == key and section.get(part):
-            rows = [Row(r["name"], r["label"], rounds_s=r["rounds_s"]) for r in section[part]]
-            for row, r in zip(rows, section[part], strict=True):
-                row.check = "same as the reference"
-                row.extra = {k: v for k, v in r.items() if k not in _ROW_KEYS}
-            groups.append(Group(f"{key}/{part}", title, rows, unit="call"))
-    return groups
+    """The groups of one measured section, per call."""
+    return [
+        Group(f"{key}/{part}", title, [_row(r) for r in section[part]], unit="call")
+        for (where, part), title in TITLES.items()
+        if where == key and section.get(part)
+    ]
 
 
 def sweep_table(sweep: dict[str, Any]) -> Table:
@@ -106,16 +109,10 @@ def plot_sweep(sweep: dict[str, Any], path: Path) -> Path:
     """Bars of ms per batch by batch size, one panel per dtype, each bar with its MB/s."""
     panels = []
     for dtype in sec.DTYPES:
-        rows = [r for r in sweep["rows"] if r["dtype"] == dtype]
-        bars = [
-            Bar(
-                str(r["batch_size"]),
-                r["ms_per_batch"],
-                f"{r['ms_per_batch']:.3f} ms, {r['mb_per_s']:,.0f} MB/s",
-                color=TO_DEVICE,
-            )
-            for r in rows
-        ]
+        bars = []
+        for r in (r for r in sweep["rows"] if r["dtype"] == dtype):
+            note = f"{r['ms_per_batch']:.3f} ms, {r['mb_per_s']:,.0f} MB/s"
+            bars.append(Bar(str(r["batch_size"]), r["ms_per_batch"], note, TO_DEVICE))
         panels.append(Panel(f"{dtype} batches", bars, "ms per batch (lower is better)"))
     title = f"to_device of an images batch by dtype and batch size; {sweep['measures']}"
     return bar_chart(panels, path, title=title)
@@ -132,30 +129,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add = parser.add_argument
     add("--rounds", type=int, default=50, help="interleaved rounds (50)")
     add("--repeat", type=int, default=20, help="calls per round for the host rows (20)")
+    sweep = "time to_device of a uint8, float16 and float32 images batch by batch size (32 to 1024)"
     for flag, default, text in (
         ("--nested", True, "time the nested traversal"),
         ("--images", True, "time the images workload"),
-        (
-            "--sweep",
-            True,
-            "time to_device of a uint8, float16 and float32 images batch by "
-            "batch size (32 to 1024), at most 15 rounds",
-        ),
+        ("--sweep", True, f"{sweep}, at most 15 rounds"),
         ("--cuda", None, "time real transfers on CUDA (default: when torch sees CUDA)"),
+        ("--write", True, "write the results files"),
+        ("--plot", True, "write the PNG chart (needs matplotlib)"),
     ):
         add(flag, action=argparse.BooleanOptionalAction, default=default, help=text)
     add("--ref-mib", type=int, default=64, help="size of the pinned reference copy, MiB (64)")
-    add(
-        "--out",
-        type=Path,
-        help="directory for transfer-<device>.{json,md,png} (default: ./looptoolkit-results)",
-    )
+    out = "directory for transfer-<device>.{json,md,png} (default: ./looptoolkit-results)"
+    add("--out", type=Path, help=out)
     add("--reference", action="store_true", help=REFERENCE_HELP)
-    for flag, text in (
-        ("--write", "write the results files"),
-        ("--plot", "write the PNG chart (needs matplotlib)"),
-    ):
-        add(flag, action=argparse.BooleanOptionalAction, default=True, help=text)
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.repeat < 1 or args.ref_mib < 1:
         parser.error("`--rounds`, `--repeat` and `--ref-mib` must be >= 1.")
@@ -213,8 +200,8 @@ def run(argv: Sequence[str] | None = None) -> int:
             ratios.update({prefix + k: v for k, v in section["ratios"].items()})
             if key == "cuda":
                 result.extras["cuda"] = {"device": section["device"], "ratios": section["ratios"]}
-            for group in _groups(key, section):
-                result.groups.append(group)
+            result.groups += (groups := _groups(key, section))
+            for group in groups:
                 progress.emit("\n" + render.group_table(group).text())
     if args.sweep:
         try:

@@ -1,10 +1,8 @@
 """The CUDA sections of ``looptoolkit transfer``, and transfer by batch size.
 
-With a CUDA device (torch): pageable vs pinned transfer of the ``images`` batch,
-cast-then-copy vs copy-then-cast, one large pinned copy as the bandwidth
-reference, packed vs per-leaf transfer of the ``nested`` tree; rows timed with
-CUDA events once their outputs are checked. `by_batch_size` is the section
-``looptoolkit compare`` shows on a GPU.
+With CUDA (torch): pageable vs pinned transfer of the ``images`` batch, cast-then-copy vs
+copy-then-cast, one large pinned copy as the bandwidth reference, packed vs per-leaf transfer of
+``nested``; timed with CUDA events. `by_batch_size` is the section ``compare`` shows on a GPU.
 """
 
 from __future__ import annotations
@@ -38,13 +36,9 @@ def cuda_sections(rounds: int, ref_mib: int, progress: Progress | None = None) -
     pinned = {k: v.pin_memory() for k, v in pageable.items()}
     image, image16 = pageable["image"], pageable["image"].to(torch.float16)
     reference = torch.empty(ref_mib * MIB, dtype=torch.uint8, pin_memory=True)
+    ref = f"reference: one pinned {ref_mib} MiB .to(cuda, non_blocking=True)"
     rows = [
-        Row(
-            "reference pinned copy",
-            f"reference: one pinned {ref_mib} MiB .to(cuda, non_blocking=True)",
-            lambda: reference.to(cuda, non_blocking=True),
-            reference,
-        ),
+        Row("reference pinned copy", ref, lambda: reference.to(cuda, non_blocking=True), reference),
         Row("pageable .to(cuda)", "pageable uint8 image .to(cuda)", lambda: image.to(cuda), image),
         Row(
             "pinned .to(cuda)",
@@ -84,24 +78,17 @@ def cuda_sections(rounds: int, ref_mib: int, progress: Progress | None = None) -
     images = measure("images, cuda", rows, image16, rounds, progress, clock=CudaEventClock())
     one, batch = image.nbytes, image.nbytes + pageable["label"].nbytes
     ref_bw = reference.nbytes / images[0]["median_s"]
-    for r, n in zip(
-        images, [reference.nbytes, one, one, batch, batch, one, one, batch], strict=True
-    ):
+    nbytes = [reference.nbytes, one, one, batch, batch, one, one, batch]  # what each row moves
+    for r, n in zip(images, nbytes, strict=True):
         r.update(bytes=n, gb_per_s=n / r["median_s"] / 1e9, of_reference=n / r["median_s"] / ref_bw)
 
     tt = optree.tree_map(torch.from_numpy, nested())
+    per_leaf = functools.partial(to_device, tt, "cuda", pack=False)
+    tree_map = functools.partial(optree.tree_map, lambda t: t.to(cuda), tt)
     rows = [
-        Row(
-            "per-leaf to_device",
-            "per-leaf: to_device(tree, 'cuda', pack=False)",
-            lambda: to_device(tt, "cuda", pack=False),
-        ),
+        Row("per-leaf to_device", "per-leaf: to_device(tree, 'cuda', pack=False)", per_leaf),
         Row("packed to_device", "packed: to_device(tree, 'cuda')", lambda: to_device(tt, "cuda")),
-        Row(
-            "optree.tree_map .to",
-            "optree.tree_map(lambda t: t.to(cuda), tree)",
-            lambda: optree.tree_map(lambda t: t.to(cuda), tt),
-        ),
+        Row("optree.tree_map .to", "optree.tree_map(lambda t: t.to(cuda), tree)", tree_map),
     ]
     trees = measure("nested, cuda", rows, tt, rounds, progress, clock=CudaEventClock())
     t, share = medians(images), images[3]["of_reference"]
@@ -113,13 +100,9 @@ def cuda_sections(rounds: int, ref_mib: int, progress: Progress | None = None) -
     }
     values = {"bandwidth-share": share, "cast-then-copy": t[5], "copy-then-cast": t[7]}
     values.update({"per-leaf": trees[0]["median_s"], "packed": trees[1]["median_s"]})
-    return {
-        "device": torch.cuda.get_device_name(cuda),
-        "images": images,
-        "nested": trees,
-        "ratios": ratios,
-        "values": {f"cuda:{k}": v for k, v in values.items()},
-    }
+    values = {f"cuda:{k}": v for k, v in values.items()}
+    name = torch.cuda.get_device_name(cuda)
+    return {"device": name, "images": images, "nested": trees, "ratios": ratios, "values": values}
 
 
 def by_batch_size(
@@ -127,10 +110,9 @@ def by_batch_size(
 ) -> dict[str, Any]:
     """Time moving an ``images`` batch to float16 by batch size: uint8 then cast, vs cast then copy.
 
-    On a GPU these are the real host-to-device copy of 1 or 2 bytes per pixel,
-    with the cast on either side of it (the batch gathered into pinned memory,
-    as the Loader's staging is); on the CPU there is no bus to cross, and both
-    paths are the host cast.
+    On a GPU: the host-to-device copy of 1 or 2 bytes per pixel, the cast on either side of it
+    (the batch gathered into pinned memory, as the Loader's staging is); on the CPU, no bus to
+    cross: both paths are the host cast.
     """
     from looptoolkit.device import to_device
 
@@ -143,10 +125,9 @@ def by_batch_size(
         import torch
 
         target, sync = torch.device(device), torch.cuda.synchronize
+    cast = {np.uint8: np.float16}
     paths: dict[str, Callable[[np.ndarray], Any]] = {
-        "uint8 copy, cast on the device": lambda b: to_device(
-            b, target, dtype={np.uint8: np.float16}
-        ),
+        "uint8 copy, cast on the device": lambda b: to_device(b, target, dtype=cast),
         "cast to float16, then copy": lambda b: to_device(b.astype(np.float16), target),
         "uint8 copy, no cast": lambda b: to_device(b, target),
     }
@@ -166,10 +147,6 @@ def by_batch_size(
         label, clock = f"images batch of {size}", HostClock(sync)
         for r in measure(label, rows, None, 3 if quick else 15, progress, clock=clock, warmup=1):
             results[r["name"]].append(r["median_s"] * 1e3)
-    return {
-        "device": device,
-        "batch_sizes": sizes,
-        "bytes_per_image_uint8": 3 * 64 * 64,
-        "ms_per_batch": results,
-        "note": "host cast only (no bus on CPU)" if device == "cpu" else "host-to-device",
-    }
+    note = "host cast only (no bus on CPU)" if device == "cpu" else "host-to-device"
+    out = {"device": device, "batch_sizes": sizes, "bytes_per_image_uint8": 3 * 64 * 64}
+    return {**out, "ms_per_batch": results, "note": note}

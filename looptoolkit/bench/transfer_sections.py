@@ -1,9 +1,8 @@
 """The host sections of ``looptoolkit transfer``, and `measure`, which every section goes through.
 
-Workloads: ``nested`` (a dict of lists of namedtuples, 1000 small leaves of four
-dtypes) and ``images`` (uint8 (256, 3, 64, 64) images, int64 labels). A section
-declares its rows (`Row`: table name, one-line label, call); `measure` checks each
-row's output against its reference, then times the rows interleaved.
+Workloads: ``nested`` (1000 small leaves of four dtypes in dicts, lists and namedtuples) and
+``images`` (uint8 (256, 3, 64, 64) images, int64 labels). A section declares its `Row`s;
+`measure` checks each row's output against its reference, then times the rows interleaved.
 """
 
 from __future__ import annotations
@@ -27,12 +26,19 @@ WARMUP = 2
 """Untimed rounds before the timed ones."""
 SIZES, DTYPES = (32, 64, 128, 256, 512, 1024), ("uint8", "float16", "float32")
 """The sweep's batch sizes (images of 3x64x64) and dtypes."""
-ROW_KEYS: tuple[str, ...] = ("dtype", "batch_size", "bytes", "median_s", "min_s", "max_s")
-ROW_KEYS += ("ms_per_batch", "mb_per_s")
+ROW_KEYS = (
+    "dtype",
+    "batch_size",
+    "bytes",
+    "median_s",
+    "min_s",
+    "max_s",
+    "ms_per_batch",
+    "mb_per_s",
+)
 """The keys of every sweep row, in order."""
-Sample = namedtuple(
-    "Sample", "x y mask score"
-)  # float32 (16,), int64 0-d, bool (16,), float16 (4,)
+Sample = namedtuple("Sample", "x y mask score")
+"""A sample of ``nested``: float32 (16,), int64 0-d, bool (16,), float16 (4,)."""
 
 
 def light_repeat(repeat: int) -> int:
@@ -43,18 +49,12 @@ def light_repeat(repeat: int) -> int:
 def nested() -> Any:
     """The ``nested`` workload: 10 keys of 25 samples, 4 NumPy leaves each (1000 leaves)."""
     rng = np.random.default_rng(0)
-    return {
-        f"group{g}": [
-            Sample(
-                rng.standard_normal(16, dtype=np.float32),
-                np.array(g * 25 + i, dtype=np.int64),
-                rng.random(16) < 0.5,
-                rng.standard_normal(4).astype(np.float16),
-            )
-            for i in range(25)
-        ]
-        for g in range(10)
-    }
+
+    def sample(i: int) -> Sample:
+        x, y = rng.standard_normal(16, dtype=np.float32), np.array(i, dtype=np.int64)
+        return Sample(x, y, rng.random(16) < 0.5, rng.standard_normal(4).astype(np.float16))
+
+    return {f"group{g}": [sample(g * 25 + i) for i in range(25)] for g in range(10)}
 
 
 def images_batch(batch: int = 256) -> dict[str, np.ndarray]:
@@ -132,9 +132,9 @@ def measure(
 ) -> list[dict[str, Any]]:
     """Check each row's output against its reference (``want``), then time the rows interleaved.
 
-    Host rows: ``repeat`` calls per round, the garbage collector off; rows read by
-    a device's clock (CUDA events) leave it on. Returns a JSON row per row: ``name``,
-    ``label``, ``median_s``, ``min_s``, ``max_s``, ``rounds_s`` (seconds per call).
+    Host rows: ``repeat`` calls per round, the garbage collector off; rows read by a device's
+    clock (CUDA events) leave it on. Returns a JSON row per row: ``name``, ``label``,
+    ``median_s``, ``min_s``, ``max_s``, ``rounds_s`` (seconds per call).
 
     Raises:
         AssertionError: a row's output differs from its reference.
@@ -173,31 +173,26 @@ def nested_traversal(rounds: int, repeat: int, progress: Progress | None = None)
     tt = optree.tree_map(torch.from_numpy, host)
     td, plain = TensorDict.from_dict(_as_dicts(tt)), _as_dicts(tt)
 
-    def rows(tree: Any, move: Callable[[Any], Any], what: str, kind: type) -> list[Row]:
+    def rows(x: Any, move: Callable[[Any], Any], what: str, kind: type) -> list[Row]:
         return [
-            Row("to_device", "to_device(tree, dev)", lambda: to_device(tree, dev)),
+            Row("to_device", "to_device(tree, dev)", lambda: to_device(x, dev)),
             Row(
                 "optree.tree_map",
                 f"optree.tree_map({what}, tree)",
-                lambda: optree.tree_map(move, tree),
+                lambda: optree.tree_map(move, x),
             ),
             Row(
                 "torch pytree tree_map",
                 f"torch.utils._pytree.tree_map({what}, tree)",
-                lambda: _pytree.tree_map(move, tree),
+                lambda: _pytree.tree_map(move, x),
             ),
-            Row(
-                "move_to (recursive)", "recursive move_to(tree)", lambda: move_to(tree, move, kind)
-            ),
+            Row("move_to (recursive)", "recursive move_to(tree)", lambda: move_to(x, move, kind)),
         ]
 
+    from_dict = lambda: TensorDict.from_dict(plain).to(dev)  # noqa: E731
     tensordicts = [
         Row("TensorDict.to (built)", "TensorDict (built once).to(dev)", lambda: td.to(dev)),
-        Row(
-            "TensorDict.from_dict.to",
-            "TensorDict.from_dict(dicts).to(dev)",
-            lambda: TensorDict.from_dict(plain).to(dev),
-        ),
+        Row("TensorDict.from_dict.to", "TensorDict.from_dict(dicts).to(dev)", from_dict),
     ]
     torch_rows = [*rows(tt, lambda t: t.to(dev), "move", torch.Tensor), *tensordicts]
     numpy_rows = rows(host, torch.from_numpy, "torch.from_numpy", np.ndarray)
@@ -227,16 +222,8 @@ def packing_cpu(rounds: int, repeat: int, progress: Progress | None = None) -> d
     dev, tt = torch.device("cpu"), optree.tree_map(torch.from_numpy, nested())
     leaves = optree.tree_leaves(tt)
     rows = [
-        Row(
-            "per-leaf clone",
-            "per-leaf t.clone() (1000 copies)",
-            lambda: [t.clone() for t in leaves],
-        ),
-        Row(
-            "pack_copy",
-            "pack_copy(leaves, cpu) (one cat per dtype)",
-            lambda: pack_copy(leaves, dev),
-        ),
+        Row("per-leaf clone", "t.clone() of each leaf", lambda: [t.clone() for t in leaves]),
+        Row("pack_copy", "pack_copy(leaves, cpu): cat per dtype", lambda: pack_copy(leaves, dev)),
         Row(
             "to_device(pack=True)",
             "to_device(tree, cpu, pack=True)",
@@ -258,31 +245,16 @@ def images_cpu(rounds: int, repeat: int, progress: Progress | None = None) -> di
     image = torch.from_numpy(batch["image"])
     im16 = image.to(torch.float16)
     # Preallocated outputs: the rows time the work, not the page faults of fresh buffers.
-    u8, f16, staged16 = torch.empty_like(image), torch.empty_like(im16), im16.clone()
+    u8, f16, mid16 = torch.empty_like(image), torch.empty_like(im16), im16.clone()
     want = {"image": im16, "label": torch.from_numpy(batch["label"])}
     rows = [
         Row("cast uint8->float16", "host cast uint8 -> float16", lambda: f16.copy_(image)),
+        Row("copy uint8 (3 MiB)", "host copy of the uint8 batch", lambda: u8.copy_(image), image),
+        Row("copy float16 (6 MiB)", "host copy of the float16 batch", lambda: f16.copy_(im16)),
         Row(
-            "copy uint8 (3 MiB)",
-            "host copy of the uint8 batch (3 MiB)",
-            lambda: u8.copy_(image),
-            image,
+            "cast, then copy", "host: cast, then copy 6 MiB", lambda: f16.copy_(mid16.copy_(image))
         ),
-        Row(
-            "copy float16 (6 MiB)",
-            "host copy of the float16 batch (6 MiB)",
-            lambda: f16.copy_(im16),
-        ),
-        Row(
-            "cast, then copy",
-            "cast-then-copy on the host (cast, copy 6 MiB)",
-            lambda: f16.copy_(staged16.copy_(image)),
-        ),
-        Row(
-            "copy, then cast",
-            "copy-then-cast on the host (copy 3 MiB, cast)",
-            lambda: f16.copy_(u8.copy_(image)),
-        ),
+        Row("copy, then cast", "host: copy 3 MiB, then cast", lambda: f16.copy_(u8.copy_(image))),
         Row(
             "to_device(dtype=...)",
             "to_device(batch, torch cpu, dtype={uint8: float16})",
@@ -316,29 +288,23 @@ def sweep(
 ) -> dict[str, Any]:
     """Time ``to_device`` of an images batch per dtype and batch size; one row per pair.
 
-    With CUDA the batch goes to the GPU (torch). On the CPU it goes to JAX's CPU
-    device, whose ``device_put`` copies it (it would alias a 64-byte-aligned
-    buffer; these start 16 bytes off), so the sweep measures the host side of a
-    move. The check makes sure each move kept the values and dtype, and copied.
+    With CUDA the batch goes to the GPU (torch). On the CPU it goes to JAX's CPU device, whose
+    ``device_put`` copies it (it would alias a 64-byte-aligned buffer; these start 16 bytes off),
+    so the sweep measures the host side of a move. The check makes sure each move kept the
+    values and dtype, and copied.
     """
     from looptoolkit import to_device
 
     if cuda:
         import torch
 
-        dev, sync, what = (
-            torch.device("cuda"),
-            torch.cuda.synchronize,
-            "host-to-device copies (torch)",
-        )
+        dev, sync = torch.device("cuda"), torch.cuda.synchronize
+        what = "host-to-device copies (torch)"
     else:
         import jax
 
-        dev, sync, what = (
-            jax.devices("cpu")[0],
-            None,
-            "CPU only: the host side, a copy into JAX's CPU buffer",
-        )
+        dev, sync = jax.devices("cpu")[0], None
+        what = "CPU only: the host side, a copy into JAX's CPU buffer"
 
     def check(name: str, got: Any, want: np.ndarray) -> None:
         check_same(name, got, want)
