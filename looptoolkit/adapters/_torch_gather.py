@@ -16,42 +16,13 @@ from looptoolkit.adapters._host import gather_rows
 
 __all__ = ["gather_view", "host_view", "index_select", "take_view"]
 
-_NUMPY_OK = frozenset(
-    {
-        torch.bool,
-        torch.uint8,
-        torch.int8,
-        torch.int16,
-        torch.int32,
-        torch.int64,
-        torch.uint16,
-        torch.uint32,
-        torch.uint64,
-        torch.float16,
-        torch.float32,
-        torch.float64,
-        torch.complex64,
-        torch.complex128,
-    }
-)
+# The dtypes both NumPy (through a zero-copy view) and `index_select` handle.
+_COMMON = {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64}
+_COMMON |= {torch.float16, torch.float32, torch.float64, torch.complex64, torch.complex128}
+_NUMPY_OK = frozenset(_COMMON | {torch.uint16, torch.uint32, torch.uint64})
 # Dtypes `index_select` gathers. Rows of any other dtype (uint16-64, float8,
 # complex32) are gathered as the bits of a same-width integer dtype.
-_INDEX_SELECT_OK = frozenset(
-    {
-        torch.bool,
-        torch.uint8,
-        torch.int8,
-        torch.int16,
-        torch.int32,
-        torch.int64,
-        torch.float16,
-        torch.bfloat16,
-        torch.float32,
-        torch.float64,
-        torch.complex64,
-        torch.complex128,
-    }
-)
+_INDEX_SELECT_OK = frozenset(_COMMON | {torch.bfloat16})
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
