@@ -44,8 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from looptoolkit.bench.results import REFERENCE_HELP, results_dir, write_results
-from looptoolkit.bench.timing import Timing, interleave, machine_info
+from looptoolkit.bench.results import REFERENCE_HELP, Row, results_dir, write_results
+from looptoolkit.bench.timing import interleave, machine_info
 from looptoolkit.order import DEFAULT_GROUP_SIZE, Order
 
 
@@ -143,7 +143,7 @@ def check_permutation(g: np.ndarray, n: int) -> None:
         raise AssertionError("order is not a permutation")
 
 
-def generation(args: argparse.Namespace, n: int, rounds: int) -> list[Timing]:
+def generation(args: argparse.Namespace, n: int, rounds: int) -> list[Row]:
     b = args.batch_size
     epochs = iter(range(10**9))
 
@@ -189,7 +189,7 @@ def consume(epoch: Any) -> None:
         pass
 
 
-def overhead(args: argparse.Namespace) -> list[Timing]:
+def overhead(args: argparse.Namespace) -> list[Row]:
     """Iterating a prepared full-order epoch: the per-batch cost of the order step itself."""
     n, b = args.gather_n, args.batch_size
     cases: list[tuple[str, Callable[[], Any]]] = []
@@ -209,7 +209,7 @@ def bind_epoch(ep: Any) -> Callable[[], None]:
 # -- gather -----------------------------------------------------------------
 
 
-def gather(args: argparse.Namespace) -> list[Timing]:
+def gather(args: argparse.Namespace) -> list[Row]:
     n, b = args.gather_n, args.batch_size
     x = np.random.default_rng(0).random((n, 64), dtype=np.float32)
     cases: list[tuple[str, Callable[[], Any]]] = []
@@ -355,6 +355,12 @@ def markdown(payload: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def summary(row: Row) -> dict[str, Any]:
+    """Name, median, min, max (seconds), the rounds and any extra fields of a timed row."""
+    times = {"median_s": row.median_s, "min_s": row.min_s, "max_s": row.max_s}
+    return {"name": row.name, **times, "rounds_s": row.rounds_s, **row.extra}
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     started = time.perf_counter()
@@ -364,11 +370,11 @@ def main(argv: list[str] | None = None) -> None:
     for n in sizes:
         rounds = args.large_rounds if n >= 10**8 else args.rounds
         timings = generation(args, n, rounds)
-        generation_rows[str(n)] = [t.summary() for t in timings]
+        generation_rows[str(n)] = [summary(t) for t in timings]
         for t in timings:
-            print(f"N={n:.0e} {t.name}: {t.median * 1e3:.2f} ms", flush=True)
-    overhead_rows = [t.summary() for t in overhead(args)]
-    gather_rows = [t.summary() for t in gather(args)]
+            print(f"N={n:.0e} {t.name}: {t.median_s * 1e3:.2f} ms", flush=True)
+    overhead_rows = [summary(t) for t in overhead(args)]
+    gather_rows = [summary(t) for t in gather(args)]
     for row in gather_rows:
         print(f"gather {row['name']}: {row['median_s'] * 1e3:.2f} ms", flush=True)
     payload = {

@@ -251,7 +251,7 @@ def run_store(
     full = Loader(data, b, shuffle="full", seed=1, prefetch=0)
     variants.append(("Loader full (sorted reads)", epoch(full, full_limit)))
     timings = interleave(variants, rounds=args.rounds, warmup=1, label=kind)
-    epochs = {t.name: t.median for t in timings}
+    epochs = {t.name: t.median_s for t in timings}
     epochs["Loader full (sorted reads)"] *= len(full) / full_limit
     unit = epochs["memory take"]
     floor = epochs["sequential read"]

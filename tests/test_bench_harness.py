@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -37,28 +38,34 @@ def test_only_jax_batches_need_a_ready_call():
     ready(jax.numpy.arange(3))
 
 
-def test_round_without_a_step_takes_whole_epochs_and_reports_every_field():
+def test_round_without_a_step_takes_whole_epochs_and_records_no_per_batch_figures():
     pipeline = Counted(10)
     record = Record()
     one_round = epoch_round(pipeline, record, 2, None, 10)
     epochs = [one_round(), one_round()]
     assert pipeline.taken == 40 and record.error is None
-    assert len(record.wait_s) == len(record.total_s) == 2
     assert all(type(s) is float and s > 0 for s in epochs)
-    # Without a step a batch is all wait.
-    assert record.wait_s == record.total_s and record.step_s == [0.0, 0.0]
-    assert all(0 < w <= e for w, e in zip(record.wait_s, epochs, strict=True))
+    # Without a step nothing is taken per batch: no wait or step figures.
+    assert record.wait_s == record.step_s == []
 
 
 def test_round_bounded_to_a_limit_is_scaled_to_an_epoch_and_readies_every_batch():
     pipeline = Counted(20, sleep=0.002)
     readied = []
-    record = Record()
-    epoch = epoch_round(pipeline, record, 1, 4, 20, ready=readied.append)()
+    epoch = epoch_round(pipeline, Record(), 1, 4, 20, ready=readied.append)()
     assert pipeline.taken == 4 and readied == [0, 1, 2, 3]
     # 4 batches of >= 2 ms timed, scaled to the 20 of an epoch.
     assert epoch >= 20 * 0.002 * 0.9
-    assert record.wait_s[0] >= 0.002 * 0.9
+
+
+def test_round_scales_a_bounded_epoch_from_its_first_batch_and_steady_batches(monkeypatch):
+    from looptoolkit.bench import rounds
+
+    # The clock reads 0 at the start, 10 at the first batch, 16 at the end of 4 batches: a
+    # first batch of 10 s, then 2 s per batch; 20 batches: 10 + 19 * 2 = 48 s.
+    readings = iter([0.0, 10.0, 16.0])
+    monkeypatch.setattr(rounds, "time", SimpleNamespace(perf_counter=lambda: next(readings)))
+    assert epoch_round(Counted(20), Record(), 1, 4, 20)() == pytest.approx(48.0)
 
 
 def test_round_with_a_step_times_wait_step_and_total_per_batch():
@@ -71,11 +78,11 @@ def test_round_with_a_step_times_wait_step_and_total_per_batch():
         time.sleep(0.002)
 
     record = Record()
-    epoch_round(pipeline, record, 1, 5, 10, step=step, sync=lambda: syncs.append(1))()
+    one_round = epoch_round(pipeline, record, 1, 5, 10, step=step, sync=lambda: syncs.append(1))
+    one_round()
     assert pipeline.taken == 5 and len(steps) == 5 and len(syncs) == 1
-    wait, stepped, total = record.wait_s[0], record.step_s[0], record.total_s[0]
+    wait, stepped = record.wait_s[0], record.step_s[0]
     assert stepped >= 0.002 * 0.9 and wait >= 0.001 * 0.9
-    assert total == pytest.approx(wait + stepped)
 
 
 def test_round_records_an_error_and_stops_timing():
@@ -94,9 +101,10 @@ def test_interleave_records_what_a_self_timed_round_returns():
     from looptoolkit.bench.timing import interleave
 
     pipeline = Counted(20, sleep=0.001)
-    (timing,) = interleave([("c", epoch_round(pipeline, Record(), 1, 4, 20))], rounds=2)
+    (row,) = interleave([("c", epoch_round(pipeline, Record(), 1, 4, 20))], rounds=2)
     # The round's own figure (4 batches scaled to 20), not the clock's (4 batches).
-    assert len(timing.rounds) == 2 and all(s >= 20 * 0.001 * 0.9 for s in timing.rounds)
+    assert row.name == "c" and len(row.rounds_s) == 2
+    assert all(s >= 20 * 0.001 * 0.9 for s in row.rounds_s)
 
 
 def test_sync_is_none_on_the_cpu():
@@ -133,7 +141,7 @@ def test_each_variant_waits_for_its_own_backend_once_per_epoch(monkeypatch):
         seed=0,
     )
     entries = rounds.run_workload(make_workload("tabular", quick=True), settings)
-    names = sorted(e.variant.name for e in entries if e.timing is not None)
+    names = sorted(e.variant.name for e in entries if e.row.timed)
     assert names == ["floor-torch", "loader-torch", "numpy-take"]
     # One sync per epoch of each variant (warm-up included), of that variant's backend only.
     assert calls.count("numpy") == 3 and calls.count("torch") == 6 and len(calls) == 9

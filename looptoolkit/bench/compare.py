@@ -1,8 +1,7 @@
 """``looptoolkit compare``: every loop variant x backend x workload, checked, then timed.
 
-Per workload: check, time interleaved ([`looptoolkit.bench.rounds`][looptoolkit.bench.rounds]),
-print its table; then the step, transfer and memory sections, the targets, and
-``compare-<device>.json``, ``.md`` and ``.png`` in ``./looptoolkit-results/`` (or ``--out``).
+Per workload a table ([`looptoolkit.bench.rounds`][looptoolkit.bench.rounds]), then the step and
+transfer sections and the targets; ``compare-<device>.json``, ``.md`` and ``.png`` in ``--out``.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from looptoolkit.bench.timing import machine_info
 from looptoolkit.bench.variants import kit, variants
 from looptoolkit.bench.workloads import WORKLOADS, make_workload
 
-__all__ = ["PRESETS", "main", "parse_args", "run"]
+__all__ = ["PRESETS", "parse_args", "run"]
 
 CLASSIC = (
     *("python", BASELINE, "numpy-index", "numpy-epoch", "floor-memcpy", "floor-seq-take"),
@@ -61,57 +60,33 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "in one process; ratios to the best hand-written loop (NumPy permutation + take).",
         epilog="Variants, workloads and how to read the tables: docs/compare.md.",
     )
-    add = parser.add_argument
+    add, on_off = parser.add_argument, argparse.BooleanOptionalAction
     add("--preset", choices=sorted(PRESETS), help="classic: " + PRESETS["classic"][0])
     add("--device", help="cpu, cuda or cuda:N (default: the best one present)")
-    add("--workload", help="index, tabular, images, a comma list, or all (default)")
+    add("--workload", default="all", help="index, tabular, images, a comma list, or all")
     add("--backends", help="comma list of numpy, torch, jax, tf (default: every installed one)")
     add("--variants", help=f"comma list of variant names or globs ({BASELINE} always runs)")
     add("--skip", help="variant names or globs to leave out (e.g. '*-w2')")
     add("--rounds", type=int, default=5, help="timed rounds per variant, interleaved (5)")
-    epochs = "timed epochs per variant, spread over the rounds (default: one per round)"
-    add("--epochs", type=int, help=epochs)
+    add("--epochs", type=int, help="timed epochs per variant, spread over the rounds")
     add("--warmup", type=int, default=1, help="warm-up rounds (1)")
-    bounded = (
-        "a loop whose epoch takes longer is timed on a bounded number of batches per round and "
-        "scaled; 0 times whole epochs (0.25)"
-    )
+    bounded = "longer epochs: timed on their first batches, scaled; 0: whole epochs (0.25)"
     add("--max-epoch-s", type=float, default=0.25, help=bounded)
-    slow = "batches per round for the always-bounded loops (50)"
-    add("--slow-batches", type=int, default=50, help=slow)
-    step_ms = "synthetic model step after every batch in the step section; 0 skips it (0.5)"
-    add("--step-ms", type=float, help=step_ms)
-    step_workload = (
-        "workloads of the step section, a comma list (tabular,images); on images it times the "
-        "images variant set (img-*) and the baseline unless --variants is given"
-    )
-    add("--step-workload", default="tabular,images", help=step_workload)
+    add("--slow-batches", type=int, default=50, help="batches per round, bounded loops (50)")
+    add("--step-ms", type=float, default=0.5, help="model step of the step section; 0: none (0.5)")
+    add("--step-workload", default="tabular,images", help="workloads of the step section")
     add("--step-batches", type=int, default=100, help="batches per round, step section (100)")
-    transfer = (
-        "time uint8 vs float16 transfer by batch size (default: on a GPU only; on the CPU both "
-        "paths are the same host cast)"
-    )
-    add("--transfer", action=argparse.BooleanOptionalAction, help=transfer)
-    memmap = (
-        "also measure the memory one Loader epoch allocates over a memory-mapped dataset of "
-        "this size, written to a temporary file (default: 0, off)"
-    )
-    add("--memmap-gb", type=float, default=0.0, help=memmap)
+    add("--transfer", action=on_off, help="transfer by batch size (default: on a GPU only)")
     add("--seed", type=int, default=0, help="seed of every order (0)")
-    out = "directory for the JSON, Markdown and PNG (default: ./looptoolkit-results)"
-    add("--out", type=Path, help=out)
+    add("--out", type=Path, help="results directory (default: ./looptoolkit-results)")
     add("--reference", action="store_true", help=REFERENCE_HELP)
-    plot = "write the PNG chart (needs matplotlib)"
-    add("--plot", action=argparse.BooleanOptionalAction, default=True, help=plot)
+    add("--plot", action=on_off, default=True, help="write the PNG chart (needs matplotlib)")
     add("--quick", action="store_true", help="tiny sizes, few rounds: a smoke test")
+    parser.set_defaults(project_epochs=None)
     args = parser.parse_args(argv)
-    preset = PRESETS[args.preset][1] if args.preset else {}
-    args.project_epochs = preset.get("project_epochs")
-    for key in ("workload", "variants", "step_ms", "transfer"):
-        if getattr(args, key) is None and key in preset:
-            setattr(args, key, preset[key])
-    args.workload = args.workload or "all"
-    args.step_ms = 0.5 if args.step_ms is None else args.step_ms
+    if args.preset:  # its flags as defaults: a flag given wins
+        parser.set_defaults(**PRESETS[args.preset][1])
+        args = parser.parse_args(argv)
     if args.quick:
         args.rounds = min(args.rounds, 2)
         args.step_batches = min(args.step_batches, 20)
@@ -131,6 +106,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def _split(text: str | None) -> list[str] | None:
+    """A comma list's items (None stays None)."""
     return None if text is None else [part.strip() for part in text.split(",") if part.strip()]
 
 
@@ -144,43 +120,30 @@ def best_device(backends: list[str]) -> str:
     return "cpu"
 
 
-def _check_device(device: str, backends: list[str]) -> str:
-    name, _, index = device.partition(":")
-    if name not in ("cpu", "cuda") or (index and not index.isdigit()):
-        raise ValueError(f"`--device` must be cpu, cuda or cuda:N, got {device!r}.")
-    if name == "cuda" and best_device(backends) != "cuda":
-        raise ValueError(f"`--device cuda`: none of {', '.join(backends)} sees a CUDA GPU here.")
-    return device
-
-
 def load_backends(
     wanted: list[str] | None, progress: Progress | None = None
 ) -> tuple[list[str], dict[str, str]]:
-    """Import the wanted backends quietly; return those present and why the others are not.
-
-    A backend runs when its framework imports and it has variants (a registered kit).
-    """
+    """Import the wanted backends quietly: those that import and have a kit, why the others not."""
     from looptoolkit.adapters import BACKENDS, get_backend
 
     present: list[str] = []
     skipped: dict[str, str] = {}
     for name, (_, module, _) in BACKENDS.items():
-        if wanted is not None and name not in wanted:
-            continue
-        if progress is not None:
-            progress.stage(f"importing {module}")
-        try:
-            quiet_import(module)
-            get_backend(name)
-            kit(name)
-        except (ImportError, ValueError) as e:
-            skipped[name] = str(e)
-        else:
-            present.append(name)
+        if wanted is None or name in wanted:
+            if progress is not None:
+                progress.stage(f"importing {module}")
+            try:
+                quiet_import(module)
+                get_backend(name)
+                kit(name)
+                present.append(name)
+            except (ImportError, ValueError) as e:
+                skipped[name] = str(e)
     return present, skipped
 
 
 def _workload_names(text: str) -> list[str]:
+    """The workloads ``--workload`` names (ValueError: an unknown one)."""
     names = list(WORKLOADS) if text == "all" else _split(text) or []
     for name in names:
         if name not in WORKLOADS:
@@ -189,7 +152,18 @@ def _workload_names(text: str) -> list[str]:
     return names
 
 
+def _check_device(device: str, backends: list[str]) -> str:
+    """``device`` when it is well formed and present (ValueError otherwise)."""
+    name, _, index = device.partition(":")
+    if name not in ("cpu", "cuda") or (index and not index.isdigit()):
+        raise ValueError(f"`--device` must be cpu, cuda or cuda:N, got {device!r}.")
+    if name == "cuda" and best_device(backends) != "cuda":
+        raise ValueError(f"`--device cuda`: none of {', '.join(backends)} sees a CUDA GPU here.")
+    return device
+
+
 def _intro(args: argparse.Namespace, device: str, out: Path, backends: list[str]) -> str:
+    """What the run does, where its results go."""
     lines = [
         f"looptoolkit compare on {device}: backends {', '.join(backends)}; results go to {out}/."
     ]
@@ -211,8 +185,47 @@ def _intro(args: argparse.Namespace, device: str, out: Path, backends: list[str]
 
 # The flags of every workload's timing (Settings), then all the flags kept in the results.
 _TIMING = ("rounds", "epochs_per_round", "warmup", "seed", "max_epoch_s", "slow_batches")
-_STEP = ("step_ms", "step_workload", "step_batches")
-_RECORDED = (*_TIMING, *_STEP, "quick", "preset", "project_epochs")
+_RECORDED = (*_TIMING, "step_ms", "step_workload", "step_batches", "quick", "preset")
+
+
+def _workload(
+    result: Run, name: str, args: argparse.Namespace, settings: Settings, progress: Progress
+) -> None:
+    """Check and time every variant on workload ``name``, then its step section when asked."""
+    progress.stage(f"{name}: building the data")
+    workload = make_workload(name, quick=args.quick, seed=args.seed)
+    entries = run_workload(workload, settings, progress)
+    title = (
+        f"{name} ({result.device}): {workload.description}; {workload.num_batches} batches/epoch"
+    )
+    info = {"description": workload.description, "n": workload.n, "bytes": workload.nbytes}
+    rows = [e.row for e in entries]
+    group = Group(name, title, rows, "epoch", BASELINE, workload.num_batches, info)
+    result.groups.append(group)
+    if len(result.groups) == 1:
+        progress.emit(f"\n{render.legend(result.groups)}\n{wrap(report.CHECK_LEGEND)}")
+    progress.emit("\n" + wrap(report.headline(group, args.project_epochs)))
+    progress.emit("\n" + render.group_table(group, epochs=args.project_epochs).text())
+    if name in (args.step_workload or "").split(","):
+        focus = STEP_FOCUS.get(name) if settings.patterns is None else None
+        step = Step(args.step_ms, result.device)
+        steps = run_step(workload, entries, settings, step, args.step_batches, progress, focus)
+        result.extras["step"] += [{"workload": name, **row} for row in steps]
+        progress.emit("\n" + report.step_table(result, name).text())
+    for entry in entries:
+        entry.close()
+    del entries, workload
+    gc.collect()
+
+
+def _targets(result: Run, quick: bool) -> None:
+    """Set the targets against the tabular workload and its step section."""
+    values = {r.name: r.median_s for r in result.group("tabular").rows if r.timed}
+    for row in result.extras["step"]:
+        if "error" not in row and row["workload"] == "tabular":
+            values[f"wait:{row['name']}"] = row["wait_ms_per_batch"]
+            values[f"step:{row['name']}"] = row["step_ms_per_batch"]
+    result.verdicts = evaluate("compare", values, gpu=result.device != "cpu", judged=not quick)
 
 
 def run(argv: Sequence[str] | None = None) -> int:
@@ -222,7 +235,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     quiet_env()
     progress = Progress()
     try:
-        workload_names = _workload_names(args.workload)
+        names = _workload_names(args.workload)
         out = results_dir(args.out, reference=args.reference)
         backends, skipped = load_backends(_split(args.backends), progress)
         device = _check_device(args.device, backends) if args.device else best_device(backends)
@@ -236,57 +249,23 @@ def run(argv: Sequence[str] | None = None) -> int:
         progress.emit(wrap(f"backend {name} skipped: {why}"))
     timing = {key: getattr(args, key) for key in _TIMING}
     settings = Settings(device, backends, _split(args.variants), _split(args.skip), **timing)
-    step_workloads = [w for w in _split(args.step_workload) or [] if w in workload_names]
-    step_workloads = step_workloads or workload_names[-1:]
-    args.step_workload = ",".join(step_workloads) if args.step_ms > 0 else None
-    extras: dict[str, Any] = {"step": [], "skipped_backends": skipped}
-    extras["accelerator_only"] = (
-        [] if gpu else [v.name for v in variants(backends) if v.accelerator]
-    )
+    steps = [w for w in _split(args.step_workload) or [] if w in names] or names[-1:]
+    args.step_workload = ",".join(steps) if args.step_ms > 0 else None
+    only = [] if gpu else [v.name for v in variants(backends) if v.accelerator]
+    extras: dict[str, Any] = {"step": [], "skipped_backends": skipped, "accelerator_only": only}
+    recorded = {key: getattr(args, key) for key in (*_RECORDED, "project_epochs")}
     command = " ".join(["looptoolkit compare", *argv])
-    run_settings = {key: getattr(args, key) for key in _RECORDED}
-    result = Run("compare", device, command, {}, run_settings, [], extras=extras)
-    for name in workload_names:
-        progress.stage(f"{name}: building the data")
-        workload = make_workload(name, quick=args.quick, seed=args.seed)
-        entries = run_workload(workload, settings, progress)
-        title = f"{name} ({device}): {workload.description}; {workload.num_batches} batches/epoch"
-        info = {"description": workload.description, "n": workload.n, "bytes": workload.nbytes}
-        rows = [e.row() for e in entries]
-        group = Group(name, title, rows, "epoch", BASELINE, workload.num_batches, info)
-        result.groups.append(group)
-        if len(result.groups) == 1:
-            progress.emit(f"\n{render.legend(result.groups)}\n{wrap(report.CHECK_LEGEND)}")
-        progress.emit("\n" + wrap(report.headline(group, args.project_epochs)))
-        progress.emit("\n" + render.group_table(group, epochs=args.project_epochs).text())
-        if args.step_ms > 0 and name in step_workloads:
-            focus = STEP_FOCUS.get(name) if settings.patterns is None else None
-            step = Step(args.step_ms, device)
-            steps = run_step(workload, entries, settings, step, args.step_batches, progress, focus)
-            extras["step"] += [{"workload": name, **row} for row in steps]
-            progress.emit("\n" + report.step_table(result, name).text())
-        for entry in entries:
-            entry.close()
-        del entries, workload
-        gc.collect()
+    result = Run("compare", device, command, {}, recorded, [], extras=extras)
+    for name in names:
+        _workload(result, name, args, settings, progress)
     if args.transfer or (args.transfer is None and gpu):
         from looptoolkit.bench.transfer_cuda import by_batch_size
 
         progress.stage("transfer of an images batch by batch size")
         extras["transfer"] = by_batch_size(device, args.quick, args.seed, progress)
         progress.emit("\n" + report.transfer_table(extras["transfer"]).text())
-    if args.memmap_gb > 0:
-        from looptoolkit.bench import memory
-
-        extras["memory"] = memory.measure(args.memmap_gb, progress)
-        progress.emit("\n" + memory.table(extras["memory"]).text())
     if any(g.name == "tabular" for g in result.groups):
-        values = {r.name: r.median_s for r in result.group("tabular").rows if r.timed}
-        for row in extras["step"]:
-            if "error" not in row and row["workload"] == "tabular":
-                values[f"wait:{row['name']}"] = row["wait_ms_per_batch"]
-                values[f"step:{row['name']}"] = row["step_ms_per_batch"]
-        result.verdicts = evaluate("compare", values, gpu=gpu, judged=not args.quick)
+        _targets(result, args.quick)
         progress.emit("\n" + render.targets_table(result.verdicts).text())
     result.machine = machine_info()
     # A preset's results sit beside the default run's, not over them.
@@ -306,10 +285,5 @@ def run(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def main() -> None:
-    """``python -m looptoolkit.bench.compare``."""
-    raise SystemExit(run())
-
-
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run())

@@ -1,9 +1,4 @@
-"""What a benchmark says while it runs, and frameworks imported quietly.
-
-[`Progress`][looptoolkit.bench.progress.Progress] reports stages on stderr (a rich bar on a
-terminal, plain lines elsewhere) and results on stdout;
-[`quiet_import`][looptoolkit.bench.progress.quiet_import] swallows a framework's native log lines.
-"""
+"""What a benchmark says while it runs (`Progress`), and frameworks imported quietly."""
 
 from __future__ import annotations
 
@@ -37,47 +32,38 @@ def quiet_env() -> None:
         os.environ.setdefault(key, value)
 
 
-def _flush() -> None:
-    """Flush Python's stdout and stderr (before their file descriptors are swapped)."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-
-
 @contextlib.contextmanager
-def _captured_fds() -> Iterator[IO[bytes]]:
-    """Send whatever is written to file descriptors 1 and 2 to a temporary file meanwhile."""
-    _flush()
-    saved = [os.dup(1), os.dup(2)]
-    with tempfile.TemporaryFile() as tmp:
-        for fd in (1, 2):
-            os.dup2(tmp.fileno(), fd)
-        try:
-            yield tmp
-        finally:
-            _flush()
-            for fd, copy in zip((1, 2), saved, strict=True):
-                os.dup2(copy, fd)
-                os.close(copy)
+def _fds_to(file: IO[bytes]) -> Iterator[None]:
+    """Send what is written to file descriptors 1 and 2 to ``file`` meanwhile."""
+    streams, saved = (sys.stdout, sys.stderr), [os.dup(1), os.dup(2)]
+    for stream, fd in zip(streams, (1, 2), strict=True):
+        stream.flush()
+        os.dup2(file.fileno(), fd)
+    try:
+        yield
+    finally:
+        for stream, fd, copy in zip(streams, (1, 2), saved, strict=True):
+            stream.flush()
+            os.dup2(copy, fd)
+            os.close(copy)
 
 
 def quiet_import(name: str) -> ModuleType:
     """Import module ``name`` with ``QUIET_ENV`` set and its native log lines swallowed.
 
-    TensorFlow's absl and oneDNN notices come before its own log level is read; what the import
+    (TensorFlow's absl and oneDNN notices come before its own log level is read.) What the import
     wrote is shown only when it raises ``ImportError``.
     """
     quiet_env()
     if name in sys.modules:
         return sys.modules[name]
-    with _captured_fds() as tmp:
+    with tempfile.TemporaryFile() as tmp:
         try:
-            module = importlib.import_module(name)
+            with _fds_to(tmp):
+                module = importlib.import_module(name)
         except ImportError:
             tmp.seek(0)
-            text = tmp.read().decode(errors="replace")
-            if text.strip():
-                sys.stderr.write(text)
+            sys.stderr.write(tmp.read().decode(errors="replace"))
             raise
     if name == "tensorflow":
         with contextlib.suppress(ImportError):
@@ -88,14 +74,10 @@ def quiet_import(name: str) -> ModuleType:
 
 
 class Progress:
-    """Stage-by-stage progress on ``stream`` (stderr); results on stdout, flushed at once.
+    """Stages on ``stream`` (stderr), results on stdout.
 
-    Args:
-        stream: where progress goes (default: ``sys.stderr``).
-        live: a rich progress bar with the time left, removed before results are printed
-            (default: when ``stream`` is a terminal); else plain lines, one per stage.
-        every_s: in plain mode, the longest silence within a stage before a
-            [`step`][looptoolkit.bench.progress.Progress.step] is printed.
+    On a terminal (or with ``live``) a rich bar with the time left, else plain lines: a stage at
+    once, its steps at most every ``every_s`` seconds.
     """
 
     def __init__(
@@ -103,65 +85,44 @@ class Progress:
     ) -> None:
         self.stream = sys.stderr if stream is None else stream
         if live is None:
-            isatty = getattr(self.stream, "isatty", None)
-            live = bool(isatty and isatty()) and os.environ.get("TERM") != "dumb"
+            live = self.stream.isatty() and os.environ.get("TERM") != "dumb"
         self.live, self.every_s = live, every_s
         self.started = self._last_line = time.perf_counter()
         self._bar: Any = None
-        self._task: Any = None
 
     def elapsed(self) -> float:
         """Seconds since this object was made."""
         return time.perf_counter() - self.started
 
-    def _prefix(self) -> str:
-        """The elapsed time that starts each line."""
-        return f"[{self.elapsed():4.0f} s] "
-
-    def _write_line(self, text: str) -> None:
-        """One plain line of progress."""
-        self.stream.write(self._prefix() + text + "\n")
-        self.stream.flush()
-        self._last_line = time.perf_counter()
-
-    def _show(self, text: str, done: int | None, total: int | None) -> None:
-        """The live bar: ``text``, and ``done`` of ``total`` with the time left when known."""
-        if self._bar is None:
-            from rich.console import Console
-            from rich.progress import BarColumn, TextColumn, TimeRemainingColumn
-            from rich.progress import Progress as Bar
-
-            # Redrawn on each update only: no refresh thread competing with the timed loops.
-            self._bar = Bar(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                TimeRemainingColumn(),
-                console=Console(file=self.stream, force_terminal=True),
-                transient=True,
-                auto_refresh=False,
-                redirect_stdout=False,
-                redirect_stderr=False,
-            )
-            self._task = self._bar.add_task("", total=None)
-            self._bar.start()
-        self._bar.update(
-            self._task, description=self._prefix() + text, completed=done or 0, total=total
-        )
-        self._bar.refresh()
-
     def stage(self, text: str) -> None:
-        """Start a stage: printed at once, in either mode."""
-        if self.live:
-            self._show(text, None, None)
-        else:
-            self._write_line(text)
+        """Start a stage: shown at once, in either mode."""
+        self._last_line = float("-inf")
+        self.step(text)
 
     def step(self, text: str, done: int | None = None, total: int | None = None) -> None:
         """Report ``done`` of ``total`` steps in the stage (plain: once ``every_s`` has passed)."""
+        text = f"[{self.elapsed():4.0f} s] {text}"
         if self.live:
-            self._show(text, done, total)
+            if self._bar is None:
+                from rich.console import Console
+                from rich.progress import BarColumn, TextColumn, TimeRemainingColumn
+                from rich.progress import Progress as Bar
+
+                columns = (TextColumn("{task.description}"), BarColumn(), TimeRemainingColumn())
+                console = Console(file=self.stream, force_terminal=True)
+                # Redrawn on each update only: no refresh thread competing with the timed loops.
+                off: Any = dict.fromkeys(
+                    ("auto_refresh", "redirect_stdout", "redirect_stderr"), False
+                )
+                self._bar = Bar(*columns, console=console, transient=True, **off)
+                self._bar.add_task("", total=None)
+                self._bar.start()
+            self._bar.update(0, description=text, completed=done or 0, total=total)
+            self._bar.refresh()
         elif time.perf_counter() - self._last_line >= self.every_s:
-            self._write_line(text)
+            self.stream.write(text + "\n")
+            self.stream.flush()
+            self._last_line = time.perf_counter()
 
     def clear(self) -> None:
         """Remove the bar (before other output on the same terminal)."""

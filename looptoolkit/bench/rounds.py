@@ -1,8 +1,6 @@
-"""Epoch rounds of ``looptoolkit compare``: check each variant, bound the slow ones, time them.
+"""A workload's section of ``looptoolkit compare``: check each variant, bound the slow ones, time.
 
-A round is one epoch (scaled when bounded), interleaved with the workload's other variants by
-[`interleave`][looptoolkit.bench.timing.interleave]; with a synthetic model step after every
-batch it also records each batch's wait, step and total.
+A round is an epoch of each variant in turn (a bounded one scaled), timed by `interleave`.
 """
 
 from __future__ import annotations
@@ -12,13 +10,15 @@ import dataclasses
 import fnmatch
 import statistics
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from looptoolkit.bench.check import Check, check_batches, host_leaves
 from looptoolkit.bench.results import Row
-from looptoolkit.bench.timing import Timing, interleave
+from looptoolkit.bench.timing import interleave
 from looptoolkit.bench.variants import BASELINE, Context, Variant, kit, variants
 from looptoolkit.bench.workloads import Workload
 
@@ -28,7 +28,28 @@ if TYPE_CHECKING:
 __all__ = ["Entry", "Record", "Settings", "Step", "epoch_round", "run_step", "run_workload"]
 
 
-_END = object()  # what next() gives at the end of an epoch
+@dataclass
+class Settings:
+    """What every workload run needs from the command line."""
+
+    device: str
+    backends: list[str]
+    patterns: list[str] | None
+    skip: list[str] | None
+    rounds: int
+    epochs_per_round: int
+    warmup: int
+    max_epoch_s: float
+    slow_batches: int
+    seed: int
+
+
+def selected(name: str, patterns: list[str] | None, skip: list[str] | None = None) -> bool:
+    """Whether ``--variants`` / ``--skip`` globs keep ``name`` (the baseline always runs)."""
+    match = lambda globs: any(fnmatch.fnmatchcase(name, p) for p in globs)  # noqa: E731
+    return name == BASELINE or (
+        not (skip and match(skip)) and (patterns is None or match(patterns))
+    )
 
 
 def sync_fn(device: str, backends: Iterable[str]) -> Callable[[], None] | None:
@@ -37,16 +58,14 @@ def sync_fn(device: str, backends: Iterable[str]) -> Callable[[], None] | None:
     from looptoolkit.device import parse_device
 
     loaded = [get_backend(b) for b in backends] if device != "cpu" else []
-    if not loaded:
-        return None
-    target = parse_device(device)
+    target = parse_device(device) if loaded else None
 
     def sync() -> None:
         for backend in loaded:
             with contextlib.suppress(RuntimeError):
                 backend.synchronize(target)
 
-    return sync
+    return sync if loaded else None
 
 
 class Step:
@@ -75,32 +94,21 @@ class Step:
             time.sleep(self.seconds)  # releases the GIL, as a native step does
 
 
+_END = object()  # what next() gives at the end of an epoch
+
+
 def _close(iterator: Any) -> None:
     """Close a generator, ignoring what closing raises."""
     with contextlib.suppress(Exception):
         iterator.close()
 
 
-def probe(pipeline: Iterable[Any], ready: Callable[[Any], None] | None, budget_s: float) -> int:
-    """Run an epoch of ``pipeline`` until it ends or ``budget_s`` has passed; return its batches."""
-    deadline, done, iterator = time.perf_counter() + budget_s, 0, iter(pipeline)
-    for batch in iterator:
-        if ready is not None:
-            ready(batch)
-        done += 1
-        if time.perf_counter() > deadline:
-            break
-    _close(iterator)
-    return done
-
-
 @dataclass
 class Record:
-    """Per-batch figures of one variant, a value per round: waiting, in the step, both."""
+    """What a variant's rounds leave besides their seconds: per-batch wait and step, an error."""
 
     wait_s: list[float] = field(default_factory=list)
     step_s: list[float] = field(default_factory=list)
-    total_s: list[float] = field(default_factory=list)
     error: str | None = None
 
 
@@ -117,82 +125,58 @@ def epoch_round(
     """One round: ``epochs`` epochs of ``pipeline``, each bounded to ``limit`` batches.
 
     The round returns seconds per epoch; a bounded epoch is scaled to ``num_batches`` (the time to
-    its first batch, plus the mean of the others for the rest). Without a ``step`` the clock is
-    read only at the epoch's ends and its first batch: nothing per batch beyond ``next()``. With
-    one, each batch's wait and step are timed, the first batch left out. An error is recorded in
-    ``record`` and ends the variant's timing.
+    its first batch plus the steady per-batch time). Without a ``step`` an epoch takes its batches
+    in C: nothing per batch beyond ``next()`` and ``ready``. With one, each batch's wait and step
+    (per batch, the first batch left out) go to ``record``. An error goes to ``record`` and ends
+    the variant's timing.
     """
-    clock, stop = time.perf_counter, -1 if limit is None else max(limit, 1)
+    clock, rest = time.perf_counter, None if limit is None else max(limit, 1) - 1
 
-    def lean(iterator: Iterator[Any], begin: float) -> tuple[int, float, float, float, int]:
-        """Batches only: the clock read at the first batch and at the end, nothing per batch."""
+    def epoch() -> tuple[float, float, float, int]:
+        """One epoch: its seconds (scaled), waiting and stepping after the first batch, batches."""
+        begin, k, first, wait, in_step = clock(), 0, 0.0, 0.0, 0.0
+        iterator = iter(pipeline)
         batch = next(iterator, _END)
-        if batch is _END:
-            return 0, 0.0, 0.0, 0.0, 0
-        if ready is not None:
-            ready(batch)
-        first, k = clock() - begin, 1
-        del batch
-        if k != stop:
-            if ready is None:
-                for _ in iterator:
-                    k += 1
-                    if k == stop:
-                        break
-            else:
-                for batch in iterator:
-                    ready(batch)
-                    k += 1
-                    if k == stop:
-                        break
-        return k, first, clock() - begin, 0.0, k
-
-    def stepped(iterator: Iterator[Any], begin: float) -> tuple[int, float, float, float, int]:
-        """Each batch's wait and step timed, the first batch left out (the steady state)."""
-        assert step is not None
-        k, first, wait, in_step, mark = 0, 0.0, 0.0, 0.0, begin
-        for batch in iterator:
+        if batch is not _END:
             if ready is not None:
                 ready(batch)
-            got = clock()
-            step()
-            done = clock()
-            if k:
-                wait, in_step = wait + got - mark, in_step + done - got
+            k, first, others = 1, clock() - begin, islice(iterator, rest)
+            del batch
+            if step is None:  # the others counted in C: (2, batch), (3, batch), ...
+                last = deque(
+                    enumerate(others if ready is None else map(ready, others), 2), maxlen=1
+                )
+                k = last[0][0] if last else 1
             else:
-                first = got - begin
-            k, mark = k + 1, done
-            if k == stop:
-                break
-        return k, first, wait, in_step, k - 1
-
-    epoch = lean if step is None else stepped
+                step()
+                mark = clock()
+                for batch in others:
+                    if ready is not None:
+                        ready(batch)
+                    got = clock()
+                    step()
+                    done = clock()
+                    k, wait, in_step, mark = k + 1, wait + got - mark, in_step + done - got, done
+        if sync is not None:
+            sync()
+        elapsed = clock() - begin
+        _close(iterator)
+        if 1 < k < num_batches:
+            elapsed = first + (elapsed - first) * (num_batches - 1) / (k - 1)
+        return elapsed, wait, in_step, max(k - 1, 0)
 
     def one_round() -> float:
         if record.error is not None:
             return 0.0
-        seconds = wait = in_step = 0.0
-        counted = 0
         try:
-            for _ in range(epochs):
-                begin = clock()
-                iterator = iter(pipeline)
-                k, first, w, s, c = epoch(iterator, begin)
-                if sync is not None:
-                    sync()
-                elapsed = clock() - begin
-                _close(iterator)
-                if 1 < k < num_batches:
-                    elapsed = first + (elapsed - first) * (num_batches - 1) / (k - 1)
-                seconds += elapsed
-                wait, in_step, counted = wait + w, in_step + s, counted + c
+            figures = [epoch() for _ in range(epochs)]
         except Exception as e:
             record.error = f"{type(e).__name__}: {e}"
             return 0.0
-        counted = max(counted, 1)
-        record.wait_s.append(wait / counted)
-        record.step_s.append(in_step / counted)
-        record.total_s.append((wait + in_step) / counted)
+        seconds, wait, in_step, counted = (sum(x) for x in zip(*figures, strict=True))
+        if step is not None:
+            record.wait_s.append(wait / max(counted, 1))
+            record.step_s.append(in_step / max(counted, 1))
         return seconds / epochs
 
     return one_round
@@ -200,29 +184,13 @@ def epoch_round(
 
 @dataclass
 class Entry:
-    """One variant on one workload: its check, its timing, its pipeline while it is timed."""
+    """One variant on one workload: its result row, its pipeline while it is timed, its bound."""
 
     variant: Variant
-    check: Check | None = None
-    timing: Timing | None = None
-    record: Record = field(default_factory=Record)
-    limit: int | None = None
-    skipped: str | None = None
+    row: Row
     pipeline: Any = None
-
-    def row(self) -> Row:
-        """The variant's typed result: its check, its status, its timed rounds."""
-        v, check, error = self.variant, self.check, self.record.error
-        row = Row(v.name, v.label, v.backend, v.floor, check=check.how if check else "")
-        if self.skipped is not None:
-            row.status, row.detail = "skipped", self.skipped
-        elif check is not None and not check.ok:
-            row.status, row.detail = "failed", check.detail
-        elif error is not None or self.timing is None or not self.timing.rounds:
-            row.status, row.detail = "error", error or "not timed"
-        else:
-            row.rounds_s, row.bounded = self.timing.rounds, self.limit
-        return row
+    limit: int | None = None
+    record: Record = field(default_factory=Record)
 
     def close(self) -> None:
         """Stop the pipeline's DataLoader workers now (not at exit) and drop it."""
@@ -232,100 +200,62 @@ class Entry:
         self.pipeline = None
 
 
-def selected(name: str, patterns: list[str] | None, skip: list[str] | None = None) -> bool:
-    """Whether ``--variants`` / ``--skip`` globs keep ``name`` (the baseline always runs)."""
-    match = lambda globs: any(fnmatch.fnmatchcase(name, p) for p in globs)  # noqa: E731
-    return name == BASELINE or (
-        not (skip and match(skip)) and (patterns is None or match(patterns))
-    )
-
-
-@dataclass
-class Settings:
-    """What every workload run needs from the command line."""
-
-    device: str
-    backends: list[str]
-    patterns: list[str] | None
-    skip: list[str] | None
-    rounds: int
-    epochs_per_round: int
-    warmup: int
-    max_epoch_s: float
-    slow_batches: int
-    seed: int
-
-
-# A checked batch costs about three timed ones (the check converts and compares every leaf),
-# measured on the default run of every workload on a 2-core machine.
-_CHECK_OVERHEAD = 3.0
-
-
-def _per_batch(entry: Entry) -> float:
-    """Seconds per timed batch, estimated from the check."""
-    c = entry.check
-    return c.seconds / c.batches / _CHECK_OVERHEAD if c is not None and c.batches else 0.0
-
-
 def _check(entry: Entry, workload: Workload, settings: Settings, data: dict[str, Any]) -> None:
-    """Build and check ``entry``'s loop; bound it when its epoch is long."""
-    variant = entry.variant
-    if variant.backend not in data:
-        tree = kit(variant.backend).data(workload.data, settings.device)
-        data[variant.backend] = (tree, host_leaves(tree))
-    tree, reference = data[variant.backend]
-    ctx = Context(workload, tree, settings.device, settings.seed)
+    """Build and check ``entry``'s loop; bound it when a warm epoch takes too long."""
+    v, row, budget = entry.variant, entry.row, settings.max_epoch_s
+    if v.backend not in data:
+        tree = kit(v.backend).data(workload.data, settings.device)
+        data[v.backend] = (tree, host_leaves(tree))
+    ctx = Context(workload, data[v.backend][0], settings.device, settings.seed)
+    entry.limit = settings.slow_batches if v.slow else None
     try:
-        entry.pipeline = variant.factory(ctx)
-        limit = settings.slow_batches if variant.slow else None
-        entry.check = check_batches(variant, entry.pipeline, ctx, reference, limit=limit)
+        entry.pipeline = v.factory(ctx)
+        check = check_batches(v, entry.pipeline, ctx, data[v.backend][1], limit=entry.limit)
     except Exception as e:
-        entry.check = Check(False, "error while checking", 0, 0.0, f"{type(e).__name__}: {e}")
-    if not entry.check.ok:
+        check = Check(False, "error while checking", 0, f"{type(e).__name__}: {e}")
+    row.check = check.how
+    if not check.ok:
+        row.status, row.detail = "failed", check.detail
         entry.close()
-    elif variant.slow:
-        entry.limit = settings.slow_batches
-    elif 0 < settings.max_epoch_s < entry.check.seconds:
-        # The check includes compilation: a probe epoch, stopped at the budget, says whether a
-        # warm epoch fits. Nearly a whole epoch in budget: time whole epochs.
-        try:
-            done = probe(entry.pipeline, kit(variant.backend).ready, settings.max_epoch_s)
-        except Exception as e:
-            entry.record.error, done = f"{type(e).__name__}: {e}", 0
-        if done < 0.75 * workload.num_batches:
-            entry.limit = max(settings.slow_batches, done)
+        return
+    if v.slow or budget <= 0:
+        return
+    # A probe epoch (warm: the check compiled what it needs), stopped at the budget, says whether
+    # an epoch fits. Nearly a whole epoch in budget: time whole epochs.
+    ready, done, deadline = kit(v.backend).ready, 0, time.perf_counter() + budget
+    iterator = iter(entry.pipeline)
+    try:
+        for batch in iterator:
+            if ready is not None:
+                ready(batch)
+            done += 1
+            if time.perf_counter() > deadline:
+                break
+    except Exception as e:
+        entry.record.error = f"{type(e).__name__}: {e}"
+    _close(iterator)
+    if done < 0.75 * workload.num_batches:
+        entry.limit = max(settings.slow_batches, done)
 
 
 def _time(
     entries: list[Entry],
-    records: list[Record],
     settings: Settings,
     workload: Workload,
     progress: Progress | None,
     label: str,
     step: Step | None = None,
     batches: int | None = None,
-) -> list[Timing]:
+) -> list[Row]:
     """Time ``entries`` interleaved: ``settings.rounds`` rounds of an epoch (or ``batches``)."""
-    if not entries:
-        return []
-    syncs = {b: sync_fn(settings.device, [b]) for b in {e.variant.backend for e in entries}}
-    s, n, calls = settings, workload.num_batches, []
-    for e, record in zip(entries, records, strict=True):
-        b, limit = e.variant.backend, batches or e.limit
-        fn = epoch_round(
-            e.pipeline, record, s.epochs_per_round, limit, n, kit(b).ready, step, syncs[b]
-        )
-        calls.append((e.variant.name, fn))
+    s, calls = settings, []
+    syncs = {b: sync_fn(s.device, [b]) for b in {e.variant.backend for e in entries}}
+    for e in entries:
+        b, limit, n = e.variant.backend, batches or e.limit, workload.num_batches
+        args = (s.epochs_per_round, limit, n, kit(b).ready, step, syncs[b])
+        calls.append((e.variant.name, epoch_round(e.pipeline, e.record, *args)))
     if progress is not None:
-        seconds = sum(
-            (step.seconds if step else 0.0) * (batches or 0)
-            + _per_batch(e) * (batches or e.limit or n)
-            for e in entries
-        )
-        total = seconds * s.epochs_per_round * (s.rounds + s.warmup)
-        plan = f"{s.warmup} warm-up + {s.rounds} rounds, about {total:.0f} s"
-        progress.stage(f"{label}: {len(calls)} loops, {plan}")
+        progress.stage(f"{label}: {len(calls)} loops, {s.warmup} warm-up + {s.rounds} rounds")
     return interleave(calls, rounds=s.rounds, warmup=s.warmup, progress=progress, label=label)
 
 
@@ -333,25 +263,33 @@ def run_workload(
     workload: Workload, settings: Settings, progress: Progress | None = None
 ) -> list[Entry]:
     """Build, check and time every applicable variant on ``workload``."""
-    s = settings
-    chosen = [v for v in variants(s.backends) if selected(v.name, s.patterns, s.skip)]
-    chosen = [v for v in chosen if v.workloads is None or workload.name in v.workloads]
-    # Accelerator-only variants are not run on the CPU (listed once in the results instead).
-    chosen = [v for v in chosen if s.device != "cpu" or not v.accelerator]
-    entries, data = [Entry(v) for v in chosen], {}  # type: ignore[var-annotated]
+    s, name = settings, workload.name
+    entries = [
+        Entry(v, Row(v.name, v.label, v.backend, v.floor))
+        for v in variants(s.backends)
+        if selected(v.name, s.patterns, s.skip)
+        and (v.workloads is None or name in v.workloads)
+        # Accelerator-only variants are not run on the CPU (listed once in the results instead).
+        and not (v.accelerator and s.device == "cpu")
+    ]
     if progress is not None:
-        progress.stage(f"{workload.name}: checking {len(chosen)} variants")
-    for i, entry in enumerate(entries):
+        progress.stage(f"{name}: checking {len(entries)} variants")
+    data: dict[str, Any] = {}
+    for i, e in enumerate(entries):
         if progress is not None:
-            progress.step(f"{workload.name}: checking {entry.variant.name} ({i + 1}/{len(chosen)})")
-        entry.skipped = entry.variant.missing()
-        if entry.skipped is None:
-            _check(entry, workload, settings, data)
+            progress.step(f"{name}: checking {e.variant.name} ({i + 1}/{len(entries)})")
+        if (missing := e.variant.missing()) is not None:
+            e.row.status, e.row.detail = "skipped", missing
+        else:
+            _check(e, workload, s, data)
     timed = [e for e in entries if e.pipeline is not None]
-    label = f"{workload.name}: timing"
-    timings = _time(timed, [e.record for e in timed], settings, workload, progress, label)
-    for entry, timing in zip(timed, timings, strict=True):
-        entry.timing = timing
+    for e, timing in zip(
+        timed, _time(timed, s, workload, progress, f"{name}: timing"), strict=True
+    ):
+        if e.record.error is not None:
+            e.row.status, e.row.detail = "error", e.record.error
+        else:
+            e.row.rounds_s, e.row.bounded = timing.rounds_s, e.limit
     return entries
 
 
@@ -364,37 +302,29 @@ def run_step(
     progress: Progress | None = None,
     patterns: list[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Time ``batches`` batches per round of each checked loop (not floors) with a step after each.
+    """Time ``batches`` batches per round of each timed loop (not floors) with a step after each.
 
     ``patterns`` (names or globs) narrows the variants (the baseline always runs).
     """
-    timed = [e for e in entries if e.pipeline is not None and e.record.error is None]
-    timed = [e for e in timed if not e.variant.is_floor and selected(e.variant.name, patterns)]
-    records = [Record() for _ in timed]
-    brief = dataclasses.replace(
-        settings, rounds=max(2, min(settings.rounds, 3)), warmup=1, epochs_per_round=1
-    )
+    timed = [e for e in entries if e.row.timed and not e.variant.is_floor]
+    timed = [e for e in timed if selected(e.variant.name, patterns)]
+    rounds = max(2, min(settings.rounds, 3))
+    brief = dataclasses.replace(settings, rounds=rounds, warmup=1, epochs_per_round=1)
     label = f"{workload.name}, step of {step.seconds * 1e3:g} ms"
-    _time(timed, records, brief, workload, progress, label, step, batches)
+    _time(timed, brief, workload, progress, label, step, batches)
     rows: list[dict[str, Any]] = []
-    for e, record in zip(timed, records, strict=True):
+    for e in timed:
         row: dict[str, Any] = {"name": e.variant.name, "backend": e.variant.backend}
-        if record.error is not None:
-            rows.append({**row, "error": record.error})
+        rows.append(row)
+        if e.record.error is not None:
+            row["error"] = e.record.error
             continue
-        total, wait, stepped = (
-            statistics.median(x[1:]) for x in (record.total_s, record.wait_s, record.step_s)
-        )
-        rows.append(
-            {
-                **row,
-                "batches_per_round": batches,
-                "total_ms_per_batch": total * 1e3,
-                "step_ms_per_batch": stepped * 1e3,
-                "wait_ms_per_batch": wait * 1e3,
-                "added_ms_per_batch": (total - stepped) * 1e3,
-                "wait_fraction": wait / total if total > 0 else 0.0,
-                "wait_of_step": wait / stepped if stepped > 0 else None,
-            }
-        )
+        waits, steps = e.record.wait_s[1:], e.record.step_s[1:]  # the warm-up round left out
+        total = statistics.median(w + s for w, s in zip(waits, steps, strict=True))
+        wait, stepped = statistics.median(waits), statistics.median(steps)
+        ms = {"total": total, "step": stepped, "wait": wait, "added": total - stepped}
+        row["batches_per_round"] = batches
+        row |= {f"{key}_ms_per_batch": value * 1e3 for key, value in ms.items()}
+        row["wait_fraction"] = wait / total if total > 0 else 0.0
+        row["wait_of_step"] = wait / stepped if stepped > 0 else None
     return rows

@@ -152,7 +152,11 @@ def measure(
         label=f"transfer: {label}",
     )
     extra = {"clock": "cuda events"} if isinstance(clock, CudaEventClock) else {}
-    return [{**t.summary(), **extra, "label": r.label} for t, r in zip(timings, rows, strict=True)]
+    return [
+        {"name": t.name, "median_s": t.median_s, "min_s": t.min_s, "max_s": t.max_s}
+        | {"rounds_s": t.rounds_s, **t.extra, **extra, "label": r.label}
+        for t, r in zip(timings, rows, strict=True)
+    ]
 
 
 def medians(rows: list[dict[str, Any]]) -> list[float]:

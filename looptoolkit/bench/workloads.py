@@ -1,8 +1,6 @@
 """The workloads of ``looptoolkit compare``: NumPy pytrees with a row-id leaf.
 
-The id leaf holds every row's own index, so any batch can be checked (right rows, each once);
-gathering it costs what gathering labels costs. Each backend's kit
-([`looptoolkit.bench.variants`][looptoolkit.bench.variants]) turns it into that backend's arrays.
+The id leaf holds each row's own index, so any batch can be checked (right rows, each once).
 """
 
 from __future__ import annotations
@@ -13,7 +11,6 @@ from typing import Any
 import numpy as np
 
 from looptoolkit import tree as _tree
-from looptoolkit._rows import Rows
 from looptoolkit.order import batch_count
 
 __all__ = ["WORKLOADS", "Workload", "host_array", "make_workload"]
@@ -28,49 +25,32 @@ WORKLOADS: dict[str, tuple[str, int, int, int, int]] = {
 
 @dataclass
 class Workload:
-    """The data of one workload (a NumPy pytree) and the key path of its row-id leaf."""
+    """The data of one workload (a NumPy pytree), its batches, the key path of its row-id leaf."""
 
     name: str
     description: str
     data: Any
     batch_size: int
     id_path: str
-
-    @property
-    def n(self) -> int:
-        """Rows."""
-        return Rows(self.data).n
-
-    @property
-    def num_batches(self) -> int:
-        """Batches per epoch (last partial batch counted)."""
-        return batch_count(self.n, self.batch_size)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of data."""
-        leaves, _ = _tree.flatten(self.data)
-        return sum(int(leaf.nbytes) for leaf in leaves)
+    n: int
+    num_batches: int  # per epoch, the last partial batch counted
+    nbytes: int
 
 
 def make_workload(name: str, *, quick: bool = False, seed: int = 0) -> Workload:
     """Build the ``name`` workload (its full size, or a tiny one with ``quick``)."""
     description, rows, quick_rows, batch, quick_batch = WORKLOADS[name]
-    n, batch_size = (quick_rows, quick_batch) if quick else (rows, batch)
+    n, size = (quick_rows, quick_batch) if quick else (rows, batch)
     rng, ids = np.random.default_rng(seed), np.arange(n, dtype=np.int64)
-    data: Any
-    if name == "index":
-        data, id_path = ids, "batch"
-    elif name == "tabular":
+    data: Any = ids
+    if name == "tabular":
         data = {"x": rng.standard_normal((n, 64), dtype=np.float32), "y": ids}
-        id_path = "batch['y']"
     elif name == "images":
         data = {"image": rng.integers(0, 256, (n, 3, 64, 64), dtype=np.uint8), "label": ids}
-        id_path = "batch['label']"
-    else:
-        raise ValueError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}.")
-    description = f"{description}, N = {n:_}, batch {batch_size}"
-    return Workload(name, description, data, batch_size, id_path)
+    id_path = {"index": "batch", "tabular": "batch['y']", "images": "batch['label']"}[name]
+    nbytes = sum(int(leaf.nbytes) for leaf in _tree.flatten(data)[0])
+    description = f"{description}, N = {n:_}, batch {size}"
+    return Workload(name, description, data, size, id_path, n, batch_count(n, size), nbytes)
 
 
 def host_array(x: Any) -> np.ndarray:
