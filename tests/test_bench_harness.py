@@ -46,7 +46,7 @@ def test_round_without_a_step_takes_whole_epochs_and_records_no_per_batch_figure
     assert pipeline.taken == 40 and record.error is None
     assert all(type(s) is float and s > 0 for s in epochs)
     # Without a step nothing is taken per batch: no wait or step figures.
-    assert record.wait_s == record.step_s == []
+    assert record.per_batch == []
 
 
 def test_round_bounded_to_a_limit_is_scaled_to_an_epoch_and_readies_every_batch():
@@ -68,7 +68,7 @@ def test_round_scales_a_bounded_epoch_from_its_first_batch_and_steady_batches(mo
     assert epoch_round(Counted(20), Record(), 1, 4, 20)() == pytest.approx(48.0)
 
 
-def test_round_with_a_step_times_wait_step_and_total_per_batch():
+def test_round_with_a_step_times_wait_and_step_per_batch():
     pipeline = Counted(10, sleep=0.001)
     steps = []
     syncs = []
@@ -81,20 +81,22 @@ def test_round_with_a_step_times_wait_step_and_total_per_batch():
     one_round = epoch_round(pipeline, record, 1, 5, 10, step=step, sync=lambda: syncs.append(1))
     one_round()
     assert pipeline.taken == 5 and len(steps) == 5 and len(syncs) == 1
-    wait, stepped = record.wait_s[0], record.step_s[0]
+    ((wait, stepped),) = record.per_batch
     assert stepped >= 0.002 * 0.9 and wait >= 0.001 * 0.9
 
 
 def test_round_records_an_error_and_stops_timing():
+    epochs = []
+
     def broken(epoch):
+        epochs.append(epoch)
         yield 1
         raise RuntimeError("boom")
 
     record = Record()
-    one_round = epoch_round(EpochPipeline(broken, 2), record, 1, None, 2)
-    one_round()
-    one_round()
-    assert record.error == "RuntimeError: boom" and record.wait_s == []
+    one_round = epoch_round(EpochPipeline(broken, 2), record, 1, None, 2, step=lambda: None)
+    assert one_round() == one_round() == 0.0 and len(epochs) == 1
+    assert record.error == "RuntimeError: boom" and record.per_batch == []
 
 
 def test_interleave_records_what_a_self_timed_round_returns():

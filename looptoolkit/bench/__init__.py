@@ -1,4 +1,1 @@
-"""Benchmark harnesses behind ``looptoolkit compare`` and ``looptoolkit transfer``.
-
-They time, never assert; ``docs/benchmarks.md`` has the protocol and the latest results.
-"""
+"""Benchmark harnesses behind ``looptoolkit compare`` and ``transfer``: they time, never assert."""

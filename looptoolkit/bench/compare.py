@@ -37,13 +37,8 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
         "which loop is fastest for 1000 epochs of 300,000 samples at batch 300: pure Python, "
         "NumPy, DataLoader (0 and 2 workers), tf.data, the Loader; times --rounds epochs of "
         "each and multiplies (--epochs 1000 times all of them)",
-        {
-            "workload": "index",
-            "variants": ",".join(CLASSIC),
-            "step_ms": 0.0,
-            "transfer": False,
-            "project_epochs": 1000,
-        },
+        {"workload": "index", "variants": ",".join(CLASSIC), "step_ms": 0.0, "transfer": False}
+        | {"project_epochs": 1000},
     ),
 }
 """Named sets of flags: ``--preset NAME`` -> (what it answers, the flags it sets)."""
@@ -87,11 +82,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.preset:  # its flags as defaults: a flag given wins
         parser.set_defaults(**PRESETS[args.preset][1])
         args = parser.parse_args(argv)
-    if args.quick:
-        args.rounds = min(args.rounds, 2)
-        args.step_batches = min(args.step_batches, 20)
-        args.slow_batches = min(args.slow_batches, 10)
-        args.max_epoch_s = min(args.max_epoch_s, 0.2)
+    if args.quick:  # tiny sizes, few rounds
+        caps = {"rounds": 2, "step_batches": 20, "slow_batches": 10, "max_epoch_s": 0.2}
+        for key, cap in caps.items():
+            setattr(args, key, min(getattr(args, key), cap))
     for name in ("rounds", "warmup", "slow_batches", "step_batches", "epochs"):
         value, minimum = getattr(args, name), 0 if name == "warmup" else 1
         if value is not None and value < minimum:
@@ -108,16 +102,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def _split(text: str | None) -> list[str] | None:
     """A comma list's items (None stays None)."""
     return None if text is None else [part.strip() for part in text.split(",") if part.strip()]
-
-
-def best_device(backends: list[str]) -> str:
-    """``"cuda"`` when one of ``backends`` (imported) sees a CUDA GPU, else ``"cpu"``."""
-    for name in backends:
-        gpu = kit(name).gpu
-        with contextlib.suppress(RuntimeError):
-            if gpu is not None and gpu():
-                return "cuda"
-    return "cpu"
 
 
 def load_backends(
@@ -145,42 +129,44 @@ def load_backends(
 def _workload_names(text: str) -> list[str]:
     """The workloads ``--workload`` names (ValueError: an unknown one)."""
     names = list(WORKLOADS) if text == "all" else _split(text) or []
-    for name in names:
-        if name not in WORKLOADS:
-            known = ", ".join(WORKLOADS)
-            raise ValueError(f"`--workload`: unknown workload {name!r}; known: {known}, all.")
+    if unknown := [name for name in names if name not in WORKLOADS]:
+        known = ", ".join(WORKLOADS)
+        raise ValueError(f"`--workload`: unknown workload {unknown[0]!r}; known: {known}, all.")
     return names
 
 
-def _check_device(device: str, backends: list[str]) -> str:
-    """``device`` when it is well formed and present (ValueError otherwise)."""
-    name, _, index = device.partition(":")
-    if name not in ("cpu", "cuda") or (index and not index.isdigit()):
-        raise ValueError(f"`--device` must be cpu, cuda or cuda:N, got {device!r}.")
-    if name == "cuda" and best_device(backends) != "cuda":
+def _device(device: str | None, backends: list[str]) -> str:
+    """``--device`` checked, or else ``"cuda"`` when a backend sees a CUDA GPU, else ``"cpu"``."""
+    if device is not None:
+        name, _, index = device.partition(":")
+        if name not in ("cpu", "cuda") or (index and not index.isdigit()):
+            raise ValueError(f"`--device` must be cpu, cuda or cuda:N, got {device!r}.")
+        if name == "cpu":
+            return device
+    for gpu in (kit(name).gpu for name in backends):
+        with contextlib.suppress(RuntimeError):
+            if gpu is not None and gpu():
+                return device or "cuda"
+    if device is not None:
         raise ValueError(f"`--device cuda`: none of {', '.join(backends)} sees a CUDA GPU here.")
-    return device
+    return "cpu"
 
 
 def _intro(args: argparse.Namespace, device: str, out: Path, backends: list[str]) -> str:
     """What the run does, where its results go."""
+    n = args.project_epochs
     lines = [
-        f"looptoolkit compare on {device}: backends {', '.join(backends)}; results go to {out}/."
-    ]
-    if args.preset:
-        lines.append(f"Preset {args.preset}: {PRESETS[args.preset][0]}.")
-    lines.append(
+        f"looptoolkit compare on {device}: backends {', '.join(backends)}; results go to {out}/.",
+        f"Preset {args.preset}: {PRESETS[args.preset][0]}." if args.preset else "",
         f"Each loop is timed on {args.epochs or args.rounds} epoch(s) after {args.warmup} warm-up "
         f"round(s); loops slower than {args.max_epoch_s:g} s per epoch on their first batches "
-        "only, scaled to an epoch (marked *)."
-    )
-    if args.project_epochs:
-        lines.append(
-            f"The {args.project_epochs}-epoch figures multiply the median epoch "
-            f"(add --epochs {args.project_epochs} --max-epoch-s 0 to time them all; "
-            "that takes hours)."
-        )
-    return "\n".join(wrap(line) for line in lines)
+        "only, scaled to an epoch (marked *).",
+        f"The {n}-epoch figures multiply the median epoch (add --epochs {n} --max-epoch-s 0 to "
+        "time them all; that takes hours)."
+        if n
+        else "",
+    ]
+    return "\n".join(wrap(line) for line in lines if line)
 
 
 # The flags of every workload's timing (Settings), then all the flags kept in the results.
@@ -193,14 +179,11 @@ def _workload(
 ) -> None:
     """Check and time every variant on workload ``name``, then its step section when asked."""
     progress.stage(f"{name}: building the data")
-    workload = make_workload(name, quick=args.quick, seed=args.seed)
-    entries = run_workload(workload, settings, progress)
-    title = (
-        f"{name} ({result.device}): {workload.description}; {workload.num_batches} batches/epoch"
-    )
-    info = {"description": workload.description, "n": workload.n, "bytes": workload.nbytes}
-    rows = [e.row for e in entries]
-    group = Group(name, title, rows, "epoch", BASELINE, workload.num_batches, info)
+    w = make_workload(name, quick=args.quick, seed=args.seed)
+    entries = run_workload(w, settings, progress)
+    title = f"{name} ({result.device}): {w.description}; {w.num_batches} batches/epoch"
+    info = {"description": w.description, "n": w.n, "bytes": w.nbytes}
+    group = Group(name, title, [e.row for e in entries], "epoch", BASELINE, w.num_batches, info)
     result.groups.append(group)
     if len(result.groups) == 1:
         progress.emit(f"\n{render.legend(result.groups)}\n{wrap(report.CHECK_LEGEND)}")
@@ -209,23 +192,13 @@ def _workload(
     if name in (args.step_workload or "").split(","):
         focus = STEP_FOCUS.get(name) if settings.patterns is None else None
         step = Step(args.step_ms, result.device)
-        steps = run_step(workload, entries, settings, step, args.step_batches, progress, focus)
+        steps = run_step(w, entries, settings, step, args.step_batches, progress, focus)
         result.extras["step"] += [{"workload": name, **row} for row in steps]
         progress.emit("\n" + report.step_table(result, name).text())
     for entry in entries:
         entry.close()
-    del entries, workload
+    del entries, w
     gc.collect()
-
-
-def _targets(result: Run, quick: bool) -> None:
-    """Set the targets against the tabular workload and its step section."""
-    values = {r.name: r.median_s for r in result.group("tabular").rows if r.timed}
-    for row in result.extras["step"]:
-        if "error" not in row and row["workload"] == "tabular":
-            values[f"wait:{row['name']}"] = row["wait_ms_per_batch"]
-            values[f"step:{row['name']}"] = row["step_ms_per_batch"]
-    result.verdicts = evaluate("compare", values, gpu=result.device != "cpu", judged=not quick)
 
 
 def run(argv: Sequence[str] | None = None) -> int:
@@ -238,7 +211,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         names = _workload_names(args.workload)
         out = results_dir(args.out, reference=args.reference)
         backends, skipped = load_backends(_split(args.backends), progress)
-        device = _check_device(args.device, backends) if args.device else best_device(backends)
+        device = _device(args.device, backends)
     except (ValueError, FileNotFoundError) as e:
         progress.clear()
         print(f"looptoolkit compare: error: {e}", file=sys.stderr)
@@ -264,8 +237,13 @@ def run(argv: Sequence[str] | None = None) -> int:
         progress.stage("transfer of an images batch by batch size")
         extras["transfer"] = by_batch_size(device, args.quick, args.seed, progress)
         progress.emit("\n" + report.transfer_table(extras["transfer"]).text())
-    if any(g.name == "tabular" for g in result.groups):
-        _targets(result, args.quick)
+    if any(g.name == "tabular" for g in result.groups):  # the targets are set on tabular
+        values = {r.name: r.median_s for r in result.group("tabular").rows if r.timed}
+        for row in extras["step"]:
+            if "error" not in row and row["workload"] == "tabular":
+                values[f"wait:{row['name']}"] = row["wait_ms_per_batch"]
+                values[f"step:{row['name']}"] = row["step_ms_per_batch"]
+        result.verdicts = evaluate("compare", values, gpu=gpu, judged=not args.quick)
         progress.emit("\n" + render.targets_table(result.verdicts).text())
     result.machine = machine_info()
     # A preset's results sit beside the default run's, not over them.

@@ -8,7 +8,6 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from types import ModuleType
 from typing import IO, Any
 
@@ -32,39 +31,32 @@ def quiet_env() -> None:
         os.environ.setdefault(key, value)
 
 
-@contextlib.contextmanager
-def _fds_to(file: IO[bytes]) -> Iterator[None]:
-    """Send what is written to file descriptors 1 and 2 to ``file`` meanwhile."""
-    streams, saved = (sys.stdout, sys.stderr), [os.dup(1), os.dup(2)]
-    for stream, fd in zip(streams, (1, 2), strict=True):
-        stream.flush()
-        os.dup2(file.fileno(), fd)
-    try:
-        yield
-    finally:
-        for stream, fd, copy in zip(streams, (1, 2), saved, strict=True):
-            stream.flush()
-            os.dup2(copy, fd)
-            os.close(copy)
-
-
 def quiet_import(name: str) -> ModuleType:
-    """Import module ``name`` with ``QUIET_ENV`` set and its native log lines swallowed.
+    """Import module ``name`` with ``QUIET_ENV`` set; what it writes shows only if it fails.
 
-    (TensorFlow's absl and oneDNN notices come before its own log level is read.) What the import
-    wrote is shown only when it raises ``ImportError``.
+    (TensorFlow's absl and oneDNN notices come before its own log level is read.)
     """
     quiet_env()
     if name in sys.modules:
         return sys.modules[name]
+    streams, saved, error = (sys.stdout, sys.stderr), [os.dup(1), os.dup(2)], None
     with tempfile.TemporaryFile() as tmp:
+        for stream, fd in zip(streams, (1, 2), strict=True):  # file descriptors 1, 2 to tmp
+            stream.flush()
+            os.dup2(tmp.fileno(), fd)
         try:
-            with _fds_to(tmp):
-                module = importlib.import_module(name)
-        except ImportError:
+            module = importlib.import_module(name)
+        except ImportError as e:
+            error = e
+        finally:
+            for stream, fd, copy in zip(streams, (1, 2), saved, strict=True):
+                stream.flush()
+                os.dup2(copy, fd)
+                os.close(copy)
+        if error is not None:
             tmp.seek(0)
             sys.stderr.write(tmp.read().decode(errors="replace"))
-            raise
+            raise error
     if name == "tensorflow":
         with contextlib.suppress(ImportError):
             import absl.logging

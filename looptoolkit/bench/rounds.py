@@ -14,16 +14,14 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from looptoolkit.bench.check import Check, check_batches, host_leaves
+from looptoolkit.bench.progress import Progress
 from looptoolkit.bench.results import Row
-from looptoolkit.bench.timing import interleave
+from looptoolkit.bench.timing import CudaEventClock, interleave
 from looptoolkit.bench.variants import BASELINE, Context, Variant, kit, variants
 from looptoolkit.bench.workloads import Workload
-
-if TYPE_CHECKING:
-    from looptoolkit.bench.progress import Progress
 
 __all__ = ["Entry", "Record", "Settings", "Step", "epoch_round", "run_step", "run_workload"]
 
@@ -46,10 +44,10 @@ class Settings:
 
 def selected(name: str, patterns: list[str] | None, skip: list[str] | None = None) -> bool:
     """Whether ``--variants`` / ``--skip`` globs keep ``name`` (the baseline always runs)."""
-    match = lambda globs: any(fnmatch.fnmatchcase(name, p) for p in globs)  # noqa: E731
-    return name == BASELINE or (
-        not (skip and match(skip)) and (patterns is None or match(patterns))
+    chosen, left_out = (
+        any(fnmatch.fnmatchcase(name, p) for p in g or []) for g in (patterns, skip)
     )
+    return name == BASELINE or ((patterns is None or chosen) and not left_out)
 
 
 def sync_fn(device: str, backends: Iterable[str]) -> Callable[[], None] | None:
@@ -76,14 +74,11 @@ class Step:
         if device != "cpu" and ms > 0:
             import torch
 
-            self._cuda = torch.cuda
-            start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+            self._cuda, clock = torch.cuda, CudaEventClock()
             torch.cuda._sleep(1_000_000)  # warm up
-            start.record()
+            clock.start()
             torch.cuda._sleep(1_000_000)
-            end.record()
-            end.synchronize()
-            self._cycles = int(1_000_000 / max(start.elapsed_time(end), 1e-3) * ms)
+            self._cycles = int(1_000_000 / max(clock.stop() * 1e3, 1e-3) * ms)
 
     def __call__(self) -> None:
         """Take one step."""
@@ -105,10 +100,9 @@ def _close(iterator: Any) -> None:
 
 @dataclass
 class Record:
-    """What a variant's rounds leave besides their seconds: per-batch wait and step, an error."""
+    """What a variant's rounds leave besides their seconds: (wait, step) per batch, an error."""
 
-    wait_s: list[float] = field(default_factory=list)
-    step_s: list[float] = field(default_factory=list)
+    per_batch: list[tuple[float, float]] = field(default_factory=list)
     error: str | None = None
 
 
@@ -175,8 +169,7 @@ def epoch_round(
             return 0.0
         seconds, wait, in_step, counted = (sum(x) for x in zip(*figures, strict=True))
         if step is not None:
-            record.wait_s.append(wait / max(counted, 1))
-            record.step_s.append(in_step / max(counted, 1))
+            record.per_batch.append((wait / max(counted, 1), in_step / max(counted, 1)))
         return seconds / epochs
 
     return one_round
@@ -239,21 +232,16 @@ def _check(entry: Entry, workload: Workload, settings: Settings, data: dict[str,
 
 
 def _time(
-    entries: list[Entry],
-    settings: Settings,
-    workload: Workload,
-    progress: Progress | None,
-    label: str,
-    step: Step | None = None,
-    batches: int | None = None,
+    entries: list[Entry], s: Settings, w: Workload, progress: Progress | None, step: Step | None
 ) -> list[Row]:
-    """Time ``entries`` interleaved: ``settings.rounds`` rounds of an epoch (or ``batches``)."""
-    s, calls = settings, []
+    """Time ``entries`` interleaved: ``s.rounds`` rounds of an epoch each (``step``: bounded)."""
     syncs = {b: sync_fn(s.device, [b]) for b in {e.variant.backend for e in entries}}
+    calls = []
     for e in entries:
-        b, limit, n = e.variant.backend, batches or e.limit, workload.num_batches
-        args = (s.epochs_per_round, limit, n, kit(b).ready, step, syncs[b])
+        b = e.variant.backend
+        args = (s.epochs_per_round, e.limit, w.num_batches, kit(b).ready, step, syncs[b])
         calls.append((e.variant.name, epoch_round(e.pipeline, e.record, *args)))
+    label = f"{w.name}: timing" if step is None else f"{w.name}, step of {step.seconds * 1e3:g} ms"
     if progress is not None:
         progress.stage(f"{label}: {len(calls)} loops, {s.warmup} warm-up + {s.rounds} rounds")
     return interleave(calls, rounds=s.rounds, warmup=s.warmup, progress=progress, label=label)
@@ -283,9 +271,7 @@ def run_workload(
         else:
             _check(e, workload, s, data)
     timed = [e for e in entries if e.pipeline is not None]
-    for e, timing in zip(
-        timed, _time(timed, s, workload, progress, f"{name}: timing"), strict=True
-    ):
+    for e, timing in zip(timed, _time(timed, s, workload, progress, None), strict=True):
         if e.record.error is not None:
             e.row.status, e.row.detail = "error", e.record.error
         else:
@@ -310,8 +296,9 @@ def run_step(
     timed = [e for e in timed if selected(e.variant.name, patterns)]
     rounds = max(2, min(settings.rounds, 3))
     brief = dataclasses.replace(settings, rounds=rounds, warmup=1, epochs_per_round=1)
-    label = f"{workload.name}, step of {step.seconds * 1e3:g} ms"
-    _time(timed, brief, workload, progress, label, step, batches)
+    for e in timed:  # the step section's bound (the row keeps the epoch's)
+        e.limit = batches
+    _time(timed, brief, workload, progress, step)
     rows: list[dict[str, Any]] = []
     for e in timed:
         row: dict[str, Any] = {"name": e.variant.name, "backend": e.variant.backend}
@@ -319,9 +306,9 @@ def run_step(
         if e.record.error is not None:
             row["error"] = e.record.error
             continue
-        waits, steps = e.record.wait_s[1:], e.record.step_s[1:]  # the warm-up round left out
-        total = statistics.median(w + s for w, s in zip(waits, steps, strict=True))
-        wait, stepped = statistics.median(waits), statistics.median(steps)
+        per_batch = e.record.per_batch[1:]  # the warm-up round left out
+        total = statistics.median(w + s for w, s in per_batch)
+        wait, stepped = (statistics.median(x) for x in zip(*per_batch, strict=True))
         ms = {"total": total, "step": stepped, "wait": wait, "added": total - stepped}
         row["batches_per_round"] = batches
         row |= {f"{key}_ms_per_batch": value * 1e3 for key, value in ms.items()}
