@@ -66,9 +66,8 @@ def check_batches(
 ) -> Check:
     """Check one epoch (or its first ``limit`` batches) of ``loop``, batch by batch.
 
-    Exact variants (with a ``shuffle``) must yield the NumPy gather of their Loader order, epoch
-    0, batch for batch (values and dtypes). The others are checked for coverage: every row once,
-    full batches but the last, each leaf's rows aligned with the row ids.
+    Exact variants (with a ``shuffle``): the Loader's batches of epoch 0 (values and dtypes). The
+    others, coverage: every row once, full batches but the last, leaves aligned with the row ids.
     """
     ready, convert, shuffle = kit(variant.backend).ready, variant.convert, variant.shuffle
     size, id_path, seen = ctx.batch_size, ctx.workload.id_path, np.zeros(ctx.workload.n, bool)

@@ -1,7 +1,6 @@
 """``looptoolkit compare``: every loop variant x backend x workload, checked, then timed.
 
-Per workload a table ([`looptoolkit.bench.rounds`][looptoolkit.bench.rounds]), then the step and
-transfer sections and the targets; ``compare-<device>.json``, ``.md`` and ``.png`` in ``--out``.
+Per workload a table, then the step and transfer sections and the targets; the results in ``--out``.
 """
 
 from __future__ import annotations
@@ -126,15 +125,6 @@ def load_backends(
     return present, skipped
 
 
-def _workload_names(text: str) -> list[str]:
-    """The workloads ``--workload`` names (ValueError: an unknown one)."""
-    names = list(WORKLOADS) if text == "all" else _split(text) or []
-    if unknown := [name for name in names if name not in WORKLOADS]:
-        known = ", ".join(WORKLOADS)
-        raise ValueError(f"`--workload`: unknown workload {unknown[0]!r}; known: {known}, all.")
-    return names
-
-
 def _device(device: str | None, backends: list[str]) -> str:
     """``--device`` checked, or else ``"cuda"`` when a backend sees a CUDA GPU, else ``"cpu"``."""
     if device is not None:
@@ -208,7 +198,10 @@ def run(argv: Sequence[str] | None = None) -> int:
     quiet_env()
     progress = Progress()
     try:
-        names = _workload_names(args.workload)
+        names = list(WORKLOADS) if args.workload == "all" else _split(args.workload) or []
+        if unknown := [name for name in names if name not in WORKLOADS]:
+            known = ", ".join(WORKLOADS)
+            raise ValueError(f"`--workload`: unknown workload {unknown[0]!r}; known: {known}, all.")
         out = results_dir(args.out, reference=args.reference)
         backends, skipped = load_backends(_split(args.backends), progress)
         device = _device(args.device, backends)

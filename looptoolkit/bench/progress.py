@@ -68,8 +68,8 @@ def quiet_import(name: str) -> ModuleType:
 class Progress:
     """Stages on ``stream`` (stderr), results on stdout.
 
-    On a terminal (or with ``live``) a rich bar with the time left, else plain lines: a stage at
-    once, its steps at most every ``every_s`` seconds.
+    A rich bar with the time left on a terminal (``live``), else plain lines, steps at most every
+    ``every_s`` seconds.
     """
 
     def __init__(

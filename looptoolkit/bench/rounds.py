@@ -1,7 +1,4 @@
-"""A workload's section of ``looptoolkit compare``: check each variant, bound the slow ones, time.
-
-A round is an epoch of each variant in turn (a bounded one scaled), timed by `interleave`.
-"""
+"""A workload's section of ``looptoolkit compare``: check each variant, bound slow ones, time."""
 
 from __future__ import annotations
 
@@ -44,10 +41,11 @@ class Settings:
 
 def selected(name: str, patterns: list[str] | None, skip: list[str] | None = None) -> bool:
     """Whether ``--variants`` / ``--skip`` globs keep ``name`` (the baseline always runs)."""
-    chosen, left_out = (
-        any(fnmatch.fnmatchcase(name, p) for p in g or []) for g in (patterns, skip)
-    )
-    return name == BASELINE or ((patterns is None or chosen) and not left_out)
+
+    def hit(globs: list[str] | None) -> bool:
+        return any(fnmatch.fnmatchcase(name, g) for g in globs or [])
+
+    return name == BASELINE or ((patterns is None or hit(patterns)) and not hit(skip))
 
 
 def sync_fn(device: str, backends: Iterable[str]) -> Callable[[], None] | None:
@@ -116,13 +114,12 @@ def epoch_round(
     step: Callable[[], None] | None = None,
     sync: Callable[[], None] | None = None,
 ) -> Callable[[], float]:
-    """One round: ``epochs`` epochs of ``pipeline``, each bounded to ``limit`` batches.
+    """One round of ``pipeline``: seconds per epoch over ``epochs`` epochs of ``limit`` batches.
 
-    The round returns seconds per epoch; a bounded epoch is scaled to ``num_batches`` (the time to
-    its first batch plus the steady per-batch time). Without a ``step`` an epoch takes its batches
-    in C: nothing per batch beyond ``next()`` and ``ready``. With one, each batch's wait and step
-    (per batch, the first batch left out) go to ``record``. An error goes to ``record`` and ends
-    the variant's timing.
+    A bounded epoch is scaled to ``num_batches``: time to its first batch + steady per-batch time.
+    Without a ``step`` the batches are taken in C (nothing per batch beyond ``next()``, ``ready``);
+    with one, each batch's wait and step (the first left out) go to ``record``. An error goes
+    there too and ends the variant's timing.
     """
     clock, rest = time.perf_counter, None if limit is None else max(limit, 1) - 1
 
@@ -213,8 +210,7 @@ def _check(entry: Entry, workload: Workload, settings: Settings, data: dict[str,
         return
     if v.slow or budget <= 0:
         return
-    # A probe epoch (warm: the check compiled what it needs), stopped at the budget, says whether
-    # an epoch fits. Nearly a whole epoch in budget: time whole epochs.
+    # A warm probe epoch stopped at the budget: nearly a whole epoch in it, time whole epochs.
     ready, done, deadline = kit(v.backend).ready, 0, time.perf_counter() + budget
     iterator = iter(entry.pipeline)
     try:
@@ -288,10 +284,7 @@ def run_step(
     progress: Progress | None = None,
     patterns: list[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Time ``batches`` batches per round of each timed loop (not floors) with a step after each.
-
-    ``patterns`` (names or globs) narrows the variants (the baseline always runs).
-    """
+    """Each timed loop (not floors, narrowed by ``patterns``): ``batches`` a round, each stepped."""
     timed = [e for e in entries if e.row.timed and not e.variant.is_floor]
     timed = [e for e in timed if selected(e.variant.name, patterns)]
     rounds = max(2, min(settings.rounds, 3))
