@@ -57,7 +57,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add, on_off = parser.add_argument, argparse.BooleanOptionalAction
     add("--preset", choices=sorted(PRESETS), help="classic: " + PRESETS["classic"][0])
     add("--device", help="cpu, cuda or cuda:N (default: the best one present)")
-    add("--workload", default="all", help="index, tabular, images, a comma list, or all")
+    add("--workload", default="all", help="index, tabular, images, a comma list, or all (all)")
     add("--backends", help="comma list of numpy, torch, jax, tf (default: every installed one)")
     add("--variants", help=f"comma list of variant names or globs ({BASELINE} always runs)")
     add("--skip", help="variant names or globs to leave out (e.g. '*-w2')")
@@ -66,10 +66,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--warmup", type=int, default=1, help="warm-up rounds (1)")
     bounded = "longer epochs: timed on their first batches, scaled; 0: whole epochs (0.25)"
     add("--max-epoch-s", type=float, default=0.25, help=bounded)
-    add("--slow-batches", type=int, default=50, help="batches per round, bounded loops (50)")
-    add("--step-ms", type=float, default=0.5, help="model step of the step section; 0: none (0.5)")
-    add("--step-workload", default="tabular,images", help="workloads of the step section")
-    add("--step-batches", type=int, default=100, help="batches per round, step section (100)")
+    add("--slow-batches", type=int, default=50, help="batches per round, always-bounded loops (50)")
+    add("--step-ms", type=float, default=0.5, help="step section: model step (0.5; 0: off)")
+    add("--step-workload", default="tabular,images", help="its workloads (tabular,images)")
+    add("--step-batches", type=int, default=100, help="its batches per round (100)")
     add("--transfer", action=on_off, help="transfer by batch size (default: on a GPU only)")
     add("--seed", type=int, default=0, help="seed of every order (0)")
     add("--out", type=Path, help="results directory (default: ./looptoolkit-results)")
