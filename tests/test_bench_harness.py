@@ -149,6 +149,33 @@ def test_each_variant_waits_for_its_own_backend_once_per_epoch(monkeypatch):
     assert calls.count("numpy") == 3 and calls.count("torch") == 6 and len(calls) == 9
 
 
+def test_a_loop_whose_warm_epoch_overruns_the_budget_is_bounded_to_the_batches_that_fit(
+    monkeypatch,
+):
+    from looptoolkit.bench import rounds
+    from looptoolkit.bench.variants import Variant
+    from looptoolkit.bench.workloads import make_workload
+
+    def sleepy(ctx):  # 2 ms a batch: 0.2 s an epoch of 100 batches
+        def epoch(e):
+            for start in range(0, ctx.workload.n, ctx.batch_size):
+                time.sleep(0.002)
+                yield ctx.data[start : start + ctx.batch_size]
+
+        return EpochPipeline(epoch, ctx.workload.num_batches)
+
+    base = next(v for v in kit("numpy").variants if v.name == "numpy-take")
+    slow = Variant("sleepy", "numpy", "2 ms a batch", sleepy, shuffle=None)
+    monkeypatch.setattr(rounds, "variants", lambda backends: [base, slow])
+    settings = rounds.Settings("cpu", ["numpy"], None, None, 2, 1, 0, 0.05, 3, 0)
+    entries = rounds.run_workload(make_workload("index", quick=True), settings)
+    fast, bounded = (e.row for e in entries)
+    assert fast.timed and fast.bounded is None  # a whole epoch fits in 0.05 s
+    # About 25 batches fit; the epoch is scaled to all 100 of them.
+    assert bounded.timed and 3 <= bounded.bounded < 75 and bounded.check.startswith("coverage")
+    assert bounded.median_s >= 100 * 0.002 * 0.9
+
+
 def _unflatten_loop(data, batch_size, *, seed=0, gather="take", wrap=None):
     """numpy_manual as it was written first: every batch rebuilt with the tree spec."""
     import numpy as np
