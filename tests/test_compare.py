@@ -13,7 +13,7 @@ from looptoolkit.adapters import BACKENDS
 from looptoolkit.bench import compare, compare_report, render, results, targets
 from looptoolkit.bench.check import check_batches, host_leaves
 from looptoolkit.bench.progress import Progress, quiet_import
-from looptoolkit.bench.results import Run
+from looptoolkit.bench.results import Group, Row, Run
 from looptoolkit.bench.tables import Table
 from looptoolkit.bench.timing import interleave
 from looptoolkit.bench.variants import BASELINE, VARIANTS, Context, Variant
@@ -39,7 +39,7 @@ def test_quick_run_writes_json_markdown_and_chart(quick_run):
     assert run.command.startswith("looptoolkit compare --quick")
     assert {g.baseline for g in run.groups} == {BASELINE} and BASELINE == "numpy-take"
     markdown = (out / "compare-cpu.md").read_text()
-    assert "| `numpy-take` | numpy |" in markdown and "## Targets" in markdown
+    assert "| numpy-take | numpy |" in markdown and "## Targets" in markdown
     assert "![compare-cpu.png](compare-cpu.png)" in markdown
     # The headline comes first: right under the title.
     assert markdown.splitlines()[2].startswith("- index: fastest loop ")
@@ -127,6 +127,27 @@ def test_markdown_and_screen_tables_re_render_from_the_json(quick_run):
     ]
     for screen in screens:
         assert max(map(len, screen.splitlines())) <= 80
+
+
+def test_group_table_marks_bounded_rows_and_says_why_a_row_was_not_timed():
+    rows = [
+        Row(BASELINE, rounds_s=[0.002, 0.001, 0.003], check="coverage"),
+        Row("slow", rounds_s=[0.004], check="exact", bounded=10),
+        Row("gone", status="skipped", detail="needs jax"),
+        Row("bad", status="failed", detail="differs from the reference"),
+    ]
+    group = Group("g", "g (cpu)", rows, baseline=BASELINE, batches=100)
+    lines = render.group_table(group).text().splitlines()
+    assert lines[3].split() == [BASELINE, "2.00", "1.00-3.00", "1.00", "cover"]
+    assert lines[4].split() == ["slow", "4.00*", "4.00-4.00", "2.00", "exact"]
+    assert lines[5].split() == ["gone", "skip"] and lines[6].split() == ["bad", "FAIL"]
+    assert lines[7:] == [
+        "Timed on the first batches of each epoch, scaled (*): slow 10",
+        "gone: skipped, needs jax",
+        "bad: FAILED the check, not timed: differs from the reference",
+    ]
+    markdown = render.group_table(group, full=True).markdown()
+    assert "| slow | 4.00* | 4.00-4.00 | 25,000 | 2.00 | exact |" in markdown
 
 
 @pytest.mark.slow
@@ -330,6 +351,8 @@ def test_table_is_laid_out_by_rich_within_the_width():
     assert "".join(line.split()[0] for line in narrow[3:6]) == "a" * 30
     assert narrow[3].endswith("1.00") and "22.50" in narrow[6]
     assert table.markdown().splitlines()[1] == "|---|---:|"
+    # Cells are text, never rich markup: an index stays as written.
+    assert "x[idx] [bold]" in Table("", ["what"], [["x[idx] [bold]"]]).text()
 
 
 def test_progress_prints_stages_and_rate_limits_steps():

@@ -1,8 +1,4 @@
-"""What only ``looptoolkit compare`` says: headlines, the step and transfer sections, the page.
-
-The rest (a workload's table, the targets, the chart) is the shared `looptoolkit.bench.render`.
-Every ratio is to the best manual loop (``numpy-take``); a Loader row's also to its floor.
-"""
+"""What only ``looptoolkit compare`` says: its headlines, step section, page and chart keys."""
 
 from __future__ import annotations
 
@@ -16,7 +12,8 @@ from looptoolkit.bench.results import Group, Run
 from looptoolkit.bench.tables import Table
 from looptoolkit.bench.targets import BASELINE, NOT_JUDGED
 
-__all__ = ["headline", "markdown", "plot", "step_table", "summary", "tables", "transfer_table"]
+__all__ = ["CHECK_LEGEND", "headline", "markdown", "plot", "step_table", "summary", "tables"]
+__all__ += ["transfer_table"]
 
 CHECK_LEGEND = (
     "check: exact = the Loader's batches for the same seed, compared batch for batch "
@@ -26,34 +23,43 @@ CHECK_LEGEND = (
 )
 
 
+_STEP_NOTE = (
+    "ms per batch, medians over the rounds. wait: time in next() until the batch is ready; "
+    "added: everything but the step. A prefetching loop works during the step, so its "
+    "wait falls below its cost without a step."
+)
+_IMAGES_NOTE = (
+    "On images the step section times the images variant set (img-*: where the uint8 -> "
+    "float32 normalisation runs) and the baseline."
+)
+
+
 def headline(group: Group, epochs: int | None = None) -> str:
-    """One paragraph: the fastest loop, by how much, against the best manual loop and floors."""
-    timed = group.timed()
-    base = timed.get(BASELINE)
-    loops = [r for r in timed.values() if not r.name.startswith("floor-")]
-    if base is None or not loops:
+    """One paragraph: the fastest loop against the best manual loop, the floors, the Loader."""
+    timed, ratio = group.timed(), group.ratio
+    if BASELINE not in timed:
         return f"{group.name}: the baseline {BASELINE} did not run; no ratios."
-    best = min(loops, key=lambda r: r.median_s)
-    ratio = group.ratio
+    floors = [r for r in timed.values() if r.name.startswith("floor-")]
+    loops = sorted((r for r in timed.values() if r not in floors), key=lambda r: r.median_s)
 
     def when(seconds: float) -> str:
         if epochs:
             return f"{fmt_duration(seconds * epochs)} for {epochs} epochs"
         return f"{fmt_ms(seconds * 1e3)} ms/epoch"
 
+    best, base = loops[0], timed[BASELINE]
     text = f"{group.name}: fastest loop {best.name}, {when(best.median_s)}, "
     text += f"{ratio(best):.2f}x the best manual loop ({BASELINE}, {when(base.median_s)})."
-    floors = [r for r in timed.values() if r.name.startswith("floor-")]
     named = ", ".join(f"{r.name.removeprefix('floor-')} {ratio(r):.2f}x" for r in floors)
     text += f" Floors: {named}." if floors else ""
     loaders = [
-        f"{r.name} {ratio(r):.2f}x ({ratio(r, r.floor):.2f}x its floor)"
-        for r in loops
-        if r.name.startswith("loader-") and r.floor and ratio(r, r.floor)
+        r for r in timed.values() if r.name.startswith("loader-") and r.floor and ratio(r, r.floor)
     ]
-    text += f" Loader: {', '.join(loaders)}." if loaders else ""
-    slow = sorted(loops, key=lambda r: r.median_s)[-3:]
-    slowest = ", ".join(f"{r.name} {when(r.median_s)}" for r in slow)
+    named = ", ".join(
+        f"{r.name} {ratio(r):.2f}x ({ratio(r, r.floor):.2f}x its floor)" for r in loaders
+    )
+    text += f" Loader: {named}." if loaders else ""
+    slowest = ", ".join(f"{r.name} {when(r.median_s)}" for r in loops[-3:])
     return text + (f" Slowest: {slowest}." if epochs else "")
 
 
@@ -70,46 +76,25 @@ def targets_line(run: Run) -> str:
 
 
 def summary(run: Run) -> list[str]:
-    """The run in a few lines: each workload's winner and Loader ratios, then the targets."""
-    lines = [f"Summary (ratios to the best manual loop, {BASELINE}; lower is better):"]
-    for g in run.groups:
-        loops = [r for r in g.timed().values() if not r.name.startswith("floor-")]
-        if BASELINE in g.timed() and loops:
-            best = min(loops, key=lambda r: r.median_s)
-            loaders = [r for r in loops if r.name.startswith("loader-")]
-            named = ", ".join(
-                f"{r.name.removeprefix('loader-')} {g.ratio(r):.2f}x" for r in loaders
-            )
-            text = f"{g.name}: fastest {best.name} {g.ratio(best):.2f}x"
-            lines.append(text + (f"; Loader {named}." if loaders else "."))
-    return lines + [line for line in [targets_line(run)] if line]
+    """The run in a few lines: each workload's headline, then the targets."""
+    epochs = run.settings.get("project_epochs")
+    return [headline(g, epochs) for g in run.groups] + [x for x in [targets_line(run)] if x]
 
 
 def step_table(run: Run, workload: str) -> Table:
     """The step section on ``workload``: per batch, the step, the wait, what the loop adds."""
-    s = run.settings
-    header = ["variant", "ms/batch", "step", "wait", "wait/step", "added"]
     rows = []
     for r in (r for r in run.extras.get("step", []) if r["workload"] == workload):
         if "error" in r:
             rows.append([r["name"], "error", "", "", "", ""])
             continue
-        of_step = f"{r['wait_of_step'] * 100:.1f}%" if r["wait_of_step"] is not None else ""
         times = [f"{r[k + '_ms_per_batch']:.3f}" for k in ("total", "step", "wait")]
+        of_step = f"{r['wait_of_step']:.1%}" if r["wait_of_step"] is not None else ""
         rows.append([r["name"], *times, of_step, f"{r['added_ms_per_batch']:.3f}"])
-    title = f"{workload} with a model step of {s['step_ms']:g} ms after every batch "
-    title += f"({s['step_batches']} batches per round)"
-    notes = [
-        "ms per batch, medians over the rounds. wait: time in next() until the batch is ready; "
-        "added: everything but the step. A prefetching loop works during the step, so its "
-        "wait falls below its cost without a step."
-    ]
-    if workload == "images":
-        notes.append(
-            "On images the step section times the images variant set (img-*: where the uint8 -> "
-            "float32 normalisation runs) and the baseline."
-        )
-    return Table(title, header, rows, notes=notes)
+    title = f"{workload} with a model step of {run.settings['step_ms']:g} ms after every batch "
+    title += f"({run.settings['step_batches']} batches per round)"
+    header = ["variant", "ms/batch", "step", "wait", "wait/step", "added"]
+    return Table(title, header, rows, notes=[_STEP_NOTE, *[_IMAGES_NOTE] * (workload == "images")])
 
 
 def transfer_table(transfer: dict[str, Any]) -> Table:
@@ -126,50 +111,37 @@ def transfer_table(transfer: dict[str, Any]) -> Table:
 
 
 def tables(run: Run) -> list[Table]:
-    """The sections after the workloads: the step section, the transfer, the memory."""
+    """The sections after the workloads: the step section, the transfer."""
     steps = dict.fromkeys(r["workload"] for r in run.extras.get("step", []))
     out = [step_table(run, w) for w in steps]
     if run.extras.get("transfer"):
         out.append(transfer_table(run.extras["transfer"]))
-    if run.extras.get("memory"):
-        from looptoolkit.bench.memory import table
-
-        out.append(table(run.extras["memory"]))
     return out
 
 
-def _settings_text(run: Run) -> str:
+def markdown(run: Run) -> str:
+    """The Markdown page of a compare run: the summary first, then the tables and charts."""
     s = run.settings
-    text = (
+    settings = (
         f"{s['rounds']} interleaved rounds of {s['epochs_per_round']} epoch(s) per variant after "
-        f"{s['warmup']} warm-up round(s); medians with [min, max]. Loops whose epoch took longer "
+        f"{s['warmup']} warm-up round(s); medians with min-max. Loops whose epoch took longer "
         f"than {s['max_epoch_s']:g} s when checked, and the 2-worker DataLoader always, are timed "
         "on a bounded number of batches per round and scaled to an epoch (time to the first "
         "batch + the steady per-batch time)."
-    )
-    if s.get("project_epochs"):
-        text += f" The {s['project_epochs']}-epoch column multiplies the median epoch (not timed)."
-    return text + (" **--quick: tiny sizes, not a measurement.**" if s["quick"] else "")
-
-
-def markdown(run: Run) -> str:
-    """The Markdown report of a compare run: headline first, then the tables, legend, charts."""
-    epochs = run.settings.get("project_epochs")
-    heads = [headline(g, epochs) for g in run.groups] + [x for x in [targets_line(run)] if x]
+    ) + (" **--quick: tiny sizes, not a measurement.**" if s["quick"] else "")
     skipped = run.extras.get("skipped_backends", {})
     notes = [f"- backend {name} skipped: {why}" for name, why in skipped.items()]
-    if run.extras.get("accelerator_only"):
-        names = ", ".join(f"`{n}`" for n in run.extras["accelerator_only"])
+    if names := ", ".join(f"`{n}`" for n in run.extras.get("accelerator_only", [])):
         notes.append(f"- not run on {run.device} (they need an accelerator): {names}")
-    intro = [_settings_text(run), CHECK_LEGEND, *(["\n".join(notes)] if notes else [])]
-    return render.markdown(run, heads, intro, tables(run))
+    intro = [settings, CHECK_LEGEND, *(["\n".join(notes)] if notes else [])]
+    return render.markdown(run, summary(run), intro, tables(run))
 
 
 def plot(run: Run, out: str | Path, stem: str) -> list[Path]:
-    """Write ``<stem>.png``: ms/epoch per variant, one panel per workload (needs matplotlib)."""
+    """Write ``<stem>.png``: a panel per workload, a bar per variant (needs matplotlib)."""
+    lines = {"floor-memcpy": ":", "floor-seq-take": "-."}
     legend = [*BACKEND_COLORS.items(), ("floor", FLOOR_COLOR)]
     footer = "Bars past 4x the best manual loop are cut (hatched, '>'); * timed on the first "
     footer += "batches of each epoch and scaled."
-    lines = {"floor-memcpy": ":", "floor-seq-take": "-."}
     path = render.plot(run, Path(out) / f"{stem}.png", lines=lines, legend=legend, footer=footer)
     return [path] if path else []

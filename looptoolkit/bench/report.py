@@ -1,9 +1,4 @@
-"""``looptoolkit report FILE [FILE ...]``: saved runs again, or side by side with their ratios.
-
-One file prints its run as it was printed. Two or more files of one suite print each group's
-medians side by side with each later file's ratio to the first (this machine against that one,
-after a change against before it); ``--fail-above R`` exits 1 when one of them exceeds ``R``.
-"""
+"""``looptoolkit report FILE [FILE ...]``: a saved run printed again, or runs side by side."""
 
 from __future__ import annotations
 
@@ -20,19 +15,15 @@ __all__ = ["run", "screen"]
 
 
 def screen(run: Run) -> str:
-    """What the run printed: its headline, each group's table, the targets."""
+    """What the run printed: each group's table, the suite's other tables, the targets, summary."""
     from looptoolkit.bench import compare_report, transfer
 
-    if run.suite == "compare":
-        heads = [compare_report.headline(g, run.settings.get("project_epochs")) for g in run.groups]
-        tail = ["\n".join(wrap(line, indent="  ") for line in compare_report.summary(run))]
-        extra = compare_report.tables(run)
-    else:
-        heads, tail, extra = [transfer.headline(run)], [], transfer.tables(run)
-    parts = [wrap(h) for h in heads] + [render.group_table(g).text() for g in run.groups]
-    parts += [t.text() for t in extra]
-    parts += [render.targets_table(run.verdicts).text()] if run.verdicts else []
-    return "\n\n".join(parts + tail)
+    compare = run.suite == "compare"
+    lines = compare_report.summary(run) if compare else [transfer.headline(run)]
+    tables = [render.group_table(g) for g in run.groups]
+    tables += compare_report.tables(run) if compare else transfer.tables(run)
+    tables += [render.targets_table(run.verdicts)] if run.verdicts else []
+    return "\n\n".join([t.text() for t in tables] + [wrap(line, indent="  ") for line in lines])
 
 
 def _labels(paths: Sequence[Path]) -> list[str]:
@@ -70,12 +61,10 @@ def run(argv: Sequence[str] | None = None) -> int:
     for label, r in zip(labels, runs, strict=True):
         print(wrap(f"{label}: {r.device}, {r.command or 'command not recorded'}", indent="  "))
     tables, ratios = render.side_by_side(runs, labels)
-    for table in tables:
-        print("\n" + table.text())
+    print("\n" + "\n\n".join(table.text() for table in tables))
     if args.fail_above is None:
         return 0
-    worse = [f"{name} {ratio:.2f}x" for name, ratio in ratios if ratio > args.fail_above]
-    if worse:
+    if worse := [f"{name} {ratio:.2f}x" for name, ratio in ratios if ratio > args.fail_above]:
         print("\n" + wrap(f"Above {args.fail_above:g}x: " + ", ".join(worse) + "."))
         return 1
     print(f"\nNo variant above {args.fail_above:g}x.")

@@ -1,9 +1,4 @@
-"""A benchmark run as typed results, written to JSON and read back by the same code.
-
-A `Run` holds `Group`s (variants timed together), each a list of `Row`s (a variant: its check,
-its timed rounds), and the `Verdict`s of the targets. The JSON carries a ``schema`` version;
-`Run.load` refuses another, naming it.
-"""
+"""A benchmark run as typed results, written to JSON (``schema`` 3) and read by the same types."""
 
 from __future__ import annotations
 
@@ -13,24 +8,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = [
-    "DEFAULT_OUT",
-    "REFERENCE_HELP",
-    "SCHEMA",
-    "Group",
-    "ResultsError",
-    "Row",
-    "Run",
-    "Verdict",
-    "results_dir",
-    "write_results",
-]
+__all__ = ["DEFAULT_OUT", "REFERENCE_HELP", "SCHEMA", "Group", "ResultsError", "Row", "Run"]
+__all__ += ["Verdict", "results_dir", "write_results"]
 
-SCHEMA = 3
-"""Version of the results JSON. 1: before the version was recorded; 2: untyped workloads."""
-
-DEFAULT_OUT = Path("looptoolkit-results")
-"""The default results directory, relative to the current directory."""
+SCHEMA = 3  # the results JSON's version; 1: before it was recorded, 2: untyped workloads
+DEFAULT_OUT = Path("looptoolkit-results")  # relative to the current directory
 
 REFERENCE_HELP = (
     "write to the project's committed reference results (benchmarks/results/ of a "
@@ -43,12 +25,9 @@ class ResultsError(ValueError):
 
 
 def results_dir(out: str | Path | None, *, reference: bool = False) -> Path:
-    """The directory to write to, created; the default one ignores itself in git.
+    """The directory to write to, created; the default ignores itself in git (``.gitignore``).
 
-    Reference results (``benchmarks/results/``) are written only with ``reference``.
-
-    Raises:
-        FileNotFoundError: ``reference`` outside a source checkout.
+    ``reference``: the committed ``benchmarks/results/`` (FileNotFoundError outside a checkout).
     """
     if reference:
         path = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
@@ -75,10 +54,10 @@ def write_results(out: str | Path, stem: str, payload: dict[str, Any], text: str
 
 @dataclass
 class Row:
-    """One variant in a group: what it is, how it was checked, its timed rounds (seconds).
+    """A variant: what it is, its check and status, its rounds in seconds.
 
-    ``status``: ``"ok"``, ``"skipped"``, ``"failed"`` (its check) or ``"error"`` (while timing),
-    ``detail`` says why. ``bounded``: the batches timed per epoch, scaled to the whole epoch.
+    ``status``: ``"ok"``, ``"skipped"``, ``"failed"`` (its check), ``"error"``; ``detail``: why.
+    ``bounded``: the batches timed per epoch, scaled to the whole epoch.
     """
 
     name: str
@@ -100,10 +79,7 @@ class Row:
 
 @dataclass
 class Group:
-    """Variants timed together, interleaved: a workload, a section.
-
-    ``unit``: a round's (``"epoch"``, ``"call"``); ratios are to ``baseline`` (None: the first row).
-    """
+    """Variants timed together, a round (``unit``) each; ratios to ``baseline`` or the first."""
 
     name: str
     title: str
@@ -119,9 +95,8 @@ class Group:
 
     def ratio(self, row: Row, to: str | None = None) -> float | None:
         """``row``'s median over ``to``'s (default: the baseline); None unless both are timed."""
-        timed = self.timed()
         name = to or self.baseline or (self.rows[0].name if self.rows else "")
-        other = timed.get(name)
+        other = self.timed().get(name)
         return row.median_s / other.median_s if row.timed and other and other.median_s else None
 
 
@@ -166,32 +141,25 @@ class Run:
     def save(self, out: str | Path, stem: str, text: str) -> list[Path]:
         """Write ``<stem>.json`` and the Markdown ``text`` as ``<stem>.md``; return the paths."""
         payload = asdict(self)
-        del payload["suite"]
+        del payload["suite"]  # write_results takes it from the stem
         return write_results(out, stem, payload, text)
 
     @classmethod
     def load(cls, path: str | Path) -> Run:
-        """Read a results JSON written by ``looptoolkit compare`` or ``looptoolkit transfer``.
-
-        Raises:
-            ResultsError: not JSON, not a results file, or of another schema version.
-        """
+        """Read a results JSON; ResultsError if it is not one or of another schema version."""
         try:
             payload = json.loads(Path(path).read_text())
         except json.JSONDecodeError as e:
             raise ResultsError(f"{path}: not a JSON file ({e}).") from None
         if not isinstance(payload, dict):
             raise ResultsError(f"{path}: not a looptoolkit results file.")
-        schema = payload.pop("schema", 1)
-        if schema != SCHEMA:
+        if (schema := payload.pop("schema", 1)) != SCHEMA:
             raise ResultsError(
                 f"{path}: results schema version {schema}; this looptoolkit reads version "
                 f"{SCHEMA}. Run the benchmark again to write it in version {SCHEMA}."
             )
         if payload.get("suite") not in ("compare", "transfer"):
             raise ResultsError(f"{path}: not a looptoolkit results file (no known `suite`).")
-        payload["groups"] = [
-            Group(**{**g, "rows": [Row(**r) for r in g["rows"]]}) for g in payload["groups"]
-        ]
-        payload["verdicts"] = [Verdict(**v) for v in payload["verdicts"]]
-        return cls(**payload)
+        groups = [Group(**{**g, "rows": [Row(**r) for r in g["rows"]]}) for g in payload["groups"]]
+        verdicts = [Verdict(**v) for v in payload["verdicts"]]
+        return cls(**{**payload, "groups": groups, "verdicts": verdicts})

@@ -1,9 +1,4 @@
-"""The one table model of every report, rendered as Markdown and, by rich, for the terminal.
-
-A [`Table`][looptoolkit.bench.tables.Table] holds text cells; rich lays them out within ``width``
-columns (80 by default), wrapping inside a cell where it must, and the notes under the table are
-wrapped to the same width.
-"""
+"""The one table model of every report: text cells, rendered as Markdown or laid out by rich."""
 
 from __future__ import annotations
 
@@ -14,9 +9,7 @@ from typing import Any
 
 __all__ = ["Table", "wrap"]
 
-_STYLE: dict[str, Any] = dict(
-    title_justify="left", title_style=None, header_style=None, show_edge=False, pad_edge=False
-)
+_STYLE: dict[str, Any] = dict(title_justify="left", show_edge=False, pad_edge=False)
 
 
 def wrap(text: str, width: int = 80, indent: str = "") -> str:
@@ -28,30 +21,7 @@ def wrap(text: str, width: int = 80, indent: str = "") -> str:
 
 @dataclass
 class Table:
-    """A table of text cells.
-
-    Attributes:
-        title: shown above the table.
-        header: column names.
-        rows: text cells, one list per row.
-        align: ``"l"`` or ``"r"`` per column (default: the first column left, the others right).
-        notes: lines shown under the table.
-
-    Examples:
-        >>> t = Table("T", ["name", "ms"], [["a", "1.0"], ["bb", "10.0"]])
-        >>> print(t.text())
-        T
-        name     ms
-        ───────────
-        a       1.0
-        bb     10.0
-        >>> print(t.markdown())
-        | name | ms |
-        |---|---:|
-        | a | 1.0 |
-        | bb | 10.0 |
-        <BLANKLINE>
-    """
+    """Text cells under column names, with a title and notes; ``align``: ``"l"``/``"r"`` each."""
 
     title: str
     header: list[str]
@@ -60,16 +30,17 @@ class Table:
     notes: list[str] = field(default_factory=list)
 
     def _align(self) -> str:
+        """The alignment of each column."""
         return self.align or "l" + "r" * (len(self.header) - 1)
 
     def markdown(self) -> str:
-        """The table as a Markdown pipe table (no title), then its notes (a list if several)."""
-        rule = "|" + "|".join("---:" if a == "r" else "---" for a in self._align()) + "|"
-        lines = [self.header, *self.rows]
-        cells = ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in lines]
-        out = "\n".join([cells[0], rule, *cells[1:]]) + "\n"
-        notes = self.notes if len(self.notes) == 1 else [f"- {n}" for n in self.notes]
-        return out + ("\n" + "\n".join(notes) + "\n" if notes else "")
+        """A Markdown pipe table (no title), then its notes (a list if several)."""
+        rows = [" | ".join(c.replace("|", "\\|") for c in row) for row in [self.header, *self.rows]]
+        rule = "|".join("---:" if a == "r" else "---" for a in self._align())
+        lines = [f"| {rows[0]} |", f"|{rule}|", *(f"| {row} |" for row in rows[1:])]
+        if self.notes:
+            lines += ["", *(self.notes if len(self.notes) == 1 else [f"- {n}" for n in self.notes])]
+        return "\n".join(lines) + "\n"
 
     def text(self, width: int = 80) -> str:
         """The table laid out by rich in at most ``width`` columns, then its notes, wrapped."""
@@ -87,6 +58,6 @@ class Table:
         for row in self.rows:
             table.add_row(*row)
         buffer = io.StringIO()
-        Console(file=buffer, width=width, color_system=None, highlight=False).print(table)
+        Console(file=buffer, width=width, color_system=None, markup=False).print(table)
         lines = [line.rstrip() for line in buffer.getvalue().rstrip("\n").splitlines()]
         return "\n".join(lines + [wrap(n, width, "  ") for n in self.notes])

@@ -1,9 +1,6 @@
 """The one table of benchmark targets, and how a run's figures are set against it.
 
-A target is the ratio of two quantities measured in one run (or one quantity that is already a
-ratio) with a bound. ``compare`` measures the loop targets (median seconds per epoch by variant;
-``wait:<v>`` / ``step:<v>`` per batch from the step section), ``transfer`` the ``to_device`` ones.
-A GPU target on a CPU run is reported as such, never as met.
+A GPU target (``gpu-*``) on a CPU run is reported as such, never as met.
 """
 
 from __future__ import annotations
@@ -14,23 +11,16 @@ from dataclasses import dataclass
 
 from looptoolkit.bench.results import Verdict
 
-__all__ = ["BASELINE", "NOT_JUDGED", "TARGETS", "Target", "evaluate"]
+__all__ = ["BASELINE", "NOT_JUDGED", "TARGETS", "Target", "evaluate", "shown"]
 
-BASELINE = "numpy-take"
-"""The variant every loop ratio is taken against: the fastest hand-written loop."""
-
-NOT_JUDGED = "not judged at --quick"
-"""The status of every target of a ``--quick`` run: toy sizes judge nothing."""
-
+BASELINE = "numpy-take"  # every loop's ratio is to it: the fastest hand-written loop
+NOT_JUDGED = "not judged at --quick"  # every target's status at --quick: toy sizes judge nothing
 _OPS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge}
 
 
 @dataclass(frozen=True)
 class Target:
-    """One target: ``numerator / denominator`` (or ``numerator`` alone) ``op`` ``bound``.
-
-    ``floor`` names a quantity bounding ``numerator`` from below (its ratio is shown beside).
-    """
+    """``numerator / denominator`` (or ``numerator``) ``op`` ``bound``; ``floor`` bounds it."""
 
     key: str
     suite: str
@@ -39,54 +29,50 @@ class Target:
     denominator: str | None
     op: str
     bound: float
-    gpu: bool = False
-    floor: str | None = None
+    floor: str | None
 
-    @property
-    def goal(self) -> str:
-        """The bound as text, e.g. ``"<= 1.02x"``."""
-        return f"{self.op} {self.bound:g}x"
+    gpu = property(lambda self: self.key.startswith("gpu-"), doc="Measured on a GPU only.")
+    goal = property(lambda self: f"{self.op} {self.bound:g}x", doc='The bound: ``"<= 1.02x"``.')
 
 
-# key | suite | what | numerator / denominator op bound | flags (gpu, floor=NAME)
+# key | suite | what | ratio op bound | floor; the quantities: compare's medians (tabular) and
+# wait:<v> / step:<v> per batch (step section), transfer's <section>:<name> values.
 _TABLE = """
-loader-numpy | compare | Loader, NumPy data, full shuffle | loader-numpy / numpy-take <= 1.02 | floor=numpy-take
-loader-grouped | compare | Loader, NumPy data, grouped shuffle | loader-grouped / numpy-take <= 0.65 | floor=floor-seq-take
-loader-runs | compare | Loader, NumPy data, grouped in runs of 16 rows | loader-runs / numpy-take <= 0.65 | floor=floor-seq-take
+loader-numpy | compare | Loader, NumPy data, full shuffle | loader-numpy / numpy-take <= 1.02 | numpy-take
+loader-grouped | compare | Loader, NumPy data, grouped shuffle | loader-grouped / numpy-take <= 0.65 | floor-seq-take
+loader-runs | compare | Loader, NumPy data, grouped in runs of 16 rows | loader-runs / numpy-take <= 0.65 | floor-seq-take
 loader-torch | compare | Loader, torch data, over its floor (take + torch.from_numpy per batch) | loader-torch / floor-torch <= 1.05 |
 loader-torch-hand | compare | Loader, torch data, vs torch's randperm + index_select loop | loader-torch / torch-index-select <= 1.0 |
 loader-jax | compare | Loader, JAX data, over its floor (the chunked hand loop) | loader-jax / floor-jax <= 1.05 |
 loader-tf | compare | Loader, tf data, over its floor (the chunked hand loop) | loader-tf / floor-tf <= 1.05 |
-gpu-resident-vs-dataloader | compare | device-resident Loader: batches/s over DataLoader + __getitems__ | dl-getitems / loader-torch-res >= 10 | gpu
-gpu-resident-vs-gather | compare | device-resident Loader over the bare on-device gather | loader-torch-res / torch-res-gather <= 1.5 | gpu
-gpu-prefetch-overlap | compare | prefetch: data wait per step over the step (loader-torch, step section) | wait:loader-torch / step:loader-torch < 0.05 | gpu
+gpu-resident-vs-dataloader | compare | device-resident Loader: batches/s over DataLoader + __getitems__ | dl-getitems / loader-torch-res >= 10 |
+gpu-resident-vs-gather | compare | device-resident Loader over the bare on-device gather | loader-torch-res / torch-res-gather <= 1.5 |
+gpu-prefetch-overlap | compare | prefetch: data wait per step over the step (loader-torch, step section) | wait:loader-torch / step:loader-torch < 0.05 |
 nested-torch-optree | transfer | to_device over optree.tree_map (nested, torch leaves) | torch:to_device / torch:optree <= 1.2 |
 nested-torch-move-to | transfer | to_device over a hand-written move_to (nested, torch leaves) | torch:to_device / torch:move_to < 1.0 |
 nested-numpy-optree | transfer | to_device over optree.tree_map (nested, NumPy leaves to torch) | numpy:to_device / numpy:optree <= 1.2 |
 nested-numpy-move-to | transfer | to_device over a hand-written move_to (nested, NumPy leaves to torch) | numpy:to_device / numpy:move_to < 1.0 |
-gpu-bandwidth | transfer | images host-to-device bandwidth over one large pinned copy | cuda:bandwidth-share >= 0.85 | gpu
-gpu-cast-on-device | transfer | images: cast-then-copy over copy-then-cast (to_device) | cuda:cast-then-copy / cuda:copy-then-cast >= 1.8 | gpu
-gpu-packed | transfer | nested: per-leaf over packed transfer | cuda:per-leaf / cuda:packed >= 5 | gpu
-"""  # noqa: E501
+gpu-bandwidth | transfer | images host-to-device bandwidth over one large pinned copy | cuda:bandwidth-share >= 0.85 |
+gpu-cast-on-device | transfer | images: cast-then-copy over copy-then-cast (to_device) | cuda:cast-then-copy / cuda:copy-then-cast >= 1.8 |
+gpu-packed | transfer | nested: per-leaf over packed transfer | cuda:per-leaf / cuda:packed >= 5 |
+"""  # a target per line, however long  # noqa: E501
 
 
-def _parse(line: str) -> Target:
-    key, suite, text, ratio, flags = (part.strip() for part in line.split("|"))
-    *quantities, op, bound = ratio.split()
-    denominator = quantities[2] if len(quantities) == 3 else None
-    floor = flags.partition("floor=")[2] or None
-    return Target(
-        key, suite, text, quantities[0], denominator, op, float(bound), "gpu" in flags, floor
-    )
+def _target(line: str) -> Target:
+    """A line of ``_TABLE`` as a `Target`."""
+    key, suite, text, expression, floor = (part.strip() for part in line.split("|"))
+    ratio, op, bound = expression.rsplit(" ", 2)
+    numerator, _, denominator = ratio.partition(" / ")
+    return Target(key, suite, text, numerator, denominator or None, op, float(bound), floor or None)
 
 
-TARGETS: tuple[Target, ...] = tuple(_parse(line) for line in _TABLE.strip().splitlines())
-"""Every target, grouped by the command that measures it."""
+TARGETS: tuple[Target, ...] = tuple(map(_target, _TABLE.strip().splitlines()))
 
 
-def _ratio(values: Mapping[str, float], numerator: str, denominator: str | None) -> float | None:
-    top, bottom = values.get(numerator), 1.0 if denominator is None else values.get(denominator)
-    return None if top is None or not bottom or bottom <= 0 else float(top) / float(bottom)
+def _ratio(values: Mapping[str, float], top: str, bottom: str | None) -> float | None:
+    """``top / bottom`` (``top`` alone if None) of ``values``; None when one is missing."""
+    x, y = values.get(top), 1.0 if bottom is None else values.get(bottom)
+    return None if x is None or not y or y <= 0 else float(x) / float(y)
 
 
 def shown(value: float, bound: float) -> str:
@@ -103,11 +89,10 @@ def shown(value: float, bound: float) -> str:
 def evaluate(
     suite: str, values: Mapping[str, float], *, gpu: bool, judged: bool = True
 ) -> list[Verdict]:
-    """Set the measured ``values`` of a run of ``suite`` (compare, transfer) against its targets.
+    """A verdict per target of ``suite``: its ratio of ``values``, the floor's, the ``status``.
 
-    Returns a verdict per target: the ratio (``value``, None if not measured; ``shown`` as text),
-    the floor's ratio, and the ``status``: ``"met"``, ``"not met"``, ``"GPU only"``, ``"not
-    measured"`` or ``NOT_JUDGED`` (``judged=False``, a ``--quick`` run).
+    ``"met"``, ``"not met"``, ``"GPU only"``, ``"not measured"``, or ``NOT_JUDGED`` (``judged``
+    False: a ``--quick`` run).
 
     Examples:
         >>> v = evaluate("compare", {"loader-numpy": 1.5, "numpy-take": 1.0}, gpu=False)[0]
@@ -119,14 +104,14 @@ def evaluate(
     verdicts = []
     for t in (t for t in TARGETS if t.suite == suite):
         v = Verdict(t.key, t.text, t.goal, t.numerator, "GPU only", floor_name=t.floor)
-        if not t.gpu or gpu:
-            v.value = _ratio(values, t.numerator, t.denominator)
-            v.floor = _ratio(values, t.floor, t.denominator) if t.floor else None
-            if v.value is None:
-                v.status = "not measured"
-            else:
-                v.shown = shown(v.value, t.bound)
-                met = _OPS[t.op](v.value, t.bound)
-                v.status = NOT_JUDGED if not judged else "met" if met else "not met"
         verdicts.append(v)
+        if t.gpu and not gpu:
+            continue
+        v.value = _ratio(values, t.numerator, t.denominator)
+        v.floor = _ratio(values, t.floor, t.denominator) if t.floor else None
+        if v.value is None:
+            v.status = "not measured"
+        else:
+            v.shown, met = shown(v.value, t.bound), _OPS[t.op](v.value, t.bound)
+            v.status = NOT_JUDGED if not judged else "met" if met else "not met"
     return verdicts
