@@ -344,9 +344,7 @@ def run_workload(
     for i, entry in enumerate(entries):
         if progress is not None:
             progress.step(f"{workload.name}: checking {entry.variant.name} ({i + 1}/{len(chosen)})")
-        entry.skipped = entry.variant.missing()
-        if entry.skipped is None:
-            _check(entry, workload, settings, data)
+        _check(entry, workload, settings, data)
     timed = [e for e in entries if e.pipeline is not None]
     label = f"{workload.name}: timing"
     timings = _time(timed, [e.record for e in timed], settings, workload, progress, label)
