@@ -29,8 +29,6 @@ def workload():
 
 
 def _context(workload, variant):
-    if variant.missing():
-        pytest.skip(variant.missing())
     data = kit(variant.backend).data(workload.data, "cpu")
     return Context(workload, data, "cpu", seed=3), host_leaves(data)
 

@@ -262,10 +262,7 @@ def run_workload(
     for i, e in enumerate(entries):
         if progress is not None:
             progress.step(f"{name}: checking {e.variant.name} ({i + 1}/{len(entries)})")
-        if (missing := e.variant.missing()) is not None:
-            e.row.status, e.row.detail = "skipped", missing
-        else:
-            _check(e, workload, s, data)
+        _check(e, workload, s, data)
     timed = [e for e in entries if e.pipeline is not None]
     for e, timing in zip(timed, _time(timed, s, workload, progress, None), strict=True):
         if e.record.error is not None:

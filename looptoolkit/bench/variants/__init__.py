@@ -7,7 +7,7 @@ Each backend module (``.numpy``, ``.torch``, ``.jax``, ``.tf``) holds its loops 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -32,15 +32,13 @@ class Variant:
 
     Attributes:
         name: short name (``--variants`` filters on it; at most 18 characters).
-        backend: whose arrays it runs on (its kit's ``name``).
-        label: what it is, in one line.
+        backend: whose arrays it runs on (its kit's ``name``); ``label``: what it is, one line.
         factory: builds the loop, an iterable over epochs, from a `Context`.
         shuffle: the Loader order it yields exactly, or None: its own (checked for coverage).
         workloads: the workloads it applies to (None: all).
         slow: checked on its first batches and timed on a bounded number of them.
         accelerator: runs only when the device is an accelerator.
         convert: turns a batch into the workload's structure (pure Python yields lists).
-        requires: modules that must import for it to run.
         floor: the variant that bounds it from below (Loader rows report their ratio to it).
     """
 
@@ -53,22 +51,9 @@ class Variant:
     slow: bool = False
     accelerator: bool = False
     convert: Callable[[Any], Any] | None = None
-    requires: tuple[str, ...] = ()
     floor: str | None = None
 
-    @property
-    def is_floor(self) -> bool:
-        """Whether this variant is a floor rather than a loop to choose."""
-        return self.name.startswith("floor-")
-
-    def missing(self) -> str | None:
-        """Why this variant cannot run here (a module that does not import), or None."""
-        for module in self.requires:
-            try:
-                importlib.import_module(module)
-            except ImportError as e:
-                return f"needs {module} ({e})"
-        return None
+    is_floor = property(lambda self: self.name.startswith("floor-"), doc="A floor, not a loop.")
 
 
 def variant(backend: str, labels: dict[str, str], name: str, fn: Factory, **kw: Any) -> Variant:
@@ -86,10 +71,7 @@ class Context:
     seed: int = 0
     _orders: dict[str, Order] = field(default_factory=dict)
 
-    @property
-    def batch_size(self) -> int:
-        """Rows per batch."""
-        return self.workload.batch_size
+    batch_size = property(lambda self: self.workload.batch_size, doc="Rows per batch.")
 
     def order(self, shuffle: str) -> Order:
         """The Loader's ``Order`` for this workload and seed (``"full"`` or ``"grouped"``)."""
@@ -101,14 +83,11 @@ class Context:
 
 @dataclass(frozen=True)
 class Kit:
-    """One backend's variants, and what the harness needs to run them.
+    """One backend's variants (in table order), and what the harness needs to run them.
 
-    Attributes:
-        name: the backend's name in ``looptoolkit.adapters.BACKENDS``.
-        variants: its variants, in table order.
-        leaves: ``(host leaves, compare device)`` -> the backend's arrays (None: NumPy as is).
-        ready: blocks until a batch is computed (JAX is asynchronous); None: no need.
-        gpu: whether the framework sees a CUDA GPU (None: never; the default ``--device``).
+    ``leaves(host leaves, device)`` makes the backend's arrays (None: NumPy as is); ``ready``
+    blocks until a batch is computed (JAX is asynchronous); ``gpu`` says whether the framework
+    sees a CUDA GPU (the default ``--device``).
     """
 
     name: str
@@ -191,7 +170,7 @@ def loop(
 
 # -- the images set: where the uint8 -> float32 work of an image batch runs ----------------------
 
-MEAN, STD, CHANNELS = 127.5, 64.0, 3  # x * 64 + 127.5 recovers uint8 exactly in float32
+MEAN, STD = 127.5, 64.0  # x * 64 + 127.5 recovers uint8 exactly in float32
 _WAYS = {
     "host": "normalise on the host (NumPy), then to_device float32",
     "step": "Loader(device=dev) copies uint8; normalise in the consumer's thread",
@@ -203,7 +182,7 @@ def normalizer() -> Callable[[Any], Any]:
     """The images workload's transform: ``batch["image"]`` as float32, ``(x - 127.5) / 64``."""
     from looptoolkit import normalize
 
-    return normalize([MEAN] * CHANNELS, [STD] * CHANNELS, key="image", dtype="float32")
+    return normalize([MEAN] * 3, [STD] * 3, key="image", dtype="float32")
 
 
 def to_uint8(batch: Any) -> dict[str, Any]:
@@ -230,20 +209,17 @@ def _images(backend: str, way: str, ctx: Context) -> Iterable[Any]:
     """One ``way`` of feeding normalised float32 images to ``backend``, in the Loader's order."""
     from looptoolkit import Loader, to_device
 
-    dev, norm, data = kit(backend).device(ctx.device), normalizer(), ctx.workload.data
+    dev, norm = kit(backend).device(ctx.device), normalizer()
+    on_device = {"device": dev} if way != "host" else {}
+    transform = {"transform": norm} if way == "trans" else {}
+    loader = Loader(ctx.workload.data, ctx.batch_size, seed=ctx.seed, **on_device, **transform)
     if way == "trans":
-        return Loader(data, ctx.batch_size, seed=ctx.seed, device=dev, transform=norm)
-    if way == "host":
-        loader, fn = Loader(data, ctx.batch_size, seed=ctx.seed), lambda b: to_device(norm(b), dev)
-    else:
-        loader = Loader(data, ctx.batch_size, seed=ctx.seed, device=dev)
-        fn = get_backend(backend).compile_transform(norm)
+        return loader
+    fn = get_backend(backend).compile_transform(norm) if on_device else None
 
-    def epoch(_: int) -> Iterator[Any]:
-        iterator = iter(loader)  # the epoch the Loader's cursor points at
-        try:
-            yield from map(fn, iterator)
-        finally:
-            iterator.close()
+    def epoch(_: int) -> Iterable[Any]:  # the epoch the Loader's cursor points at
+        if fn is not None:
+            return map(fn, loader)
+        return (to_device(norm(batch), dev) for batch in loader)
 
     return EpochPipeline(epoch, len(loader), name=f"img-{way}-{backend}")

@@ -44,7 +44,7 @@ class EpochPipeline:
     """
 
     def __init__(
-        self, epoch_fn: Callable[[int], Iterable[Any]], length: int, *, name: str = "pipeline"
+        self, epoch_fn: Callable[[int], Iterable[Any]], length: int, *, name: str = ""
     ) -> None:
         self._epoch_fn, self._length, self.name = epoch_fn, length, name
         self.cursor = EpochCursor()

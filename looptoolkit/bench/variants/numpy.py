@@ -121,32 +121,26 @@ def pure_python(data: Sequence[Any], batch_size: int, *, seed: int = 0) -> Epoch
     return EpochPipeline(lambda e: epoch(rng.sample(items, n)), length, name="pure_python")
 
 
-def sequential_take(data: Any, batch_size: int) -> EpochPipeline:
-    """A floor: ``leaf.take(idx, axis=0)`` with each batch's ``arange`` indices (a local order)."""
+def sequential_take(data: Any, batch_size: int, *, copy: bool = False) -> EpochPipeline:
+    """A floor: each batch's rows in storage order, by ``take`` of an ``arange`` (or ``copy``)."""
     n, leaves, _, rebuild = _host(data)
-    cut = partial(split_batches, np.arange(n), batch_size)
-    return EpochPipeline(
-        lambda e: (rebuild([x.take(idx, axis=0) for x in leaves]) for idx in cut()),
-        batch_count(n, batch_size),
-        name="sequential_take",
-    )
+    starts, cut = range(0, n, batch_size), partial(split_batches, np.arange(n), batch_size)
+
+    def epoch(_: int) -> Iterator[Any]:
+        if copy:  # no index at all: a copy of each batch's contiguous bytes
+            return (rebuild([x[s : s + batch_size].copy() for x in leaves]) for s in starts)
+        return (rebuild([x.take(i, axis=0) for x in leaves]) for i in cut())
+
+    return EpochPipeline(epoch, len(starts), name=f"sequential_take[copy={copy}]")
 
 
-def contiguous_copies(data: Any, batch_size: int) -> EpochPipeline:
-    """A floor: a copy of each batch's contiguous rows (``leaf[a:b].copy()``), no index at all."""
-    n, leaves, _, rebuild = _host(data)
-    starts = range(0, n, batch_size)
-    return EpochPipeline(
-        lambda e: (rebuild([x[s : s + batch_size].copy() for x in leaves]) for s in starts),
-        len(starts),
-        name="contiguous_copies",
-    )
+contiguous_copies = partial(sequential_take, copy=True)
 
 
 def epoch_views(data: Any, batch_size: int, *, seed: int = 0) -> EpochPipeline:
     """One permutation of the epoch, then views: ``rng.permutation(x).reshape(-1, B)`` on 1-D."""
     n, leaves, _, rebuild = _host(data)
-    full = (n // batch_size) * batch_size
+    full = n - n % batch_size
 
     def epoch_fn(epoch: int) -> Iterator[Any]:
         rng = np.random.default_rng([seed, epoch])
