@@ -96,7 +96,7 @@ def test_interleave_records_what_a_self_timed_round_returns():
     pipeline = Counted(20, sleep=0.001)
     (timing,) = interleave([("c", epoch_round(pipeline, Record(), 1, 4, 20))], rounds=2)
     # The round's own figure (4 batches scaled to 20), not the clock's (4 batches).
-    assert len(timing.rounds) == 2 and all(s >= 20 * 0.001 * 0.9 for s in timing.rounds)
+    assert len(timing.rounds_s) == 2 and all(s >= 20 * 0.001 * 0.9 for s in timing.rounds_s)
 
 
 def test_sync_is_none_on_the_cpu():

@@ -309,8 +309,8 @@ def test_interleave_runs_warmup_then_rounds_in_turn_and_reports_per_call():
         clock=FakeClock(),
     )
     assert calls == ["a", "a", "b", "b"] * 4
-    assert [t.rounds for t in timings] == [[0.5, 1.5, 2.5], [1.0, 2.0, 3.0]]
-    assert (timings[0].median, timings[1].max) == (1.5, 3.0)
+    assert [t.rounds_s for t in timings] == [[0.5, 1.5, 2.5], [1.0, 2.0, 3.0]]
+    assert (timings[0].median_s, timings[1].max_s) == (1.5, 3.0)
     assert timings[0].extra == {"repeat": 2}
 
 

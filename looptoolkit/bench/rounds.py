@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from looptoolkit.bench.check import Check, check_batches, host_leaves
 from looptoolkit.bench.results import Row
-from looptoolkit.bench.timing import Timing, interleave
+from looptoolkit.bench.timing import interleave
 from looptoolkit.bench.variants import BASELINE, Context, Variant, kit, variants
 from looptoolkit.bench.workloads import Workload
 
@@ -204,7 +204,7 @@ class Entry:
 
     variant: Variant
     check: Check | None = None
-    timing: Timing | None = None
+    timing: Row | None = None
     record: Record = field(default_factory=Record)
     limit: int | None = None
     skipped: str | None = None
@@ -218,10 +218,10 @@ class Entry:
             row.status, row.detail = "skipped", self.skipped
         elif check is not None and not check.ok:
             row.status, row.detail = "failed", check.detail
-        elif error is not None or self.timing is None or not self.timing.rounds:
+        elif error is not None or self.timing is None or not self.timing.rounds_s:
             row.status, row.detail = "error", error or "not timed"
         else:
-            row.rounds_s, row.bounded = self.timing.rounds, self.limit
+            row.rounds_s, row.bounded = self.timing.rounds_s, self.limit
         return row
 
     def close(self) -> None:
@@ -305,7 +305,7 @@ def _time(
     label: str,
     step: Step | None = None,
     batches: int | None = None,
-) -> list[Timing]:
+) -> list[Row]:
     """Time ``entries`` interleaved: ``settings.rounds`` rounds of an epoch (or ``batches``)."""
     if not entries:
         return []

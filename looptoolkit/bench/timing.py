@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from looptoolkit.bench.results import Row
+
 if TYPE_CHECKING:
     from looptoolkit.bench.progress import Progress
 
@@ -114,7 +116,7 @@ def interleave(
     collect: bool = True,
     progress: Progress | None = None,
     label: str = "timing",
-) -> list[Timing]:
+) -> list[Row]:
     """Time each ``(name, fn)`` for ``rounds`` rounds, interleaved, after ``warmup`` rounds.
 
     A round calls ``fn`` ``repeat`` times between two readings of ``clock`` (default: a
@@ -125,11 +127,11 @@ def interleave(
     Examples:
         >>> [t.name for t in interleave([("a", lambda: 1), ("b", lambda: 2)], rounds=3)]
         ['a', 'b']
-        >>> interleave([("own", lambda: 0.5)], rounds=2)[0].rounds
+        >>> interleave([("own", lambda: 0.5)], rounds=2)[0].rounds_s
         [0.5, 0.5]
     """
     clock = HostClock() if clock is None else clock
-    timings = [Timing(name, extra={"repeat": repeat} if repeat > 1 else {}) for name, _ in variants]
+    timings = [Row(name, extra={"repeat": repeat} if repeat > 1 else {}) for name, _ in variants]
     enabled = gc.isenabled()
     if not collect:
         gc.collect()
@@ -152,7 +154,7 @@ def interleave(
                 for _ in range(repeat):
                     own = fn()
                 seconds = clock.stop() / repeat
-                timing.rounds.append(own if type(own) is float else seconds)
+                timing.rounds_s.append(own if type(own) is float else seconds)
     finally:
         if enabled and not gc.isenabled():
             gc.enable()
