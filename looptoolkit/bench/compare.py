@@ -270,11 +270,11 @@ def run(argv: Sequence[str] | None = None) -> int:
         del entries, workload
         gc.collect()
     if args.transfer or (args.transfer is None and gpu):
-        from looptoolkit.bench.transfer_cuda import by_batch_size
+        from looptoolkit.bench.transfer_sections import by_batch_size, sweep_table
 
         progress.stage("transfer of an images batch by batch size")
         extras["transfer"] = by_batch_size(device, args.quick, args.seed, progress)
-        progress.emit("\n" + report.transfer_table(extras["transfer"]).text())
+        progress.emit("\n" + sweep_table(extras["transfer"]).text())
     if args.memmap_gb > 0:
         from looptoolkit.bench import memory
 

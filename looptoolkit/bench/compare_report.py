@@ -7,7 +7,6 @@ Every ratio is to the best manual loop (``numpy-take``); a Loader row's also to 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from looptoolkit.bench import render
 from looptoolkit.bench.charts import BACKEND_COLORS, FLOOR_COLOR
@@ -16,7 +15,7 @@ from looptoolkit.bench.results import Group, Run
 from looptoolkit.bench.tables import Table
 from looptoolkit.bench.targets import BASELINE, NOT_JUDGED
 
-__all__ = ["headline", "markdown", "plot", "step_table", "summary", "tables", "transfer_table"]
+__all__ = ["headline", "markdown", "plot", "step_table", "summary", "tables"]
 
 CHECK_LEGEND = (
     "check: exact = the Loader's batches for the same seed, compared batch for batch "
@@ -112,25 +111,14 @@ def step_table(run: Run, workload: str) -> Table:
     return Table(title, header, rows, notes=notes)
 
 
-def transfer_table(transfer: dict[str, Any]) -> Table:
-    """Transfer of an images batch by batch size, the two dtype paths."""
-    names = list(transfer["ms_per_batch"])
-    header = ["batch", "MB uint8", *[f"{chr(65 + i)} ms" for i in range(len(names))]]
-    rows = []
-    for i, size in enumerate(transfer["batch_sizes"]):
-        cells = [str(size), f"{size * transfer['bytes_per_image_uint8'] / 1e6:.2f}"]
-        rows.append(cells + [f"{transfer['ms_per_batch'][n][i]:.3f}" for n in names])
-    notes = [f"{chr(65 + i)}: {n}" for i, n in enumerate(names)]
-    title = f"images batch to float16 by batch size ({transfer['note']})"
-    return Table(title, header, rows, notes=notes)
-
-
 def tables(run: Run) -> list[Table]:
     """The sections after the workloads: the step section, the transfer, the memory."""
     steps = dict.fromkeys(r["workload"] for r in run.extras.get("step", []))
     out = [step_table(run, w) for w in steps]
     if run.extras.get("transfer"):
-        out.append(transfer_table(run.extras["transfer"]))
+        from looptoolkit.bench.transfer_sections import sweep_table
+
+        out.append(sweep_table(run.extras["transfer"]))
     if run.extras.get("memory"):
         from looptoolkit.bench.memory import table
 
