@@ -311,14 +311,16 @@ def test_one_host_array_for_checks_images_and_the_sweep():
 def test_transfer_timing_host_rows_without_gc_clocked_rows_with_their_clock():
     import gc
 
-    from looptoolkit.bench.transfer_sections import Row, measure
+    from looptoolkit.bench.results import Row
+    from looptoolkit.bench.transfer_sections import Call, measure
 
     seen: list[bool] = []
-    rows = [Row("a", "row a", lambda: seen.append(gc.isenabled()))]
+    rows = [Call("a", "row a", lambda: seen.append(gc.isenabled()))]
     host = measure("host", rows, None, 3, None, repeat=4, check=lambda *_: None)
     assert seen == [True] + [False] * (2 + 3) * 4 and gc.isenabled()  # the check, then timed
-    assert host[0]["repeat"] == 4 and len(host[0]["rounds_s"]) == 3
-    assert (host[0]["name"], host[0]["label"]) == ("a", "row a")
+    assert isinstance(host[0], Row) and host[0].extra == {"repeat": 4}
+    assert len(host[0].rounds_s) == 3 and host[0].timed
+    assert (host[0].name, host[0].label, host[0].check) == ("a", "row a", "same as the reference")
 
     class Fixed:
         def start(self):
@@ -329,18 +331,18 @@ def test_transfer_timing_host_rows_without_gc_clocked_rows_with_their_clock():
 
     seen.clear()
     clocked = measure("clocked", rows, None, 3, None, clock=Fixed(), check=lambda *_: None)
-    assert seen == [True] * (1 + 2 + 3) and clocked[0]["rounds_s"] == [0.25] * 3
+    assert seen == [True] * (1 + 2 + 3) and clocked[0].rounds_s == [0.25] * 3
 
 
 def test_transfer_checks_every_row_before_timing_it():
     import numpy as np
 
-    from looptoolkit.bench.transfer_sections import Row, check_same, measure
+    from looptoolkit.bench.transfer_sections import Call, check_same, measure
 
     calls: list[str] = []
 
-    def row(name: str, value: object, want: object = None) -> Row:
-        return Row(name, name, lambda: calls.append(name) or value, want)
+    def row(name: str, value: object, want: object = None) -> Call:
+        return Call(name, name, lambda: calls.append(name) or value, want)
 
     want = {"a": np.arange(3), "b": [np.ones(2, np.float32)]}
     good = row("good", {"a": np.arange(3), "b": [np.ones(2, np.float32)]})

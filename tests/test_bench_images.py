@@ -93,22 +93,36 @@ def test_step_section_on_images_times_the_images_set_and_the_baseline(tmp_path):
     assert "## images with a model step of 0.5 ms" in markdown
 
 
-def test_sweep_has_one_row_per_dtype_and_batch_size():
+def test_sweep_has_a_figure_per_dtype_and_batch_size():
     pytest.importorskip("jax")
-    from looptoolkit.bench.transfer import sweep_table
-    from looptoolkit.bench.transfer_sections import DTYPES, ROW_KEYS, sweep
+    from looptoolkit.bench.transfer_sections import DTYPES, dtype_sweep, sweep_table
 
-    section = sweep(1, sizes=(4, 8))
-    assert section["cpu_only"] and "host side" in section["measures"]
-    rows = section["rows"]
-    assert [(r["dtype"], r["batch_size"]) for r in rows] == [(d, s) for s in (4, 8) for d in DTYPES]
-    for r in rows:
-        assert tuple(r) == ROW_KEYS
-        assert r["bytes"] == r["batch_size"] * 3 * 64 * 64 * np.dtype(r["dtype"]).itemsize
-        assert r["ms_per_batch"] == pytest.approx(r["median_s"] * 1e3)
-        assert r["mb_per_s"] == pytest.approx(r["bytes"] / r["median_s"] / 1e6)
-    table = sweep_table(section).text()
-    assert "uint8 ms" in table and max(map(len, table.splitlines())) <= 80
+    result = dtype_sweep(1, sizes=(4, 8))
+    assert result["device"] == "cpu" and "host side" in result["title"]
+    assert result["batch_sizes"] == [4, 8] and list(result["ms_per_batch"]) == list(DTYPES)
+    for dtype in DTYPES:
+        ms, mb = result["ms_per_batch"][dtype], result["mb_per_s"][dtype]
+        assert len(ms) == 2 and min(ms) > 0
+        for size, t, rate in zip((4, 8), ms, mb, strict=True):
+            nbytes = size * 3 * 64 * 64 * np.dtype(dtype).itemsize
+            assert rate == pytest.approx(nbytes / t / 1e3)
+    table = sweep_table(result).text()
+    assert "uint8 ms" in table and "MB/s" in table and "A:" not in table
+    assert max(map(len, table.splitlines())) <= 80
+
+
+def test_sweep_fails_a_path_whose_output_differs_or_is_not_a_copy():
+    from looptoolkit.bench.transfer_sections import sweep
+
+    def path(fn):
+        return lambda batch: (lambda: fn(batch), batch)
+
+    with pytest.raises(AssertionError, match=r"^alias: to_device did not copy"):
+        sweep("t", {"alias": path(lambda b: b)}, [2], 1)
+    with pytest.raises(AssertionError, match=r"^wrong: leaves differ"):
+        sweep("t", {"wrong": path(lambda b: b + 1)}, [2], 1)
+    result = sweep("t", {"copy": path(np.copy)}, [2, 3], 1)
+    assert result["batch_sizes"] == [2, 3] and len(result["ms_per_batch"]["copy"]) == 2
 
 
 def test_transfer_writes_the_sweep_with_its_chart(tmp_path):
@@ -116,22 +130,26 @@ def test_transfer_writes_the_sweep_with_its_chart(tmp_path):
     argv = ["--no-nested", "--no-images", "--rounds", "1", "--out", str(tmp_path)]
     assert transfer.run(argv) == 0
     run = Run.load(tmp_path / "transfer-cpu.json")
-    rows = run.extras["sweep"]["rows"]
-    assert len(rows) == 18 and run.groups == []
-    assert {r["batch_size"] for r in rows} == {32, 64, 128, 256, 512, 1024}
+    sweep = run.extras["sweep"]
+    assert sweep["batch_sizes"] == [32, 64, 128, 256, 512, 1024] and run.groups == []
+    assert all(len(ms) == 6 for ms in sweep["ms_per_batch"].values())
     assert run.charts == ["transfer-cpu-sweep.png"]
     assert (tmp_path / "transfer-cpu-sweep.png").stat().st_size > 0
     markdown = (tmp_path / "transfer-cpu.md").read_text()
     assert "## images batch (3x64x64) moved with to_device by dtype (CPU only" in markdown
 
 
-def test_by_batch_size_times_both_dtype_paths_through_the_checked_rows():
-    from looptoolkit.bench.compare_report import transfer_table
-    from looptoolkit.bench.transfer_cuda import by_batch_size
+def test_by_batch_size_is_the_sweep_with_the_compare_paths():
+    from looptoolkit.bench.transfer_sections import by_batch_size, sweep_table
 
     result = by_batch_size("cpu", True, 0)
-    assert result["batch_sizes"] == [8, 32] and result["note"].startswith("host cast")
+    assert result["batch_sizes"] == [8, 32] and "host cast only" in result["title"]
     paths = result["ms_per_batch"]
     assert list(paths) == ["uint8 copy, cast on the device", "cast to float16, then copy"]
     assert all(len(ms) == 2 and min(ms) > 0 for ms in paths.values())
-    assert "A: uint8 copy, cast on the device" in transfer_table(result).text()
+    for ms, mb in zip(paths.values(), result["mb_per_s"].values(), strict=True):
+        float16 = [size * 3 * 64 * 64 * 2 for size in (8, 32)]  # the bytes each path delivers
+        assert mb == pytest.approx([n / t / 1e3 for n, t in zip(float16, ms, strict=True)])
+    table = sweep_table(result).text()
+    assert "A: uint8 copy, cast on the device" in table and "B ms" in table
+    assert max(map(len, table.splitlines())) <= 80

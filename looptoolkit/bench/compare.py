@@ -225,11 +225,11 @@ def run(argv: Sequence[str] | None = None) -> int:
     for name in names:
         _workload(result, name, args, settings, progress)
     if args.transfer or (args.transfer is None and gpu):
-        from looptoolkit.bench.transfer_cuda import by_batch_size
+        from looptoolkit.bench.transfer_sections import by_batch_size, sweep_table
 
         progress.stage("transfer of an images batch by batch size")
         extras["transfer"] = by_batch_size(device, args.quick, args.seed, progress)
-        progress.emit("\n" + report.transfer_table(extras["transfer"]).text())
+        progress.emit("\n" + sweep_table(extras["transfer"]).text())
     if any(g.name == "tabular" for g in result.groups):  # the targets are set on tabular
         values = {r.name: r.median_s for r in result.group("tabular").rows if r.timed}
         for row in extras["step"]:

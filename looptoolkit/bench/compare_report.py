@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from looptoolkit.bench import render
 from looptoolkit.bench.charts import BACKEND_COLORS, FLOOR_COLOR
@@ -13,7 +12,6 @@ from looptoolkit.bench.tables import Table
 from looptoolkit.bench.targets import BASELINE, NOT_JUDGED
 
 __all__ = ["CHECK_LEGEND", "headline", "markdown", "plot", "step_table", "summary", "tables"]
-__all__ += ["transfer_table"]
 
 CHECK_LEGEND = (
     "check: exact = the Loader's batches for the same seed, compared batch for batch "
@@ -97,25 +95,12 @@ def step_table(run: Run, workload: str) -> Table:
     return Table(title, header, rows, notes=[_STEP_NOTE, *[_IMAGES_NOTE] * (workload == "images")])
 
 
-def transfer_table(transfer: dict[str, Any]) -> Table:
-    """Transfer of an images batch by batch size, the two dtype paths."""
-    names = list(transfer["ms_per_batch"])
-    header = ["batch", "MB uint8", *[f"{chr(65 + i)} ms" for i in range(len(names))]]
-    rows = []
-    for i, size in enumerate(transfer["batch_sizes"]):
-        cells = [str(size), f"{size * transfer['bytes_per_image_uint8'] / 1e6:.2f}"]
-        rows.append(cells + [f"{transfer['ms_per_batch'][n][i]:.3f}" for n in names])
-    notes = [f"{chr(65 + i)}: {n}" for i, n in enumerate(names)]
-    title = f"images batch to float16 by batch size ({transfer['note']})"
-    return Table(title, header, rows, notes=notes)
-
-
 def tables(run: Run) -> list[Table]:
     """The sections after the workloads: the step section, the transfer."""
     steps = dict.fromkeys(r["workload"] for r in run.extras.get("step", []))
     out = [step_table(run, w) for w in steps]
     if run.extras.get("transfer"):
-        out.append(transfer_table(run.extras["transfer"]))
+__all__ = ["CHECK_LEGEND", "headline", "markdown", "plot", "step_table", "summary", "tables"]
     return out
 
 

@@ -1,98 +1,57 @@
 """``looptoolkit transfer``: what ``to_device`` costs on top of the copies it has to make.
 
-Every section's rows are checked, then timed interleaved (CUDA rows with CUDA events). The report
-is printed and written as ``transfer-<device>.{json,md,png}`` and ``transfer-<device>-sweep.png``.
+Each section is checked, then timed interleaved; the report goes to ``transfer-<device>.*``.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from looptoolkit.bench import render
 from looptoolkit.bench import transfer_sections as sec
-from looptoolkit.bench.charts import FLOOR_COLOR, Bar, Panel, bar_chart
+from looptoolkit.bench.charts import FLOOR_COLOR
 from looptoolkit.bench.progress import Progress, quiet_import
-from looptoolkit.bench.results import REFERENCE_HELP, Group, Row, Run, results_dir
+from looptoolkit.bench.results import REFERENCE_HELP, Run, results_dir
 from looptoolkit.bench.tables import Table, wrap
 from looptoolkit.bench.targets import evaluate
 from looptoolkit.bench.timing import machine_info
+from looptoolkit.bench.transfer_cuda import cuda_sections
 
-__all__ = ["headline", "run", "sweep_table", "tables"]
-
-TITLES = {
-    ("nested", "torch_to_cpu"): "nested: 1000 torch leaves to torch.device('cpu') (t.to(dev) is t)",
-    ("nested", "numpy_to_torch_cpu"): "nested: 1000 NumPy leaves to torch (torch.from_numpy)",
-    ("packing_cpu", "rows"): "nested, CPU only: packing (one cat per dtype) vs 1000 leaf copies",
-    ("images_cpu", "rows"): "images, CPU only: the host cast, and the bytes each order copies",
-    ("cuda", "images"): "images to CUDA, timed with CUDA events",
-    ("cuda", "nested"): "nested to CUDA, timed with CUDA events",
-}
-"""Where each section's rows are in a measured section, and its title; in report order."""
-TO_DEVICE = "#dd8452"
-_ROW_KEYS, _CHECK = (
-    ("name", "label", "rounds_s", "median_s", "min_s", "max_s"),
-    "same as the reference",
-)
+__all__ = ["headline", "run", "tables"]
 
 
-def _row(r: dict[str, Any]) -> Row:
-    """A measured row as a typed row; its other figures in ``extra``."""
-    extra = {k: v for k, v in r.items() if k not in _ROW_KEYS}
-    return Row(r["name"], r["label"], rounds_s=r["rounds_s"], check=_CHECK, extra=extra)
-
-
-def _groups(key: str, section: dict[str, Any]) -> list[Group]:
-    """The groups of one measured section, per call."""
-    return [
-        Group(f"{key}/{part}", title, [_row(r) for r in section[part]], unit="call")
-        for (where, part), title in TITLES.items()
-        if where == key and section.get(part)
-    ]
-
-
-def sweep_table(sweep: dict[str, Any]) -> Table:
-    """Milliseconds per batch and MB/s by batch size, one column per dtype."""
-    by = {(r["dtype"], r["batch_size"]): r for r in sweep["rows"]}
-    header = ["batch", *[f"{d} ms" for d in sec.DTYPES], *[f"{d} MB/s" for d in sec.DTYPES]]
-    cells = [
-        [str(s), *[f"{by[d, s]['ms_per_batch']:.3f}" for d in sec.DTYPES]]
-        + [f"{by[d, s]['mb_per_s']:,.0f}" for d in sec.DTYPES]
-        for s in sorted({size for _, size in by})
-    ]
-    title = f"images batch (3x64x64) moved with to_device by dtype ({sweep['measures']})"
-    note = f"median ms per batch over {sweep['rounds']} interleaved rounds; MB/s: the batch's "
-    note += f"bytes over that time; device {sweep['device']}."
-    return Table(title, header, cells, notes=[note])
+def _info(run: Run, key: str) -> dict[str, float]:
+    """The groups' ``ratios`` or target ``values``, in report order."""
+    return {k: v for g in run.groups for k, v in g.info.get(key, {}).items()}
 
 
 def tables(run: Run) -> list[Table]:
     """The sections after the groups: the batch-size sweep, the other ratios."""
-    out = [sweep_table(run.extras["sweep"])] if run.extras.get("sweep") else []
-    ratios = [[name, f"{value:.2f}"] for name, value in run.extras.get("ratios", {}).items()]
+    out = [sec.sweep_table(run.extras["sweep"])] if run.extras.get("sweep") else []
+    ratios = [[name, f"{value:.2f}"] for name, value in _info(run, "ratios").items()]
     return [*out, Table("Other ratios", ["ratio", "value"], ratios)]
 
 
 def headline(run: Run) -> str:
     """The run in a sentence: to_device against the bare traversals, and the CUDA ratios."""
-    v, parts = run.extras.get("values", {}), []
+    v, parts = _info(run, "values"), []
     for kind, what in (("torch", "torch leaves"), ("numpy", "NumPy leaves to torch")):
         if (ours := v.get(f"{kind}:to_device")) is not None:
             parts.append(f"{what}: {ours / v[f'{kind}:optree']:.2f}x optree.tree_map and ")
             parts[-1] += f"{ours / v[f'{kind}:move_to']:.2f}x a hand-written move_to"
     text = "to_device on 1000 small leaves, " + "; ".join(parts) + "." if parts else ""
-    if not (cuda := run.extras.get("cuda")):
+    if "cuda:packed" not in v:
         return (text + " No CUDA device: the GPU rows were not measured.").strip()
-    r = cuda["ratios"]
     return (
-        f"{text} On {cuda['device']}: the pinned batch at "
-        f"{r['to_device(pinned batch) bandwidth / reference']:.0%} of one large pinned copy's "
-        f"bandwidth; cast-then-copy {r['cast-then-copy / copy-then-cast (to_device)']:.2f}x "
-        f"copy-then-cast; per-leaf {r['per-leaf / packed (nested)']:.1f}x packed."
+        f"{text} On {run.machine.get('gpu', run.device)}: the pinned batch at "
+        f"{v['cuda:bandwidth-share']:.0%} of one large pinned copy's bandwidth; cast-then-copy "
+        f"{v['cuda:cast-then-copy'] / v['cuda:copy-then-cast']:.2f}x copy-then-cast; per-leaf "
+        f"{v['cuda:per-leaf'] / v['cuda:packed']:.1f}x packed."
     ).strip()
 
 
@@ -101,24 +60,11 @@ def markdown(run: Run) -> str:
     a = run.settings
     intro = f"Medians over {a['rounds']} interleaved rounds after {sec.WARMUP} warm-up rounds; "
     intro += f"host rows average {a['repeat']} calls per round (packing and images: "
-    intro += f"{sec.light_repeat(a['repeat'])}). Lower is better."
+    intro += f"{max(1, a['repeat'] // 4)}). Lower is better."
     return render.markdown(run, [headline(run)], [intro], tables(run))
 
 
-def plot_sweep(sweep: dict[str, Any], path: Path) -> Path:
-    """Bars of ms per batch by batch size, one panel per dtype, each bar with its MB/s."""
-    panels = []
-    for dtype in sec.DTYPES:
-        bars = []
-        for r in (r for r in sweep["rows"] if r["dtype"] == dtype):
-            note = f"{r['ms_per_batch']:.3f} ms, {r['mb_per_s']:,.0f} MB/s"
-            bars.append(Bar(str(r["batch_size"]), r["ms_per_batch"], note, TO_DEVICE))
-        panels.append(Panel(f"{dtype} batches", bars, "ms per batch (lower is better)"))
-    title = f"to_device of an images batch by dtype and batch size; {sweep['measures']}"
-    return bar_chart(panels, path, title=title)
-
-
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     """Flags of ``looptoolkit transfer``."""
     parser = argparse.ArgumentParser(
         prog="looptoolkit transfer",
@@ -181,54 +127,39 @@ def run(argv: Sequence[str] | None = None) -> int:
     where = f"; results go to {out}/" if out is not None else ""
     text = f"{args.rounds} interleaved rounds of {args.repeat} calls per variant{where}."
     progress.emit(wrap(f"looptoolkit transfer on {device}: {text}"))
-    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    settings = {**vars(args), "out": args.out and str(args.out)}
     result = Run("transfer", device, " ".join(["looptoolkit transfer", *argv]), {}, settings, [])
-    values, ratios = result.extras.setdefault("values", {}), result.extras.setdefault("ratios", {})
-    from looptoolkit.bench.transfer_cuda import cuda_sections
-
-    rounds, light, p = args.rounds, sec.light_repeat(args.repeat), progress
-    steps = [
-        ("nested", "", args.nested, lambda: sec.nested_traversal(rounds, args.repeat, p)),
-        ("packing_cpu", "cpu-only: ", args.nested, lambda: sec.packing_cpu(rounds, light, p)),
-        ("images_cpu", "cpu-only: ", args.images, lambda: sec.images_cpu(rounds, light, p)),
-        ("cuda", "cuda: ", cuda, lambda: cuda_sections(rounds, args.ref_mib, p)),
-    ]
-    for key, prefix, wanted, measure in steps:
-        if wanted:
-            section = measure()
-            values.update(section.get("values", {}))
-            ratios.update({prefix + k: v for k, v in section["ratios"].items()})
-            if key == "cuda":
-                result.extras["cuda"] = {"device": section["device"], "ratios": section["ratios"]}
-            result.groups += (groups := _groups(key, section))
-            for group in groups:
-                progress.emit("\n" + render.group_table(group).text())
+    rounds, p = args.rounds, progress
+    host = sec.host_sections(rounds, args.repeat, p, trees=args.nested, images=args.images)
+    for group in itertools.chain(host, cuda_sections(rounds, args.ref_mib, p) if cuda else ()):
+        result.groups.append(group)
+        progress.emit("\n" + render.group_table(group).text())
     if args.sweep:
         try:
-            result.extras["sweep"] = sec.sweep(min(rounds, 15), cuda=cuda, progress=progress)
+            result.extras["sweep"] = sec.dtype_sweep(min(rounds, 15), cuda=cuda, progress=p)
         except ImportError as e:  # on the CPU the sweep moves batches to JAX's CPU device
             progress.emit(wrap(f"no batch-size sweep: {e}"))
         else:
-            progress.emit("\n" + sweep_table(result.extras["sweep"]).text())
+            progress.emit("\n" + sec.sweep_table(result.extras["sweep"]).text())
     result.machine = machine_info()
-    result.verdicts = evaluate("transfer", values, gpu=cuda)
+    result.verdicts = evaluate("transfer", _info(result, "values"), gpu=cuda)
     progress.emit("\n" + wrap(headline(result)))
     progress.emit("\n" + render.targets_table(result.verdicts).text())
     if out is None:
         return 0
-    stem, paths = f"transfer-{device}", []
+    stem, charts = f"transfer-{device}", []
     if args.plot:
-        progress.stage("drawing the chart")
+        progress.stage("drawing the charts")
+        color = lambda row: sec.TO_DEVICE if "to_device" in row.name else FLOOR_COLOR  # noqa: E731
+        legend = [("to_device", sec.TO_DEVICE), ("others", FLOOR_COLOR)]
         try:
-            color = lambda row: TO_DEVICE if "to_device" in row.name else FLOOR_COLOR  # noqa: E731
-            legend = [("to_device", TO_DEVICE), ("others", FLOOR_COLOR)]
-            paths = [render.plot(result, out / f"{stem}.png", color=color, legend=legend)]
+            charts = [render.plot(result, out / f"{stem}.png", color=color, legend=legend)]
             if result.extras.get("sweep"):
-                paths.append(plot_sweep(result.extras["sweep"], out / f"{stem}-sweep.png"))
+                charts.append(sec.plot_sweep(result.extras["sweep"], out / f"{stem}-sweep.png"))
         except ImportError:
             progress.emit("matplotlib is not installed: no PNG written.")
-    charts = [path for path in paths if path is not None]
-    result.charts, result.wall_s = [path.name for path in charts], progress.elapsed()
-    files = [*result.save(out, stem, markdown(result)), *charts]
+    paths = [path for path in charts if path is not None]
+    result.charts, result.wall_s = [path.name for path in paths], progress.elapsed()
+    files = [*result.save(out, stem, markdown(result)), *paths]
     progress.emit("\n" + wrap(f"Wrote {', '.join(map(str, files))} ({progress.elapsed():.0f} s)."))
     return 0
