@@ -100,7 +100,9 @@ def tables(run: Run) -> list[Table]:
     steps = dict.fromkeys(r["workload"] for r in run.extras.get("step", []))
     out = [step_table(run, w) for w in steps]
     if run.extras.get("transfer"):
-__all__ = ["CHECK_LEGEND", "headline", "markdown", "plot", "step_table", "summary", "tables"]
+        from looptoolkit.bench.transfer_sections import sweep_table
+
+        out.append(sweep_table(run.extras["transfer"]))
     return out
 
 

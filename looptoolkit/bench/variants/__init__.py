@@ -210,16 +210,15 @@ def _images(backend: str, way: str, ctx: Context) -> Iterable[Any]:
     from looptoolkit import Loader, to_device
 
     dev, norm = kit(backend).device(ctx.device), normalizer()
-    on_device = {"device": dev} if way != "host" else {}
-    transform = {"transform": norm} if way == "trans" else {}
-    loader = Loader(ctx.workload.data, ctx.batch_size, seed=ctx.seed, **on_device, **transform)
+    data, size = ctx.workload.data, ctx.batch_size
     if way == "trans":
-        return loader
-    fn = get_backend(backend).compile_transform(norm) if on_device else None
-
-    def epoch(_: int) -> Iterable[Any]:  # the epoch the Loader's cursor points at
-        if fn is not None:
-            return map(fn, loader)
-        return (to_device(norm(batch), dev) for batch in loader)
-
+        return Loader(data, size, seed=ctx.seed, device=dev, transform=norm)
+    epoch: Callable[[int], Iterable[Any]]
+    if way == "host":  # each epoch is the one the Loader's cursor points at
+        loader = Loader(data, size, seed=ctx.seed)
+        epoch = lambda _: (to_device(norm(b), dev) for b in loader)  # noqa: E731
+    else:
+        loader = Loader(data, size, seed=ctx.seed, device=dev)
+        fn = get_backend(backend).compile_transform(norm)
+        epoch = lambda _: map(fn, loader)  # noqa: E731
     return EpochPipeline(epoch, len(loader), name=f"img-{way}-{backend}")
