@@ -133,17 +133,18 @@ def test_group_table_marks_bounded_rows_and_says_why_a_row_was_not_timed():
     rows = [
         Row(BASELINE, rounds_s=[0.002, 0.001, 0.003], check="coverage"),
         Row("slow", rounds_s=[0.004], check="exact", bounded=10),
-        Row("gone", status="skipped", detail="needs jax"),
+        Row("gone", status="error", detail="RuntimeError: boom"),
         Row("bad", status="failed", detail="differs from the reference"),
     ]
     group = Group("g", "g (cpu)", rows, baseline=BASELINE, batches=100)
     lines = render.group_table(group).text().splitlines()
+    assert lines[0] == "g (cpu)"
     assert lines[3].split() == [BASELINE, "2.00", "1.00-3.00", "1.00", "cover"]
     assert lines[4].split() == ["slow", "4.00*", "4.00-4.00", "2.00", "exact"]
-    assert lines[5].split() == ["gone", "skip"] and lines[6].split() == ["bad", "FAIL"]
+    assert lines[5].split() == ["gone", "error"] and lines[6].split() == ["bad", "FAIL"]
     assert lines[7:] == [
         "Timed on the first batches of each epoch, scaled (*): slow 10",
-        "gone: skipped, needs jax",
+        "gone: error while timing: RuntimeError: boom",
         "bad: FAILED the check, not timed: differs from the reference",
     ]
     markdown = render.group_table(group, full=True).markdown()

@@ -56,7 +56,7 @@ def write_results(out: str | Path, stem: str, payload: dict[str, Any], text: str
 class Row:
     """A variant: what it is, its check and status, its rounds in seconds.
 
-    ``status``: ``"ok"``, ``"skipped"``, ``"failed"`` (its check), ``"error"``; ``detail``: why.
+    ``status``: ``"ok"``, ``"failed"`` (its check) or ``"error"`` (while timing); ``detail``: why.
     ``bounded``: the batches timed per epoch, scaled to the whole epoch.
     """
 

@@ -9,7 +9,7 @@ from typing import Any
 
 __all__ = ["Table", "wrap"]
 
-_STYLE: dict[str, Any] = dict(title_justify="left", show_edge=False, pad_edge=False)
+_STYLE: dict[str, Any] = dict(show_edge=False, pad_edge=False)
 
 
 def wrap(text: str, width: int = 80, indent: str = "") -> str:
@@ -52,7 +52,7 @@ class Table:
             raise ImportError(
                 "rich is not installed; install it with `pip install 'looptoolkit[bench]'`."
             ) from None
-        table = RichTable(title=self.title or None, box=box.SIMPLE_HEAD, **_STYLE)
+        table = RichTable(box=box.SIMPLE_HEAD, **_STYLE)
         for name, side in zip(self.header, self._align(), strict=True):
             table.add_column(name, justify="right" if side == "r" else "left", overflow="fold")
         for row in self.rows:
@@ -60,4 +60,5 @@ class Table:
         buffer = io.StringIO()
         Console(file=buffer, width=width, color_system=None, markup=False).print(table)
         lines = [line.rstrip() for line in buffer.getvalue().rstrip("\n").splitlines()]
-        return "\n".join(lines + [wrap(n, width, "  ") for n in self.notes])
+        title = [wrap(self.title, width)] if self.title else []  # the page's width, not the table's
+        return "\n".join(title + lines + [wrap(n, width, "  ") for n in self.notes])
