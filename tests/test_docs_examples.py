@@ -54,6 +54,11 @@ def test_each_framework_has_its_examples():
 def test_example_runs(page, name, code):
     for module in NEEDS[name]:
         pytest.importorskip(module)
+    # An example may register a backend and its variants: the registries are put back after it.
+    from looptoolkit.adapters import _registry
+    from looptoolkit.bench import variants
+
+    saved = [(r, dict(r)) for r in (_registry.BACKENDS, _registry._loaded, variants._KITS)]
     try:
         exec(compile(code, f"{page}:{name}", "exec"), {"__name__": f"example_{name}"})
     finally:
@@ -63,6 +68,10 @@ def test_example_runs(page, name, code):
             from helpers import reset_accelerate
 
             reset_accelerate()
+        for registry, before in saved:
+            registry.clear()
+            registry.update(before)
+        _registry._owners.clear()  # leaf types seen while the example's backend was registered
 
 
 @pytest.mark.parametrize(

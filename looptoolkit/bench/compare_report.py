@@ -111,10 +111,10 @@ def markdown(run: Run) -> str:
     s = run.settings
     settings = (
         f"{s['rounds']} interleaved rounds of {s['epochs_per_round']} epoch(s) per variant after "
-        f"{s['warmup']} warm-up round(s); medians with min-max. Loops whose epoch took longer "
-        f"than {s['max_epoch_s']:g} s when checked, and the 2-worker DataLoader always, are timed "
-        "on a bounded number of batches per round and scaled to an epoch (time to the first "
-        "batch + the steady per-batch time)."
+        f"{s['warmup']} warm-up round(s); medians with min-max. Loops whose warm epoch (a probe "
+        f"after the check) took longer than {s['max_epoch_s']:g} s, and the 2-worker DataLoader "
+        "always, are timed on a bounded number of batches per round and scaled to an epoch (time "
+        "to the first batch + the steady per-batch time)."
     ) + (" **--quick: tiny sizes, not a measurement.**" if s["quick"] else "")
     skipped = run.extras.get("skipped_backends", {})
     notes = [f"- backend {name} skipped: {why}" for name, why in skipped.items()]
