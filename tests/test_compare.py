@@ -443,6 +443,18 @@ def test_check_catches_a_lost_row():
     assert not check.ok and "never appeared" in check.detail
 
 
+def test_check_catches_a_full_batch_after_a_partial_one():
+    workload = make_workload("index", quick=True)
+    ctx = Context(workload, workload.data, "cpu")
+    variant = Variant("ragged", "numpy", "a short batch first", lambda c: None, shuffle=None)
+    ids = workload.data
+    batches = [ids[:10], *(ids[i : i + 30] for i in range(10, 2980, 30)), ids[2980:]]
+    check = check_batches(variant, batches, ctx, host_leaves(workload.data))
+    assert not check.ok and check.detail == "batch 1 follows a partial batch"
+    whole = [ids[i : i + 30] for i in range(0, 3000, 30)]
+    assert check_batches(variant, whole, ctx, host_leaves(workload.data)).ok
+
+
 def test_variant_names_are_short_unique_and_floors_exist():
     names = [v.name for v in VARIANTS]
     assert len(names) == len(set(names))

@@ -36,9 +36,9 @@ class Check:
     detail: str = ""
 
 
-def _coverage(ids: np.ndarray, seen: np.ndarray, size: int, count: int) -> str | None:
-    """Why batch ``count`` with rows ``ids`` breaks coverage, or None (``seen`` updated)."""
-    if np.count_nonzero(seen) != count * size:
+def _coverage(ids: np.ndarray, seen: np.ndarray, size: int, full: bool) -> str | None:
+    """Why a batch of rows ``ids`` breaks coverage (``full``: the batches before were), or None."""
+    if not full:
         return "follows a partial batch"
     if not 0 < len(ids) <= size:
         return f"has {len(ids)} rows, batch size {size}"
@@ -76,7 +76,7 @@ def check_batches(
     if shuffle is not None:
         how = f"exact: the Loader's batches (shuffle={shuffle!r}, epoch 0)"
         expected = split_batches(epoch_indices(ctx.order(shuffle), 0), size)
-    count, iterator = 0, iter(loop)
+    count, rows, iterator = 0, 0, iter(loop)
     try:
         for batch in islice(iterator, limit):
             if ready is not None:
@@ -86,9 +86,10 @@ def check_batches(
                 problem = f"has leaves {sorted(leaves)}, expected {sorted(reference)}"
             elif expected is None:
                 ids = leaves[id_path].astype(np.int64)
-                problem = _coverage(ids, seen, size, count) or _differs(
+                problem = _coverage(ids, seen, size, rows == count * size) or _differs(
                     leaves, reference, ids, id_path
                 )
+                rows += len(ids)
             elif count < len(expected):
                 problem = _differs(leaves, reference, expected[count], None)
             else:
