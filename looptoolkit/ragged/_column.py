@@ -61,7 +61,9 @@ class Ragged:
         if offsets.dtype.kind not in "iu":
             raise TypeError(f"`offsets` must be integers, got dtype {offsets.dtype}.")
         if offsets.ndim != 1 or len(offsets) < 1:
-            raise ValueError(f"`offsets` must be 1-D with n + 1 entries, got shape {offsets.shape}.")
+            raise ValueError(
+                f"`offsets` must be 1-D with n + 1 entries, got shape {offsets.shape}."
+            )
         total = int(backend.length(values))
         if offsets[0] != 0 or offsets[-1] != total:
             raise ValueError(
@@ -227,7 +229,9 @@ def _from_arrow(x: Any, path: str) -> Ragged | None:
         return None  # lists of one length: the store reads them as a fixed-width column
     start, stop = int(offsets[0]), int(offsets[-1])
     values = x.values.slice(start, stop - start)
-    if values.null_count or not (pa.types.is_integer(values.type) or pa.types.is_floating(values.type)):
+    if values.null_count or not (
+        pa.types.is_integer(values.type) or pa.types.is_floating(values.type)
+    ):
         raise TypeError(
             f"{path} is a list column of {values.type}; a ragged column holds numbers "
             "(tokenize text first)."
@@ -254,7 +258,9 @@ def _table_columns(x: Any, path: str) -> dict[str, Any] | None:
     ragged = {name: _from_arrow(col, f"{path}[{name!r}]") for name, col in columns.items()}
     if all(v is None for v in ragged.values()):
         return None
-    return {name: ragged[name] if ragged[name] is not None else col for name, col in columns.items()}
+    return {
+        name: ragged[name] if ragged[name] is not None else col for name, col in columns.items()
+    }
 
 
 def _convert(x: Any, path: str) -> Any:

@@ -31,6 +31,14 @@ class Padded(NamedTuple):
         values: ``(B, L, *feature)``: row ``i``'s elements, then ``pad_value``.
         mask: ``(B, L)`` bool, True at real elements.
         lengths: ``(B,)`` int64, each row's length.
+
+    Examples:
+        >>> import numpy as np
+        >>> from looptoolkit import Loader, Ragged
+        >>> col = Ragged.from_rows([np.array([1, 2, 3]), np.array([4])])
+        >>> batch = next(iter(Loader(col, 2, shuffle=False)))
+        >>> batch.values.tolist(), batch.mask.tolist(), batch.lengths.tolist()
+        ([[1, 2, 3], [4, 0, 0]], [[True, True, True], [True, False, False]], [3, 1])
     """
 
     values: Any
@@ -48,6 +56,16 @@ class Flat(NamedTuple):
         cu_seqlens: ``(B + 1,)`` int32, where each row starts in ``values``, then ``T``.
         position_ids: ``(T,)`` int64, each element's position in its row (restarts at 0).
         max_seqlen: the longest row's length, a Python int.
+
+    Examples:
+        >>> import numpy as np
+        >>> from looptoolkit import Loader, Ragged
+        >>> col = Ragged.from_rows([np.array([1, 2, 3]), np.array([4])])
+        >>> flat = next(iter(Loader(col, 2, layout="flat", shuffle=False)))
+        >>> flat.values.tolist(), flat.cu_seqlens.tolist(), flat.position_ids.tolist()
+        ([1, 2, 3, 4], [0, 3, 4], [0, 1, 2, 0])
+        >>> flat.max_seqlen
+        3
     """
 
     values: Any
@@ -70,6 +88,18 @@ class Packed(NamedTuple):
             elements), each row's padding counted as a piece of its own, so the last entry is
             ``R * seq_len``.
         max_seqlen: the longest piece, a Python int.
+
+    Examples:
+        >>> import numpy as np
+        >>> from looptoolkit import Loader, Ragged
+        >>> col = Ragged.from_rows([np.array([1, 2, 3]), np.array([4, 5])])
+        >>> packed = next(iter(Loader(col, 2, layout="pack", seq_len=4, shuffle=False)))
+        >>> packed.values.tolist()
+        [[1, 2, 3, 4], [5, 0, 0, 0]]
+        >>> packed.segment_ids.tolist(), packed.position_ids.tolist()
+        ([[1, 1, 1, 2], [1, 0, 0, 0]], [[0, 1, 2, 0], [0, 0, 0, 0]])
+        >>> packed.cu_seqlens.tolist()
+        [0, 3, 4, 5, 8]
     """
 
     values: Any

@@ -20,6 +20,7 @@ lengths, computed with NumPy at the start of the epoch, with no Python loop over
 from __future__ import annotations
 
 import math
+
 import numpy as np
 
 __all__ = ["fit_rows", "greedy_bounds", "length_grouped", "pack_pieces", "window_size"]
@@ -61,9 +62,9 @@ def greedy_bounds(
     if m == 0:
         return np.zeros(1, dtype=np.int64)
     windows = -(-m // window)
-    grid = np.zeros(windows * window, dtype=np.int64)
-    grid[:m] = cost
-    grid = grid.reshape(windows, window)
+    flat = np.zeros(windows * window, dtype=np.int64)
+    flat[:m] = cost
+    grid = flat.reshape(windows, window)
     starts = np.zeros((windows, window), dtype=bool)
     starts[:, 0] = True
     acc = grid[:, 0].copy()
@@ -168,9 +169,9 @@ def fit_rows(
     if m == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), 0
     windows = -(-m // window)
-    grid = np.zeros(windows * window, dtype=np.int64)
-    grid[:m] = lengths
-    grid = grid.reshape(windows, window)
+    flat = np.zeros(windows * window, dtype=np.int64)
+    flat[:m] = lengths
+    grid = flat.reshape(windows, window)
     sorted_at = np.argsort(-grid, axis=1, kind="stable")
     sizes = np.take_along_axis(grid, sorted_at, axis=1)
     real = np.zeros(windows * window, dtype=bool)
