@@ -13,6 +13,7 @@ state is ``(epoch, offset)``, resumed in O(1).
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -26,9 +27,15 @@ from looptoolkit._rows import Rows
 from looptoolkit.adapters._wrap import from_host
 from looptoolkit.order import Order, normalize_shuffle
 from looptoolkit.ragged._column import Ragged
-from looptoolkit.ragged._layouts import flat_batch, packed_batch, pad_batch, padded_length
+from looptoolkit.ragged._layouts import (
+    flat_batch,
+    packed_batch,
+    pad_batch,
+    padded_length,
+    split_packed,
+)
 from looptoolkit.ragged._options import Options, options
-from looptoolkit.ragged._units import Pieces, UnitOrder
+from looptoolkit.ragged._units import Block, Pieces, UnitOrder
 
 __all__ = ["RaggedRows", "ragged_probe", "setup"]
 
@@ -139,8 +146,37 @@ class RaggedRows:
     # -- what the Loader's pipeline calls (the rectangular Rows' interface) ------------
 
     def gather(self, batches: Iterator[Any], staged: Any = None) -> Iterator[list[Any]]:
-        """The leaf lists of each batch: rows (an index array) or pieces of a packed batch."""
+        """The leaf lists of each batch: rows (an index array), or packed batches' pieces."""
+        if isinstance(self.opts.seq_len, int):  # packed: blocks of batches laid out at once
+            return itertools.chain.from_iterable(map(self._expand, batches))
         return map(self._leaves, batches)
+
+    def _expand(self, item: Any) -> list[list[Any]]:
+        if not isinstance(item, Block):
+            return [self._leaves(item)]
+        opts = self.opts
+        seq_len, pieces = opts.seq_len or 0, item.pieces
+        out: list[list[Any]] = [[None] * len(self.leaves) for _ in item.rows]
+        for k, (i, col) in enumerate(self.ragged):
+            src = col.offsets[pieces.row] + pieces.start
+            whole = packed_batch(
+                col.host, src, pieces.length, pieces.dst, pieces.rows, seq_len, opts.pad_value
+            )
+            for j, part in enumerate(split_packed(whole, item.per, item.rows)):
+                out[j][i] = _framework(col, part)
+                if k == 0 and self.stats is not None:
+                    real = int((np.asarray(part.segment_ids) > 0).sum())
+                    self._count(real, item.rows[j] * seq_len, item.rows[j], item.truncated[j])
+        if self.fixed is not None:
+            # The fixed leaves' rows, one per piece, cut where each batch's pieces end.
+            fixed = self.fixed.take(pieces.row)
+            bounds = np.searchsorted(
+                pieces.dst, np.arange(len(item.rows) + 1) * item.per * seq_len
+            ).tolist()
+            for j in range(len(item.rows)):
+                for i, leaf in zip(self.fixed_at, fixed, strict=True):
+                    out[j][i] = leaf[bounds[j] : bounds[j + 1]]
+        return out
 
     def built(self, gathered: Iterator[Sequence[Any]]) -> Iterator[Any]:
         """The batches of gathered leaf lists."""

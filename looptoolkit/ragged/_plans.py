@@ -23,7 +23,14 @@ import math
 
 import numpy as np
 
-__all__ = ["fit_rows", "greedy_bounds", "length_grouped", "pack_pieces", "window_size"]
+__all__ = [
+    "fit_rows",
+    "greedy_bounds",
+    "length_grouped",
+    "pack_pieces",
+    "pack_ranges",
+    "window_size",
+]
 
 # Batches per window of a length-grouped order (HF's megabatches).
 GROUP_WINDOW_BATCHES = 50
@@ -144,10 +151,50 @@ def pack_pieces(
             [stop],
         ]
     )
-    cuts = np.unique(cuts)
+    cuts.sort()
+    cuts = cuts[np.concatenate([[True], cuts[1:] != cuts[:-1]])]
     begin, end = cuts[:-1], cuts[1:]
     row = np.searchsorted(stream, begin, side="right") - 1
     return row, begin - stream[row], end - begin
+
+
+def _spread(lo: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``concatenate([arange(l, l + c) for l, c in zip(lo, counts)])``, in one pass."""
+    total = int(counts.sum())
+    return np.repeat(lo - (np.cumsum(counts) - counts), counts) + np.arange(total)
+
+
+def pack_ranges(
+    stream: np.ndarray, starts: np.ndarray, stops: np.ndarray, seq_len: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """[`pack_pieces`][looptoolkit.ragged._plans.pack_pieces] of several ranges at once.
+
+    Args:
+        stream: ``m + 1`` cumulative lengths of the rows in the epoch's order.
+        starts: first token of each range (multiples of ``seq_len``).
+        stops: end of each range.
+        seq_len: tokens per packed row.
+
+    Returns:
+        ``(row, offset, length, k)``: as ``pack_pieces``, for every piece of every range, range
+        by range, and ``k`` the range of each piece.
+    """
+    k = np.arange(len(starts))
+    # Cuts: each range's start, its inner row boundaries, the row boundaries inside it.
+    lo = np.searchsorted(stream, starts, side="right")
+    hi = np.searchsorted(stream, stops, side="left")
+    inner = np.maximum(hi - lo, 0)
+    rows = np.maximum(-(-(stops - starts) // seq_len) - 1, 0)
+    row_cuts = np.repeat(starts, rows) + (_spread(np.ones(len(k), np.int64), rows) * seq_len)
+    values = np.concatenate([starts, stream[_spread(lo, inner)], row_cuts, stops])
+    owner = np.concatenate([k, np.repeat(k, inner), np.repeat(k, rows), k])
+    order = np.lexsort((values, owner))
+    values, owner = values[order], owner[order]
+    begin, end = values[:-1], values[1:]
+    keep = (owner[:-1] == owner[1:]) & (end > begin)
+    begin, end, which = begin[keep], end[keep], owner[:-1][keep]
+    row = np.searchsorted(stream, begin, side="right") - 1
+    return row, begin - stream[row], end - begin, which
 
 
 def fit_rows(

@@ -10,6 +10,7 @@ state is ``(epoch, batches consumed)``: resumed in O(1), under any world size.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
@@ -22,7 +23,7 @@ from looptoolkit.order import Order
 from looptoolkit.ragged import _plans
 from looptoolkit.ragged._options import Options
 
-__all__ = ["Pieces", "UnitEpoch", "UnitOrder", "Units"]
+__all__ = ["Block", "Pieces", "UnitEpoch", "UnitOrder", "Units"]
 
 _STREAM_BATCHES = 7  # random stream of the shuffle of whole batches
 
@@ -38,13 +39,39 @@ class Pieces(NamedTuple):
     truncated: int  # elements cut off by `long_rows="truncate"`
 
 
-class Units:
-    """The batches of one epoch's plan; ``batch(u)`` is what ``RaggedRows`` gathers for ``u``."""
+class Block(NamedTuple):
+    """Several packed batches laid out as one: built at once, then split into its batches.
 
-    def __init__(self, count: int, batch: Callable[[int], Any], rows: Callable[[int], np.ndarray]):
+    Batch ``j`` is rows ``[j * per, j * per + rows[j])`` of the block's ``pieces``.
+    """
+
+    pieces: Pieces
+    per: int  # rows between the starts of two batches
+    rows: list[int]
+    truncated: list[int]
+
+
+# Packed batches laid out together: one vectorised pass for this many batches.
+BLOCK_BATCHES = 16
+
+
+class Units:
+    """The batches of one epoch's plan; ``batch(u)`` is what ``RaggedRows`` gathers for ``u``.
+
+    ``block(us)``, where given, lays out the batches ``us`` as one [`Block`][looptoolkit.ragged._units.Block].
+    """
+
+    def __init__(
+        self,
+        count: int,
+        batch: Callable[[int], Any],
+        rows: Callable[[int], np.ndarray],
+        block: Callable[[np.ndarray], Block] | None = None,
+    ) -> None:
         self.count = count
         self.batch = batch
         self.rows = rows  # the data rows of batch u, in order
+        self.block = block
 
 
 class UnitEpoch:
@@ -62,8 +89,18 @@ class UnitEpoch:
         return len(self._inner)
 
     def __iter__(self) -> Iterator[Any]:
-        batch = self.units.batch
-        return (batch(int(u[0])) for u in self._inner)
+        batch, block = self.units.batch, self.units.block
+        if block is None:
+            return (batch(int(u[0])) for u in self._inner)
+        return self._blocks(block)
+
+    def _blocks(self, block: Callable[[np.ndarray], Block]) -> Iterator[Block]:
+        units = iter(self._inner)
+        while True:
+            chunk = [int(u[0]) for u in itertools.islice(units, BLOCK_BATCHES)]
+            if not chunk:
+                return
+            yield block(np.asarray(chunk, dtype=np.int64))
 
     def batch(self, i: int) -> Any:
         """What batch ``i`` of this rank gathers."""
@@ -260,7 +297,16 @@ def _pack_units(seq: np.ndarray, lens: np.ndarray, opts: Options, drop_last: boo
         at = _plans.pack_pieces(stream, start, min(start + span, total), seq_len)[0]
         return seq[_unique_in_order(at)]
 
-    return Units(count, batch, rows)
+    def block(us: np.ndarray) -> Block:
+        starts = us * span
+        stops = np.minimum(starts + span, total)
+        at, first, length, k = _plans.pack_ranges(stream, starts, stops, seq_len)
+        dst = k * span + (stream[at] + first - starts[k])
+        rows_of = (-(-(stops - starts) // seq_len)).tolist()
+        pieces = Pieces(seq[at], first, length, dst, len(us) * per, 0)
+        return Block(pieces, per, rows_of, [0] * len(us))
+
+    return Units(count, batch, rows, block)
 
 
 def _fit_units(seq: np.ndarray, lens: np.ndarray, opts: Options, drop_last: bool) -> Units:
@@ -285,6 +331,7 @@ def _fit_units(seq: np.ndarray, lens: np.ndarray, opts: Options, drop_last: bool
     within = np.cumsum(p_len) - p_len
     within -= np.repeat(within[row_first[:-1]], np.diff(row_first))
     batches = total_rows // per if drop_last else -(-total_rows // per)
+    cut_sum = np.concatenate([[0], np.cumsum(p_cut)])
 
     def span(u: int) -> tuple[int, int, int, int]:
         r0, r1 = u * per, min((u + 1) * per, total_rows)
@@ -299,7 +346,19 @@ def _fit_units(seq: np.ndarray, lens: np.ndarray, opts: Options, drop_last: bool
         _, _, a, b = span(u)
         return _unique_in_order(p_row[a:b])
 
-    return Units(batches, batch, rows)
+    def block(us: np.ndarray) -> Block:
+        r0 = us * per
+        r1 = np.minimum(r0 + per, total_rows)
+        a, b = row_first[r0], row_first[r1]
+        counts = b - a
+        at = np.repeat(a - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
+        k = np.repeat(np.arange(len(us)), counts)
+        dst = (k * per + row[at] - r0[k]) * seq_len + within[at]
+        truncated = (cut_sum[b] - cut_sum[a]).tolist()
+        pieces = Pieces(p_row[at], p_start[at], p_len[at], dst, len(us) * per, 0)
+        return Block(pieces, per, (r1 - r0).tolist(), truncated)
+
+    return Units(batches, batch, rows, block)
 
 
 def _unique_in_order(x: np.ndarray) -> np.ndarray:
