@@ -58,7 +58,7 @@ BLOCK_BATCHES = 16
 class Units:
     """The batches of one epoch's plan; ``batch(u)`` is what ``RaggedRows`` gathers for ``u``.
 
-    ``block(us)``, where given, lays out the batches ``us`` as one [`Block`][looptoolkit.ragged._units.Block].
+    ``block(us)``, where given, lays out the batches ``us`` as one ``Block``.
     """
 
     def __init__(
