@@ -166,7 +166,11 @@ class Staging(Protocol):
     def stager(
         self, leaves: Sequence[Any], batch_size: int, target: Target, slots: int
     ) -> Stager | None:
-        """A staged upload of these leaves to ``target``, where it beats a plain ``move``."""
+        """A staged upload of these leaves to ``target``, where it beats a plain ``move``.
+
+        ``leaves`` holds None in place of a leaf that must not be staged (one the
+        move leaves where it is, under ``skip_keys``).
+        """
         ...
 
 
