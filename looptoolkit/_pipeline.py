@@ -115,6 +115,9 @@ def _put_back(out: Any, spec: Any, held: list[tuple[int, Any]]) -> Any:
 class Plan:
     """What happens to a gathered batch: where it goes, how it is cast, what transforms it.
 
+    Built in the thread that builds the Loader: a device that depends on the
+    calling thread (torch's current CUDA device) is fixed here.
+
     Args:
         target: where batches go (None: they stay where the gather made them).
         dtype: the cast policy of [`to_device`][looptoolkit.to_device].
@@ -136,6 +139,10 @@ class Plan:
         self.non_blocking = non_blocking
         self.transform = transform
         self.move = move
+        if target is not None and target.home is not None:
+            # In the constructing thread: "cuda" is the device current here, also
+            # for the moves the prefetch thread makes.
+            target = get_backend(target.home).bind_target(target)
         self.target = target
         # Which of a batch's leaves stay as they are (None: none): they are never staged.
         self.skipped = skipping(skip_keys)

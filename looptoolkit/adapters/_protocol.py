@@ -240,6 +240,15 @@ class Native(Protocol):
         """``fn`` compiled for batches of this framework (``jax.jit``, ``tf.function``)."""
         ...
 
+    def bind_target(self, target: Target) -> Target:
+        """``target`` with what the calling thread's state decides fixed in it.
+
+        The Loader calls it once, in the thread that builds it, so that its
+        background thread moves batches to the same device (torch: ``"cuda"``
+        becomes ``"cuda:N"``, N the calling thread's current device).
+        """
+        ...
+
 
 @runtime_checkable
 class Backend(Required, Staging, Sharding, Containers, Native, Protocol):
@@ -290,6 +299,10 @@ class BackendBase:
     def compile_transform(self, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
         """Nothing to compile: ``fn`` runs eagerly."""
         return fn
+
+    def bind_target(self, target: Target) -> Target:
+        """No per-thread device state: ``target`` as it is."""
+        return target
 
     # -- Containers
 

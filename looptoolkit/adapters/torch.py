@@ -264,9 +264,30 @@ class TorchBackend(BackendBase):
         if target.platform != "cuda" or target.home != "torch":
             return None
         views = [(i, v) for i, v in enumerate(map(_stageable, leaves)) if v is not None]
-        if not views:
-            return None
-        return CudaStager(views, batch_size, resolve_device(target), slots)
+        # Also with no leaf to stage (data on the device, dtypes NumPy lacks): the
+        # producer's work then still runs on the side stream, ordered both ways.
+        return CudaStager(views, batch_size, _with_index(resolve_device(target)), slots)
+
+    def bind_target(self, target: Target) -> Target:
+        """``"cuda"`` without an index: the calling thread's current CUDA device, fixed.
+
+        The current device is per thread, and a new thread starts on device 0
+        whatever ``torch.cuda.set_device`` said in the thread that made it.
+        """
+        if target.platform != "cuda" or target.index is not None:
+            return target
+        if isinstance(target.native, torch.device):
+            if target.native.index is not None or target.native.type != "cuda":
+                return target
+        elif target.native is not None or not isinstance(target.spec, str):
+            return target
+        if not torch.cuda.is_available():
+            return target  # moving there fails, with the reason, when it is tried
+        index = torch.cuda.current_device()
+        device = torch.device("cuda", index)
+        if target.native is not None:
+            return Target(device, "cuda", index, home=target.home, native=device)
+        return Target(f"{target.spec.strip()}:{index}", "cuda", index, home=target.home)
 
     def is_array(self, x: object) -> bool:
         """Whether ``x`` is a torch tensor."""
