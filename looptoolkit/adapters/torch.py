@@ -1,11 +1,13 @@
 """PyTorch backend: gather, pinned / non-blocking / packed transfer, CUDA sync.
 
-Host-to-device copies are non-blocking only from pinned memory, where the copy
-is ordered on the current stream, so any later use of the result on that
-stream (or a ``synchronize``) sees the data. Many small leaves are packed into
-one pinned buffer, copied once and split into views on the device. Device-to-host
-copies are queued non-blocking and followed by one stream synchronisation
-before anything is returned.
+Host-to-device copies to CUDA are non-blocking: the copy is ordered on the
+current stream, so any later use of the result on that stream (or a
+``synchronize``) sees the data; from pageable memory CUDA returns once it has
+staged the source. Many small leaves are packed into one pinned buffer, copied
+once and split into views on the device. Device-to-host copies are blocking
+(pageable results), or, with ``non_blocking=True``, queued into pinned memory and
+followed by one stream synchronisation before anything is returned.
+Device-to-device copies need no host synchronisation.
 """
 
 from __future__ import annotations
@@ -400,14 +402,31 @@ class TorchBackend(BackendBase):
 
         self._upload(ts, upload, device, non_blocking, pack)
         if download:
-            sources = {ts[i].device for i in download}
-            for i in download:
-                # Queued without waiting; the synchronisation below orders the reads.
-                ts[i] = ts[i].to(device, non_blocking=non_blocking is not False)
-            for source in sources:
-                if source.type == "cuda":
-                    torch.cuda.current_stream(source).synchronize()
+            self._download(ts, download, device, non_blocking)
         return ts
+
+    @staticmethod
+    def _download(
+        ts: list[torch.Tensor], download: list[int], device: torch.device, non_blocking: bool | None
+    ) -> None:
+        """Device-to-host and device-to-device moves of ``ts[i]`` for ``i`` in ``download``."""
+        if device.type != "cpu":
+            # Across devices torch orders the copy after the source's current stream
+            # and the destination's after the copy: nothing to wait for on the host.
+            for i in download:
+                ts[i] = ts[i].to(device, non_blocking=non_blocking is not False)
+            return
+        # A non-blocking copy to the host lands in pinned memory, which torch's
+        # caching host allocator keeps (rounded up to a power of two) after the
+        # result is freed: only on request. A blocking one is pageable, and ready.
+        asynchronous = non_blocking is True
+        sources = {ts[i].device for i in download} if asynchronous else set()
+        for i in download:
+            ts[i] = ts[i].to(device, non_blocking=asynchronous)
+        for source in sources:
+            if source.type == "cuda":
+                # The copies were queued on this stream: once it is done, values are ready.
+                torch.cuda.current_stream(source).synchronize()
 
     def _upload(
         self,
@@ -438,17 +457,14 @@ class TorchBackend(BackendBase):
             for i, t in zip(packed, moved, strict=True):
                 ts[i] = t
         done = set(packed)
+        # From pinned memory the copy is ordered on the current stream and the caching
+        # host allocator keeps the source alive until it is done; from pageable memory
+        # CUDA returns once it has staged the source. A blocking copy would add a wait
+        # for everything the stream had queued (the step before).
+        asynchronous = device.type == "cuda" if non_blocking is None else non_blocking
         for i in upload:
-            if i in done:
-                continue
-            t = ts[i]
-            if non_blocking is None:
-                # Safe only from pinned memory: the copy is then ordered on the
-                # current stream, and the caching host allocator keeps the source alive.
-                asynchronous = device.type == "cuda" and t.is_pinned()
-            else:
-                asynchronous = non_blocking
-            ts[i] = t.to(device, non_blocking=asynchronous)
+            if i not in done:
+                ts[i] = ts[i].to(device, non_blocking=asynchronous)
 
     def cast(self, x: torch.Tensor | np.ndarray, name: str) -> torch.Tensor:
         """``x.to(dtype)``, on its device (a NumPy array: wrapped, then cast on the host)."""
