@@ -23,6 +23,11 @@ built the Loader). The order between the two threads' streams:
 One side stream per device, made once per process and shared by every Loader:
 the caching allocator reuses a freed block only on the stream that allocated
 it, so a new stream per pass would strand each pass's cached blocks.
+
+Small leaves (``packed``) share one pinned buffer per slot, at aligned offsets:
+they are gathered into it, copied with one transfer and split on the device, so
+the move finds them there already. Nothing is allocated in pinned memory per
+batch.
 """
 
 from __future__ import annotations
@@ -35,7 +40,9 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["CudaStager", "pinned_empty", "side_stream"]
+__all__ = ["CudaStager", "pinned_empty", "side_stream", "upload"]
+
+_ALIGN = 64  # bytes: every packed leaf starts at a multiple of any dtype's size
 
 _side_streams: dict[int, Any] = {}
 _side_lock = threading.Lock()
@@ -56,6 +63,15 @@ def pinned_empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, pin_memory=True)
 
 
+def upload(buffer: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A pinned buffer's copy on ``device``, queued on the current stream."""
+    return buffer.to(device, non_blocking=True)
+
+
+def _torch_dtype(dtype: np.dtype) -> torch.dtype:
+    return torch.from_numpy(np.empty(0, dtype)).dtype
+
+
 class CudaStager:
     """A ``looptoolkit.adapters.Stager`` for torch tensors and NumPy arrays going to CUDA.
 
@@ -71,6 +87,8 @@ class CudaStager:
         batch_size: rows per batch (the buffers' size).
         device: the CUDA device, with its index.
         slots: buffers per leaf (prefetch depth + 1).
+        packed: positions (as in ``views``) of the leaves to copy packed in one
+            transfer per batch.
     """
 
     def __init__(
@@ -79,6 +97,7 @@ class CudaStager:
         batch_size: int,
         device: torch.device,
         slots: int,
+        packed: Iterable[int] = (),
     ) -> None:
         if device.index is None:
             # The consumer's thread: its current device is the one the user selected.
@@ -86,6 +105,7 @@ class CudaStager:
         self.device = device
         self.stream = side_stream(device)
         self.slots = slots
+        self.batch_size = batch_size
         self.events: list[Any] = [None] * slots
         self.positions: list[int] = [i for i, _ in views]
         self.views: list[np.ndarray] = [view for _, view in views]
@@ -95,20 +115,36 @@ class CudaStager:
         # as of the latest hand-over (here: as of the start of the pass).
         self.consumer = torch.cuda.Event()
         self.consumer.record(torch.cuda.current_stream(device))
+        # (index in `views`, byte offset, bytes, dtype, row shape) of each packed leaf
+        together = set(packed)
+        self.layout: list[tuple[int, int, int, torch.dtype, tuple[int, ...]]] = []
+        size = 0
+        for j, (i, view) in enumerate(views):
+            if i in together:
+                nbytes = batch_size * view[:1].nbytes
+                self.layout.append((j, size, nbytes, _torch_dtype(view.dtype), view.shape[1:]))
+                size += -(-nbytes // _ALIGN) * _ALIGN
+        self.packs: list[torch.Tensor | None] = []
         with torch.cuda.device(device):
             for _ in range(slots):
-                tensors = [
-                    pinned_empty(
-                        (batch_size, *view.shape[1:]),
-                        torch.from_numpy(np.empty(0, view.dtype)).dtype,
-                    )
+                pack = pinned_empty((size,), torch.uint8) if self.layout else None
+                tensors: list[torch.Tensor] = [
+                    pinned_empty((batch_size, *view.shape[1:]), _torch_dtype(view.dtype))
                     for view in self.views
                 ]
+                for j, start, nbytes, dtype, rows in self.layout:
+                    assert pack is not None
+                    tensors[j] = pack[start : start + nbytes].view(dtype).view(batch_size, *rows)
+                self.packs.append(pack)
                 self.buffers.append(tensors)
                 self.arrays.append([t.numpy() for t in tensors])
 
     def staged(self, batches: Iterable[np.ndarray]) -> Iterator[list[Any]]:
-        """Pinned batches of the staged leaves (in the order of ``positions``)."""
+        """Batches of the staged leaves (in the order of ``positions``), run inside ``context``.
+
+        Pinned host tensors, but the packed leaves: those are already on the
+        device, copied with one transfer on the side stream.
+        """
         for k, idx in enumerate(batches):
             slot = k % self.slots
             event = self.events[slot]
@@ -122,7 +158,14 @@ class CudaStager:
                     view.take(idx, axis=0, out=out[:n], mode="clip")
                 else:  # `take` would copy the whole leaf first; indexing costs a batch
                     out[:n] = view[idx]
-            yield [t[:n] for t in tensors]
+            leaves = [t[:n] for t in tensors]
+            pack = self.packs[slot]
+            if pack is not None:
+                moved = upload(pack, self.device)
+                for j, start, nbytes, dtype, rows in self.layout:
+                    part = moved[start : start + nbytes].view(dtype)
+                    leaves[j] = part.view(self.batch_size, *rows)[:n]
+            yield leaves
 
     def context(self) -> AbstractContextManager[Any]:
         """The device and the side stream, entered in the producer's thread.

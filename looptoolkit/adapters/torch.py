@@ -266,9 +266,14 @@ class TorchBackend(BackendBase):
         if target.platform != "cuda" or target.home != "torch":
             return None
         views = [(i, v) for i, v in enumerate(map(_stageable, leaves)) if v is not None]
+        # Many small leaves share one pinned buffer and one copy (as `pack_copy` does
+        # for a plain move), gathered straight into it.
+        small = [i for i, v in views if batch_size * v[:1].nbytes <= PACK_MAX_BYTES]
+        packed = small if len(small) >= PACK_MIN_LEAVES else []
+        device = _with_index(resolve_device(target))
         # Also with no leaf to stage (data on the device, dtypes NumPy lacks): the
         # producer's work then still runs on the side stream, ordered both ways.
-        return CudaStager(views, batch_size, _with_index(resolve_device(target)), slots)
+        return CudaStager(views, batch_size, device, slots, packed)
 
     def bind_target(self, target: Target) -> Target:
         """``"cuda"`` without an index: the calling thread's current CUDA device, fixed.

@@ -298,3 +298,42 @@ def test_the_producer_runs_a_bounded_number_of_batches_ahead_of_the_consumers_st
         consumer = waited_before[event]
         m = handed.index(consumer)  # 0: the pass's start, k + 1: the hand-over of batch k
         assert j - (m - 1) <= 2 * (prefetch + 2), (j, m)
+
+
+def test_small_staged_leaves_are_gathered_packed_and_copied_once(fake, monkeypatch):
+    """D11: small leaves go to the device in one copy out of the stager's pinned slot.
+
+    Before, each batch's small leaves were copied from the slots into a fresh
+    pageable concatenation, then into a fresh pinned buffer, then copied: two
+    host copies more, and a pinned allocation per batch in the prefetch thread.
+    """
+    uploads: list[torch.Tensor] = []
+
+    def upload(buffer: torch.Tensor, device: Any) -> torch.Tensor:
+        assert buffer.dtype == torch.uint8 and buffer.dim() == 1
+        uploads.append(buffer.clone())  # the "device" copy
+        return uploads[-1]
+
+    monkeypatch.setattr(_torch_cuda, "upload", upload)
+    seen: list[list[Any]] = []
+    move = torch_adapter.backend.move
+
+    def spy(leaves: Any, target: Any, non_blocking: Any, pack: Any) -> list[Any]:
+        seen.append(list(leaves))
+        return move(leaves, target, non_blocking, pack)
+
+    monkeypatch.setattr(torch_adapter.backend, "move", spy)
+    rng = np.random.default_rng(0)
+    data = {f"s{i}": rng.standard_normal((50, i + 1)).astype(np.float32) for i in range(5)}
+    data["b"] = rng.integers(0, 2, 50).astype(bool)
+    data["big"] = rng.standard_normal((50, 70000)).astype(np.float32)  # 2.8 MB a batch of 10
+    loader = Loader(data, 10, seed=3, device="cuda:0", prefetch=2)
+    seen.clear()
+    got = list(loader)
+    want = list(Loader(data, 10, seed=3))
+    assert len(uploads) == len(got) == 5  # one copy per batch for the six small leaves
+    for batch, host, leaves, up in zip(got, want, seen, uploads, strict=True):
+        for key in data:
+            np.testing.assert_array_equal(batch[key].numpy(), host[key])
+        on_device = [x for x in leaves if x.untyped_storage().data_ptr() == up.data_ptr()]
+        assert len(on_device) == 6  # the move got them already there
