@@ -337,3 +337,17 @@ def test_small_staged_leaves_are_gathered_packed_and_copied_once(fake, monkeypat
             np.testing.assert_array_equal(batch[key].numpy(), host[key])
         on_device = [x for x in leaves if x.untyped_storage().data_ptr() == up.data_ptr()]
         assert len(on_device) == 6  # the move got them already there
+
+
+def test_prefetch_0_makes_every_cuda_call_in_the_loops_thread(fake):
+    """D6: with ``prefetch=0`` nothing runs in another thread, so a CUDA-graph capture in
+    the loop (``capture_error_mode="global"``, the default) meets no other thread's
+    allocation, copy or synchronisation; no side stream either."""
+    loader = Loader(data(), 8, seed=1, device="cuda:0", prefetch=0)
+    fake.log.clear()
+    for _ in loader:
+        assert not [t for t in threading.enumerate() if t.name == "looptoolkit-loader-prefetch"]
+    assert {entry[0] for entry in fake.log} == {"MainThread"}
+    moves = [e[3] for e in fake.log if e[1] == "move"]
+    assert moves == [(0, 0, "default0")] * 8  # on the loop's own current stream
+    assert fake.made == []
