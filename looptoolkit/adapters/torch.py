@@ -23,7 +23,7 @@ import torch
 from torch._utils import _flatten_dense_tensors
 
 from looptoolkit._target import Target
-from looptoolkit.adapters import _tensordict
+from looptoolkit.adapters import _tensordict, _torch_cuda
 from looptoolkit.adapters._host import chunked, row_gather
 from looptoolkit.adapters._protocol import BackendBase, Stager
 from looptoolkit.adapters._torch_cuda import CudaStager
@@ -472,10 +472,19 @@ class TorchBackend(BackendBase):
                 ts[i] = ts[i].to(device, non_blocking=asynchronous)
 
     def cast(self, x: torch.Tensor | np.ndarray, name: str) -> torch.Tensor:
-        """``x.to(dtype)``, on its device (a NumPy array: wrapped, then cast on the host)."""
+        """``x.to(dtype)``, on its device (a NumPy array: wrapped, then cast on the host).
+
+        A pinned host tensor (a staging slot, a batch pinned for its upload) is cast
+        into pinned memory: the copy that follows stays a queued copy from pinned
+        memory instead of one the driver stages out of pageable memory.
+        """
         if isinstance(x, np.ndarray):
             x = from_numpy(x)
-        return x.to(torch_dtype(name))
+        dtype = torch_dtype(name)
+        # Nothing is pinned before CUDA is initialised; asking would initialise it.
+        if x.dtype != dtype and x.is_cpu and torch.cuda.is_initialized() and x.is_pinned():
+            return _torch_cuda.pinned_empty(tuple(x.shape), dtype).copy_(x)
+        return x.to(dtype)
 
     def constant(self, values: np.ndarray, like: torch.Tensor) -> torch.Tensor:
         """``values`` on ``like``'s device, copied there once per device and reused."""

@@ -481,3 +481,30 @@ def test_moves_across_devices_wait_for_nothing_on_the_host(two_gpus):
     backend = torch_adapter.backend
     backend.move([FakeCudaLeaf(0, two_gpus)], parse_device("cuda:1"), None, None)
     assert two_gpus == [("to", "cuda:1", True)]  # no host synchronisation
+
+
+def test_a_pinned_tensor_is_cast_into_pinned_memory(monkeypatch):
+    """D11: a shrinking cast before an upload from a pinned slot stays in pinned memory.
+
+    Cast into pageable memory, the upload that follows is one the driver stages
+    through a bounce buffer. Without CUDA initialised nothing is pinned, and the
+    check is not made (it would initialise CUDA).
+    """
+    from looptoolkit.adapters import _torch_cuda
+
+    made = []
+
+    def pinned_empty(shape, dtype):
+        made.append((shape, dtype))
+        return torch.empty(shape, dtype=dtype)
+
+    monkeypatch.setattr(_torch_cuda, "pinned_empty", pinned_empty)
+    x = torch.randn(4, 3)[:, :2]  # not contiguous: the cast still keeps its values
+    backend = torch_adapter.backend
+    assert backend.cast(x, "float16").equal(x.to(torch.float16)) and made == []
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.Tensor, "is_pinned", lambda self: True)
+    out = backend.cast(x, "float16")
+    assert made == [((4, 2), torch.float16)]
+    assert out.dtype == torch.float16 and out.equal(x.to(torch.float16))
+    assert backend.cast(x, "float32") is x  # no cast, no copy
