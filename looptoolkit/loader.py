@@ -478,7 +478,7 @@ class Loader:
             stager = None
             if self._plan.move and not self._ragged:
                 assert self._target is not None
-                stager = stager_for(self._rows, self.batch_size, self._target, self.prefetch)
+                stager = stager_for(self._rows, self.batch_size, self._plan, self.prefetch)
             block = 1 if self._plan.move or self._ragged else self._rows.store.block
             source = prefetched(
                 self._rows, batches, progress, self._plan, self.prefetch, stager, block

@@ -57,7 +57,9 @@ class Ragged:
         if is_store_type(type(values)) and not isinstance(values, StoredValues):
             stored = wrap_store(values, "values")
             if not isinstance(stored, StoreArray):
-                raise TypeError(f"`values` must be one array of a store, got {type(values).__name__}.")
+                raise TypeError(
+                    f"`values` must be one array of a store, got {type(values).__name__}."
+                )
             values = StoredValues(stored)
         backend = get_backend("numpy") if isinstance(values, StoredValues) else backend_of(values)
         if backend is None:

@@ -72,7 +72,9 @@ class StoredValues:
         parts = []
         for c in range(first, last + 1):
             base = c * self.chunk
-            parts.append(self._chunk(c)[max(start, base) - base : min(stop, base + self.chunk) - base])
+            parts.append(
+                self._chunk(c)[max(start, base) - base : min(stop, base + self.chunk) - base]
+            )
         return np.concatenate(parts)
 
     def take(self, idx: np.ndarray, axis: int = 0) -> np.ndarray:
