@@ -609,5 +609,7 @@ class Loader:
     def __repr__(self) -> str:
         rows = self._rows
         data = f"<{len(rows.leaves)} {'/'.join(rows.backends)} leaves of {self.n} rows>"
+        if self._ragged:  # which leaves were read as ragged columns
+            data = data[:-1] + f", ragged: {', '.join(rows.ragged_paths)}>"
         args = ", ".join(f"{k}={v!r}" for k, v in self._args.items())
         return f"Loader({data}, {args})"

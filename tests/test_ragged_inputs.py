@@ -49,7 +49,9 @@ def test_from_rows_refuses_mixed_rows():
 def test_list_of_variable_length_arrays_is_a_ragged_column():
     loader = lt.Loader(list(ROWS), 8, shuffle=False)
     assert tokens_of(loader) == expected()
-    assert "1 " in repr(loader)
+    assert "ragged: data>" in repr(loader)  # says which leaf it read as a ragged column
+    nested = lt.Loader({"ids": list(ROWS), "y": np.arange(3)}, 2)
+    assert "ragged: data['ids']>" in repr(nested)
 
 
 def test_list_of_equal_length_arrays_stays_columns():

@@ -61,6 +61,7 @@ class RaggedRows:
         self.spec: optree.PyTreeSpec = spec
         paths = _tree.leaf_paths(spec, "data")
         self.ragged = [(i, x) for i, x in enumerate(leaves) if isinstance(x, Ragged)]
+        self.ragged_paths = [paths[i] for i, _ in self.ragged]
         self.fixed_at = [i for i, x in enumerate(leaves) if not isinstance(x, Ragged)]
         first_at, first = self.ragged[0]
         self.n = len(first)
