@@ -25,6 +25,9 @@ class LoaderStats:
         wait_s: seconds the loop spent waiting for the next batch (inside ``next``).
         step_s: seconds between handing out a batch and being asked for the next
             one: the user's step.
+        prefetch_mode: where the Loader makes its batches: ``"thread"`` (one
+            background thread, ahead of the loop) or ``"inline"`` (the loop's own
+            thread, moves issued ahead); see the Loader's ``prefetch_mode``.
 
     Examples:
         >>> import numpy as np
@@ -34,11 +37,14 @@ class LoaderStats:
         ...     pass
         >>> loader.stats.batches, 0.0 <= loader.stats.data_wait_fraction <= 1.0
         (2, True)
+        >>> loader.stats.prefetch_mode
+        'inline'
     """
 
-    __slots__ = ("batches", "step_s", "wait_s")
+    __slots__ = ("batches", "prefetch_mode", "step_s", "wait_s")
 
-    def __init__(self) -> None:
+    def __init__(self, prefetch_mode: str = "inline") -> None:
+        self.prefetch_mode = prefetch_mode
         self.batches = 0
         self.wait_s = 0.0
         self.step_s = 0.0
@@ -59,19 +65,21 @@ class LoaderStats:
         self.wait_s = 0.0
         self.step_s = 0.0
 
-    def as_dict(self) -> dict[str, float]:
-        """The counters and the data-wait fraction as a dict."""
+    def as_dict(self) -> dict[str, float | str]:
+        """The counters, the data-wait fraction and the prefetch mode as a dict."""
         return {
             "batches": self.batches,
             "wait_s": self.wait_s,
             "step_s": self.step_s,
             "data_wait_fraction": self.data_wait_fraction,
+            "prefetch_mode": self.prefetch_mode,
         }
 
     def __repr__(self) -> str:
         return (
             f"LoaderStats(batches={self.batches}, wait_s={self.wait_s:.6f}, "
-            f"step_s={self.step_s:.6f}, data_wait_fraction={self.data_wait_fraction:.3f})"
+            f"step_s={self.step_s:.6f}, data_wait_fraction={self.data_wait_fraction:.3f}, "
+            f"prefetch_mode={self.prefetch_mode!r})"
         )
 
 
