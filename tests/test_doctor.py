@@ -154,3 +154,12 @@ def test_the_cuda_checks_pass_on_the_host_and_see_a_planted_fault():
     (memory,) = [c for c in cuda_checks(Growing(torch, "cpu")) if c.name == "memory"]
     with pytest.raises(CheckFailed, match="reserved memory grew over 6 epochs"):
         memory.run()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", ["loader-cuda", "skip-keys", "stream-order", "memory", "overlap"])
+def test_the_cuda_checks_pass_on_a_gpu(cuda, name):
+    import torch
+
+    (check,) = [c for c in cuda_checks(CudaKit(torch, str(cuda))) if c.name == name]
+    assert check.run()
