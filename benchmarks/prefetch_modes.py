@@ -11,8 +11,9 @@ device="cpu", prefetch=2)`` (``prefetch_mode="auto"``: the loop's thread) and th
 same with ``prefetch_mode="thread"`` (a background thread). Two sections: whole
 epochs with no step; and ``--batches`` batches a round with a step that holds
 the GIL for ``--step-ms`` (a Python spin, as eager PyTorch's dispatch holds it),
-timing each batch's wait (inside ``next()``) and its total. It prints medians
-over the rounds and their ratios to the plain Loader. Last measured: see
+timing each batch's wait (inside ``next()``) and its total. Each round starts
+with the next loop in turn. It prints medians over the rounds and their ratios to
+the plain Loader. Last measured: see
 docs/benchmarks.md ("Prefetch on the host").
 """
 
@@ -92,11 +93,14 @@ def main() -> None:
     for loader in loaders.values():  # warm-up
         epoch_s(loader)
         stepped(loader, 10, step_s)
-    for _ in range(args.rounds):
-        for name, loader in loaders.items():
-            epochs[name].append(epoch_s(loader))
-        for name, loader in loaders.items():
-            steps[name].append(stepped(loader, args.batches, step_s))
+    names = list(loaders)
+    for r in range(args.rounds):
+        # Each round starts with another loop, so no loop always runs after the same one.
+        turn = names[r % len(names) :] + names[: r % len(names)]
+        for name in turn:
+            epochs[name].append(epoch_s(loaders[name]))
+        for name in turn:
+            steps[name].append(stepped(loaders[name], args.batches, step_s))
     plain = next(iter(loaders))
     base = statistics.median(epochs[plain])
     print(f"tabular {N:,} x {WIDTH} float32 + int64 ids, batch {BATCH}, full shuffle;")
