@@ -7,7 +7,7 @@ torch, JAX and tf gather a chunk of batches at once and split it, so their
 per-call cost is paid per chunk), rebuilds the data's containers around the
 gathered leaves, moves the batch with [`looptoolkit.to_device`][looptoolkit.to_device] when a
 ``device`` is given, applies the ``transform``, and hands it to the user's
-step, optionally prefetched by one background thread
+step, prefetched in the loop's own thread or by one background thread
 ([`looptoolkit._pipeline`][looptoolkit._pipeline] builds the epoch's stream).
 
 Where the work runs:
