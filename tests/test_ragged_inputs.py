@@ -210,3 +210,27 @@ def test_values_in_a_chunked_store_are_read_by_whole_chunks(tmp_path, kind):
     np.testing.assert_array_equal(np.sort(got), values)
     chunks = -(-len(values) // 4096)
     assert col.values.reads <= 2 * chunks, "each chunk decoded about once per epoch"
+
+
+@pytest.mark.parametrize("mode", ["inline", "thread"])
+def test_transform_device_and_prefetch_take_ragged_batches(mode):
+    torch = pytest.importorskip("torch")
+    col = lt.Ragged.from_rows([np.arange(n, dtype=np.float32) for n in range(1, 30)])
+    plain = list(lt.Loader({"ids": col}, 4, seed=3, layout="flat"))
+
+    def double(batch):
+        ids = batch["ids"]
+        return {"ids": ids._replace(values=ids.values * 2)}
+
+    loader = lt.Loader(
+        {"ids": col}, 4, seed=3, layout="flat", device=torch.device("cpu"), transform=double,
+        prefetch=2, prefetch_mode=mode, dtype=torch.float64,
+    )  # fmt: skip
+    got = list(loader)
+    assert len(got) == len(plain)
+    for a, b in zip(got, plain, strict=True):
+        assert isinstance(a["ids"], lt.Flat) and isinstance(a["ids"].values, torch.Tensor)
+        assert a["ids"].values.dtype == torch.float64
+        np.testing.assert_array_equal(a["ids"].values.numpy(), b["ids"].values * 2)
+        np.testing.assert_array_equal(a["ids"].cu_seqlens.numpy(), b["ids"].cu_seqlens)
+        assert a["ids"].max_seqlen == b["ids"].max_seqlen
