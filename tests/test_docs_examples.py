@@ -34,7 +34,7 @@ NEEDS = {
     "stores": ["zarr", "h5py"],
 }
 LANGUAGES = {"python", "pycon", "sh", "bash", "text"}
-PAGES = sorted(DOCS.glob("*.md")) + [ROOT / "README.md"]
+PAGES = [*sorted(DOCS.glob("*.md")), ROOT / "README.md"]
 FENCE = re.compile(r"^(?:<!-- example: (\w+) -->\n)?```(\S*)[^\n]*\n(.*?)^```\n", re.M | re.S)
 
 
