@@ -163,3 +163,31 @@ def test_hand_written_signatures_are_the_real_ones(page, name):
     written = re.findall(r"(\w+)(?:=[^,)]*)?[,)]", sketch.replace("*,", ""))
     real = list(inspect.signature(getattr(looptoolkit, name)).parameters)
     assert written == real
+
+
+@pytest.mark.parametrize("page", [*PAGES, ROOT / "CHANGELOG.md"], ids=lambda p: p.name)
+def test_link_texts_are_titles_not_file_names(page):
+    pages = {p.name for p in DOCS.glob("*.md")} | {"README.md", "CHANGELOG.md"}
+    texts = re.findall(r"\[`?([^\]`]+?)`?\]\(", page.read_text())
+    named = [text for text in texts if text.rpartition("/")[2] in pages]
+    assert named == []
+
+
+def test_the_integrations_page_names_the_extra_that_brings_its_stacks():
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extra = project["optional-dependencies"]["integrations"]
+    names = {re.split(r"[<>=\[ ]", requirement)[0] for requirement in extra}
+    needed = {m for block in ALL if block.page == "integrations.md" for m in NEEDS[block.needs]}
+    assert needed and needed - {"torch"} <= names
+    assert "looptoolkit[torch]" in extra
+    pinned = {
+        line.split("==")[0]
+        for line in (ROOT / "constraints.txt").read_text().splitlines()
+        if "==" in line
+    }
+    assert names - {"looptoolkit"} <= pinned
+    assert (
+        'pip install -c constraints.txt ".[integrations]"' in (DOCS / "integrations.md").read_text()
+    )
