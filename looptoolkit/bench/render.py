@@ -44,8 +44,14 @@ def _bandwidth(row: Row) -> str:
     return f"{x['gb_per_s']:.1f} ({x['of_reference']:.0%})" if "gb_per_s" in x else ""
 
 
-def group_table(group: Group, *, full: bool = False, epochs: int | None = None) -> Table:
-    """A group's table (``full``: with batches/s, for Markdown; ``epochs``: the epoch times it)."""
+def group_table(
+    group: Group, *, full: bool = False, epochs: int | None = None, bounded_note: bool = True
+) -> Table:
+    """A group's table (``full``: with batches/s, for Markdown; ``epochs``: the epoch times it).
+
+    ``bounded_note=False`` leaves out the note naming the rows timed on their first batches
+    (they keep their ``*``).
+    """
     (scale, unit), g, rows = _scale(group), group, group.rows
     floors = any(r.floor for r in rows)
     checked = any(r.check.startswith(("exact", "coverage")) for r in rows)
@@ -62,7 +68,8 @@ def group_table(group: Group, *, full: bool = False, epochs: int | None = None) 
     ]
     shown = [(header, cell) for header, on, cell in columns if on]
     notes = [f"{epochs} epochs: the median epoch times {epochs}, not a timed run."] * bool(epochs)
-    if bounded := [f"{r.name} {r.bounded}" for r in rows if r.timed and r.bounded]:
+    bounded = [f"{r.name} {r.bounded}" for r in rows if r.timed and r.bounded and bounded_note]
+    if bounded:
         notes.append("Timed on the first batches of each epoch, scaled (*): " + ", ".join(bounded))
     cells = []
     for r in rows:
