@@ -28,13 +28,14 @@ from looptoolkit.adapters import process_group
 from looptoolkit.loader import _ragged_given as ragged_given
 from looptoolkit.order import Order, normalize_shuffle, resolve_rank
 from looptoolkit.ragged._column import find_ragged
-from looptoolkit.ragged._torch import RaggedItemsDataset, as_tensor, ragged_parts
+from looptoolkit.ragged._hf import hf_inputs
+from looptoolkit.ragged._torch import as_tensor, ragged_parts
 
 __all__ = [
     "EpochDataLoader",
     "GetItemsDataset",
     "OrderBatchSampler",
-    "RaggedItemsDataset",
+    "hf_inputs",
     "keep_batch",
     "make_dataloader",
 ]
