@@ -26,7 +26,7 @@ from looptoolkit.loader import Loader
 from looptoolkit.order import Order, batch_count, epoch_indices, normalize_shuffle
 from looptoolkit.ragged._column import find_ragged
 from looptoolkit.ragged._layouts import Padded
-from looptoolkit.ragged._loader import UnitOrder
+from looptoolkit.ragged._units import UnitOrder
 
 __all__ = ["as_structure", "gpu_present", "loader_dataset"]
 

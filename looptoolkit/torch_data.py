@@ -25,10 +25,10 @@ from looptoolkit._probe import check_not_empty
 from looptoolkit._rows import Rows
 from looptoolkit._store_reads import default_group_size, plan_reads
 from looptoolkit.adapters import process_group
-from looptoolkit.loader import _ragged_given as ragged_given
 from looptoolkit.order import Order, normalize_shuffle, resolve_rank
 from looptoolkit.ragged._column import find_ragged
 from looptoolkit.ragged._hf import hf_inputs
+from looptoolkit.ragged._options import check_unused
 from looptoolkit.ragged._torch import as_tensor, ragged_parts
 
 __all__ = [
@@ -483,8 +483,6 @@ def make_dataloader(
     }
     ragged = find_ragged(data)
     if ragged is not None:
-        if cache_bytes is not None:
-            raise ValueError("`cache_bytes` is not offered with ragged leaves.")
         items, order, cursor = ragged_parts(
             ragged,
             batch_size,
@@ -505,6 +503,7 @@ def make_dataloader(
                     "order_fn": order_fn,
                 },
                 "pad_shards": pad_shards,
+                "refused": {"cache_bytes": cache_bytes},
             },
             tensors=tensors,
         )
@@ -515,14 +514,8 @@ def make_dataloader(
             num_workers=num_workers,
             **kwargs,
         )
-    given = ragged_given(ragged_args)
-    if given:
-        raise ValueError(
-            f"`{given[0]}` applies to ragged leaves (variable-length rows), and `data` "
-            "has none; wrap such a column as `looptoolkit.Ragged(values, offsets)`."
-        )
-    if batch_size is None:
-        raise ValueError("`batch_size` is required.")
+    check_unused(ragged_args, batch_size)
+    assert batch_size is not None  # checked with the ragged options
     dataset = GetItemsDataset(data, tensors=tensors)
     store = dataset._rows.store
     if store is not None and group_size is None and normalize_shuffle(shuffle) == "grouped":

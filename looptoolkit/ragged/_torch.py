@@ -12,6 +12,7 @@ This module imports torch.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -19,13 +20,13 @@ import optree
 import torch.utils.data
 
 from looptoolkit._epochs import EpochCursor
-from looptoolkit._probe import check_not_empty
-from looptoolkit.ragged._loader import Options, RaggedRows, UnitOrder
-from looptoolkit.ragged._loader import options as ragged_options
+from looptoolkit.ragged._loader import RaggedRows
 from looptoolkit.ragged._loader import setup as ragged_setup
+from looptoolkit.ragged._options import Options
+from looptoolkit.ragged._units import UnitEpoch, UnitOrder
 from looptoolkit.tree import NAMESPACE
 
-__all__ = ["RaggedItemsDataset", "as_tensor", "ragged_parts"]
+__all__ = ["PerBatch", "RaggedItemsDataset", "as_tensor", "ragged_parts"]
 
 _TENSOR_KINDS = frozenset("biufc")
 
@@ -113,26 +114,60 @@ def ragged_parts(
         data: the data with its ragged inputs as [`Ragged`][looptoolkit.Ragged] leaves.
         batch_size: rows per batch, or None with a token budget.
         ragged_args: the ragged options, as the Loader takes them.
-        order_args: the epoch order's arguments, as ``looptoolkit.ragged._loader.setup``
-            takes them.
+        order_args: the epoch order's arguments (and the options the ragged path refuses),
+            as ``looptoolkit.ragged._loader.setup`` takes them.
         tensors: NumPy arrays of a batch come out as torch tensors.
 
     Raises:
-        ValueError: the errors of the Loader's ragged options; ``drop_last`` leaves this
-            rank no batch.
+        ValueError: the errors of the Loader's ragged options and plans.
     """
-    opts = ragged_options(batch_size, **ragged_args)
-    rows, order = ragged_setup(data, opts, **order_args)
+    rows, order = ragged_setup(data, batch_size, ragged_args, **order_args)
     cursor = EpochCursor()
     if isinstance(order, UnitOrder):
         # Planned batches: their count is the epoch's. A partial of `getattr` pickles and
         # deep-copies along with the cursor, which a lambda would not.
         order.current_epoch = functools.partial(getattr, cursor, "epoch")
-        if len(order) == 0:
-            raise ValueError(
-                f"`drop_last=True` leaves rank {order.rank} of {order.world_size} no batch "
-                "of epoch 0."
-            )
-    else:
-        check_not_empty(order)
+        return RaggedItemsDataset(rows, tensors=tensors), PerBatch(order), cursor
     return RaggedItemsDataset(rows, tensors=tensors), order, cursor
+
+
+class PerBatch:
+    """A [`UnitOrder`][looptoolkit.ragged._units.UnitOrder] whose epochs yield one item per batch.
+
+    The Loader lays out packed batches a block at a time; a batch sampler hands each batch to
+    the dataset on its own (to a worker of its own), so here an epoch yields what each batch
+    gathers. Everything else is the order's.
+    """
+
+    def __init__(self, order: UnitOrder) -> None:
+        self.order = order
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.order, name)
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __repr__(self) -> str:
+        return repr(self.order)
+
+    def epoch(self, epoch: int, offset: int = 0) -> _Batches:
+        """This rank's batches of ``epoch`` from global batch ``offset`` on, one at a time."""
+        return _Batches(self.order.epoch(epoch, offset))
+
+
+class _Batches:
+    """A [`UnitEpoch`][looptoolkit.ragged._units.UnitEpoch] iterated one batch at a time."""
+
+    def __init__(self, schedule: UnitEpoch) -> None:
+        self.schedule = schedule
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.schedule, name)
+
+    def __len__(self) -> int:
+        return len(self.schedule)
+
+    def __iter__(self) -> Iterator[Any]:
+        schedule = self.schedule
+        return (schedule.batch(i) for i in range(len(schedule)))
