@@ -184,3 +184,27 @@ def test_memmap_values_are_read_a_batch_at_a_time(tmp_path):
     got = np.sort(np.concatenate([b["ids"].values for b in loader]))
     np.testing.assert_array_equal(got, values)
     assert not isinstance(next(iter(loader))["ids"].values, np.memmap)
+
+
+@pytest.mark.parametrize("kind", ["zarr", "hdf5"])
+def test_values_in_a_chunked_store_are_read_by_whole_chunks(tmp_path, kind):
+    values = np.arange(40_000, dtype=np.int32)
+    offsets = np.concatenate([[0], np.cumsum(np.full(800, 50))])
+    if kind == "zarr":
+        zarr = pytest.importorskip("zarr")
+        stored = zarr.open_array(
+            tmp_path / "t.zarr", mode="w", shape=values.shape, chunks=(4096,), dtype="int32"
+        )
+        stored[:] = values
+    else:
+        h5py = pytest.importorskip("h5py")
+        f = h5py.File(tmp_path / "t.h5", "w")
+        stored = f.create_dataset("t", data=values, chunks=(4096,), compression="gzip")
+    col = lt.Ragged(stored, offsets)
+    loader = lt.Loader(
+        {"ids": col}, 8, layout="pack", seq_len=256, shuffle="grouped", group_size=64
+    )
+    got = np.concatenate([b["ids"].values[b["ids"].segment_ids > 0] for b in loader])
+    np.testing.assert_array_equal(np.sort(got), values)
+    chunks = -(-len(values) // 4096)
+    assert col.values.reads <= 2 * chunks, "each chunk decoded about once per epoch"
