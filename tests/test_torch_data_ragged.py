@@ -162,3 +162,25 @@ def test_ragged_options_are_checked():
         make_dataloader(data, 2, batch_tokens=50)
     with pytest.raises(ValueError, match="cache_bytes"):
         make_dataloader(data, 2, cache_bytes=1 << 20)
+
+
+def test_values_in_a_zarr_store_are_read_in_each_worker(tmp_path):
+    zarr = pytest.importorskip("zarr")
+    rng = np.random.default_rng()
+    lens = rng.integers(1, 40, size=90)
+    offsets = np.concatenate([[0], np.cumsum(lens)])
+    values = rng.integers(0, 1000, size=int(offsets[-1])).astype(np.int32)
+    stored = zarr.open_array(
+        tmp_path / "t.zarr", mode="w", shape=values.shape, chunks=(256,), dtype="int32"
+    )
+    stored[:] = values
+    kwargs: dict[str, Any] = {"batch_size": 4, "layout": "pack", "seq_len": 32, "seed": 1}
+    want = list(lt.Loader({"ids": lt.Ragged(values, offsets)}, **kwargs))
+    data = {"ids": lt.Ragged(stored, offsets)}
+    dl = make_dataloader(data, num_workers=2, **kwargs)
+    assert_same(list(dl), want)
+    # Spawned workers get the dataset pickled: the store pickles as what reopens it.
+    clone = pickle.loads(pickle.dumps(dl.dataset))
+    dl.set_epoch(0)
+    first = next(iter(dl.batch_sampler))
+    assert_same([clone.__getitems__(first)], want[:1])
