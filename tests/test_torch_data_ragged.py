@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import looptoolkit as lt  # noqa: E402
-from looptoolkit.ragged._torch import RaggedItemsDataset  # noqa: E402
+from looptoolkit._torch_ragged import RaggedItemsDataset  # noqa: E402
 from looptoolkit.torch_data import make_dataloader  # noqa: E402
 
 LAYOUTS: list[dict[str, Any]] = [

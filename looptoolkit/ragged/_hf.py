@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 
-from looptoolkit.adapters import backend_of
 from looptoolkit.ragged._layouts import Flat, Packed, Padded
 
 __all__ = ["hf_inputs"]
@@ -143,11 +142,10 @@ class _Torch:
 
 
 def _ops(values: Any) -> type[_NumPy] | type[_Torch]:
-    """The array operations for ``values``: NumPy's or torch's (the registry imports nothing)."""
+    """The array operations for ``values``: NumPy's, or torch's (read by duck typing)."""
     if isinstance(values, np.ndarray):
         return _NumPy
-    backend = backend_of(values)
-    if backend is not None and backend.name == "torch":
+    if hasattr(values, "masked_fill") and hasattr(values, "long"):  # a torch tensor
         return _Torch
     raise TypeError(
         f"`hf_inputs` reads NumPy arrays or torch tensors, got {type(values).__name__}; build "

@@ -3,7 +3,7 @@
 Between the ragged plans ([`looptoolkit.ragged._loader`][looptoolkit.ragged._loader]) and the
 DataLoader integration ([`looptoolkit.torch_data`][looptoolkit.torch_data]): the batch sampler
 yields what the Loader's epoch order yields (the rows of a padded or flat batch, the pieces of
-a packed one), and [`RaggedItemsDataset`][looptoolkit.ragged._torch.RaggedItemsDataset] builds
+a packed one), and [`RaggedItemsDataset`][looptoolkit._torch_ragged.RaggedItemsDataset] builds
 the batch's layout from it in the DataLoader's worker, as the Loader does.
 
 This module imports torch.
