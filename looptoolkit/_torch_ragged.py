@@ -143,7 +143,10 @@ class PerBatch:
         self.order = order
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.order, name)
+        order = self.__dict__.get("order")  # absent while unpickling
+        if order is None:
+            raise AttributeError(name)
+        return getattr(order, name)
 
     def __len__(self) -> int:
         return len(self.order)
@@ -163,7 +166,10 @@ class _Batches:
         self.schedule = schedule
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.schedule, name)
+        schedule = self.__dict__.get("schedule")
+        if schedule is None:
+            raise AttributeError(name)
+        return getattr(schedule, name)
 
     def __len__(self) -> int:
         return len(self.schedule)

@@ -6,6 +6,7 @@ options: the DataLoader's batches must be the Loader's, leaf for leaf, epoch for
 
 from __future__ import annotations
 
+import copy
 import pickle
 from typing import Any
 
@@ -184,3 +185,17 @@ def test_values_in_a_zarr_store_are_read_in_each_worker(tmp_path):
     dl.set_epoch(0)
     first = next(iter(dl.batch_sampler))
     assert_same([clone.__getitems__(first)], want[:1])
+
+
+@pytest.mark.parametrize("kwargs", [LAYOUTS[3], LAYOUTS[5]])
+def test_planned_dataloaders_pickle_and_deep_copy_with_their_cursor(kwargs):
+    data = corpus(47, 8)
+    dl = make_dataloader(data, seed=4, **kwargs)
+    for copied in (copy.deepcopy(dl), pickle.loads(pickle.dumps(dl))):
+        copied.set_epoch(3)
+        loader = lt.Loader(data, seed=4, **kwargs)
+        loader.set_epoch(3)
+        want = list(loader)
+        assert len(copied) == len(want)
+        assert_same(list(copied), want)
+        assert copied.state_dict()["epoch"] == 4 and dl.state_dict()["epoch"] == 0
