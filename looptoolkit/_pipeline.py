@@ -3,15 +3,19 @@
 Between the order and the user's loop: given the epoch's index batches, the
 [`Rows`][looptoolkit._rows.Rows] of the data and a [`Plan`][looptoolkit._pipeline.Plan] (where
 batches go, how they are cast, the user's transform), [`inline`][looptoolkit._pipeline.inline] does
-every step in the consumer's thread, and [`prefetched`][looptoolkit._pipeline.prefetched] does them
-in one background thread ([`looptoolkit._prefetch`][looptoolkit._prefetch]), through the backend's
-staged upload when it offers one (torch on CUDA: pinned buffers and a side stream). The transform
-runs right after the move, in the same thread, inside the staged upload's
-stream, so that it overlaps the consumer's step and is ordered before it.
+every step in the consumer's thread, [`ahead`][looptoolkit._pipeline.ahead] does them there too but
+issues the next batches' moves before handing one out (the copies run while the loop's step
+runs), and [`prefetched`][looptoolkit._pipeline.prefetched] does them in one background thread
+([`looptoolkit._prefetch`][looptoolkit._prefetch]);
+[`choose_mode`][looptoolkit._pipeline.choose_mode] picks the thread or the consumer's. Moves
+go through the backend's staged upload when it offers one (torch on CUDA: pinned buffers and a
+side stream). The transform runs right after the move, in the same thread, inside the staged
+upload's stream, so that it overlaps the consumer's step and is ordered before it.
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 import threading
 from collections.abc import Callable, Generator, Iterator, Sequence
@@ -27,7 +31,21 @@ from looptoolkit.adapters import Stager, backend_of, get_backend
 from looptoolkit.device import mover, skipping
 from looptoolkit.order import EpochOrder
 
-__all__ = ["Plan", "Progress", "Transform", "inline", "prefetched", "stager_for", "with_masks"]
+__all__ = [
+    "MODES",
+    "Plan",
+    "Progress",
+    "Transform",
+    "ahead",
+    "choose_mode",
+    "inline",
+    "prefetched",
+    "stager_for",
+    "with_masks",
+]
+
+MODES = ("auto", "thread", "inline")
+"""The values of the Loader's ``prefetch_mode``."""
 
 
 class Progress:
@@ -184,13 +202,22 @@ def _finished(
 def _staged(
     rows: Rows, batches: Iterator[np.ndarray], progress: Progress, plan: Plan, stager: Stager
 ) -> Iterator[Any]:
-    """As ``inline``, through the backend's staged upload (background thread)."""
+    """As ``inline``, through the backend's staged upload; yields ``(batch, token)``.
+
+    The stager's context (its side stream) is entered for each batch's gather, move and
+    transform only, never across a ``yield``: run in the consumer's thread by ``ahead``,
+    the loop's own stream must be the current one while its step runs.
+    """
     gathered = rows.gather(batches, staged=(stager.positions, stager.staged))
     non_blocking = True if plan.non_blocking is None else plan.non_blocking
-    with stager.context():
-        for k, leaves in enumerate(gathered):
+    for k in itertools.count():
+        with stager.context():
+            leaves = next(gathered, None)
+            if leaves is None:
+                return
             batch = plan.finish(rows.build(leaves), progress, k, non_blocking)
-            yield batch, stager.record(k)
+            token = stager.record(k)
+        yield batch, token
 
 
 def stager_for(rows: Rows, batch_size: int, plan: Plan, depth: int) -> Stager | None:
@@ -254,6 +281,75 @@ def prefetched(
             yield item
     finally:
         prefetcher.close()
+
+
+def choose_mode(requested: str, prefetch: int, store: bool) -> str:
+    """Where a Loader's batches are made: ``"thread"`` or ``"inline"`` (the consumer's thread).
+
+    ``"auto"`` takes the thread only where a batch is expensive to make and the
+    work releases the GIL: store reads and decoding (``store``). Everything
+    else is cheaper than a hand-off between threads (tens of microseconds): an
+    in-memory gather, and a move that is queued asynchronously (``ahead``
+    issues it early) or is a host copy the thread could not overlap anyway.
+    """
+    if requested == "auto":
+        return "thread" if store and prefetch > 0 else "inline"
+    return requested
+
+
+def ahead(
+    rows: Rows,
+    batches: Iterator[np.ndarray],
+    progress: Progress,
+    plan: Plan,
+    depth: int,
+    stager: Stager | None,
+) -> Iterator[Any]:
+    """Every step in the consumer's thread, each batch issued ``depth`` batches before it is due.
+
+    The gather, move and transform of batch ``k + depth`` are queued before batch ``k``
+    is handed out (apex's ``data_prefetcher``): an asynchronous move (a non-blocking
+    copy on a side stream, a JAX ``device_put``) then runs while the loop's step runs,
+    with no thread and no hand-off. ``depth == 0`` is [`inline`][looptoolkit._pipeline.inline]
+    itself. An error while issuing a batch is raised once the batches issued before
+    it have been handed out, as the background thread's would be.
+    """
+    if stager is None and depth == 0:
+        return inline(rows, batches, progress, plan)
+    if stager is None:
+        return _ahead(inline(rows, batches, progress, plan), depth, None)
+    return _ahead(_staged(rows, batches, progress, plan, stager), max(depth, 1), stager)
+
+
+def _ahead(source: Iterator[Any], depth: int, stager: Stager | None) -> Generator[Any, None, None]:
+    pending: collections.deque[Any] = collections.deque()
+    error: Exception | None = None
+    more = True
+    try:
+        while True:
+            while more and len(pending) <= depth:
+                try:
+                    pending.append(next(source))
+                except StopIteration:
+                    more = False
+                except Exception as e:  # raised in order, after the batches before it
+                    error, more = e, False
+            if not pending:
+                if error is not None:
+                    try:
+                        raise error
+                    finally:
+                        error = None  # no cycle through this frame's locals
+                return
+            item = pending.popleft()
+            if stager is not None:
+                item, token = item
+                stager.hand_over(_tree.flatten(item)[0], token)
+            yield item
+    finally:
+        close = getattr(source, "close", None)
+        if close is not None:
+            close()
 
 
 def with_masks(

@@ -49,7 +49,9 @@ def test_from_rows_refuses_mixed_rows():
 def test_list_of_variable_length_arrays_is_a_ragged_column():
     loader = lt.Loader(list(ROWS), 8, shuffle=False)
     assert tokens_of(loader) == expected()
-    assert "1 " in repr(loader)
+    assert "ragged: data>" in repr(loader)  # says which leaf it read as a ragged column
+    nested = lt.Loader({"ids": list(ROWS), "y": np.arange(3)}, 2)
+    assert "ragged: data['ids']>" in repr(nested)
 
 
 def test_list_of_equal_length_arrays_stays_columns():
@@ -208,3 +210,27 @@ def test_values_in_a_chunked_store_are_read_by_whole_chunks(tmp_path, kind):
     np.testing.assert_array_equal(np.sort(got), values)
     chunks = -(-len(values) // 4096)
     assert col.values.reads <= 2 * chunks, "each chunk decoded about once per epoch"
+
+
+@pytest.mark.parametrize("mode", ["inline", "thread"])
+def test_transform_device_and_prefetch_take_ragged_batches(mode):
+    torch = pytest.importorskip("torch")
+    col = lt.Ragged.from_rows([np.arange(n, dtype=np.float32) for n in range(1, 30)])
+    plain = list(lt.Loader({"ids": col}, 4, seed=3, layout="flat"))
+
+    def double(batch):
+        ids = batch["ids"]
+        return {"ids": ids._replace(values=ids.values * 2)}
+
+    loader = lt.Loader(
+        {"ids": col}, 4, seed=3, layout="flat", device=torch.device("cpu"), transform=double,
+        prefetch=2, prefetch_mode=mode, dtype=torch.float64,
+    )  # fmt: skip
+    got = list(loader)
+    assert len(got) == len(plain)
+    for a, b in zip(got, plain, strict=True):
+        assert isinstance(a["ids"], lt.Flat) and isinstance(a["ids"].values, torch.Tensor)
+        assert a["ids"].values.dtype == torch.float64
+        np.testing.assert_array_equal(a["ids"].values.numpy(), b["ids"].values * 2)
+        np.testing.assert_array_equal(a["ids"].cu_seqlens.numpy(), b["ids"].cu_seqlens)
+        assert a["ids"].max_seqlen == b["ids"].max_seqlen

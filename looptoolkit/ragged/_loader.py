@@ -61,6 +61,7 @@ class RaggedRows:
         self.spec: optree.PyTreeSpec = spec
         paths = _tree.leaf_paths(spec, "data")
         self.ragged = [(i, x) for i, x in enumerate(leaves) if isinstance(x, Ragged)]
+        self.ragged_paths = [paths[i] for i, _ in self.ragged]
         self.fixed_at = [i for i, x in enumerate(leaves) if not isinstance(x, Ragged)]
         first_at, first = self.ragged[0]
         self.n = len(first)
@@ -275,17 +276,22 @@ def _framework(col: Ragged, arrays: tuple[Any, ...]) -> Any:
 
 def ragged_probe(
     rows: RaggedRows, target: Any, dtype: Any, non_blocking: bool | None, skip_keys: Any
-) -> None:
+) -> bool:
     """Move a batch of the first rows to ``target``, as every batch will be moved.
+
+    Returns:
+        Whether the move kept every leaf as it was (host arrays to ``"cpu"``, no cast): then
+        the Loader skips the move of every batch.
 
     Raises:
         TransferError: a leaf cannot be moved or cast.
     """
     from looptoolkit.device import to_device
 
-    to_device(
-        rows.first_rows(2), target, dtype=dtype, non_blocking=non_blocking, skip_keys=skip_keys
-    )
+    batch = rows.first_rows(2)
+    moved = to_device(batch, target, dtype=dtype, non_blocking=non_blocking, skip_keys=skip_keys)
+    (out, spec), (given, given_spec) = _tree.flatten(moved), _tree.flatten(batch)
+    return spec == given_spec and all(a is b for a, b in zip(out, given, strict=True))
 
 
 def setup(
