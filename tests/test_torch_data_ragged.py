@@ -199,3 +199,37 @@ def test_planned_dataloaders_pickle_and_deep_copy_with_their_cursor(kwargs):
         assert len(copied) == len(want)
         assert_same(list(copied), want)
         assert copied.state_dict()["epoch"] == 4 and dl.state_dict()["epoch"] == 0
+
+
+def test_a_state_near_the_end_of_a_longer_epoch_loads():
+    # Token budgets plan a different number of batches in each epoch: a state is checked
+    # against its own epoch's plan, not the one the fresh loader points at.
+    rng = np.random.default_rng(0)
+    lens = rng.integers(1, 60, 300)
+    offsets = np.concatenate([[0], np.cumsum(lens)])
+    data = {"ids": lt.Ragged(rng.integers(0, 9, int(offsets[-1])), offsets)}
+    kwargs: dict[str, Any] = {"batch_size": None, "batch_tokens": 120, "layout": "pad"}
+    counts = []
+    for epoch in range(6):
+        loader = lt.Loader(data, **kwargs)
+        loader.set_epoch(epoch)
+        counts.append(len(loader))
+    longest = int(np.argmax(counts))
+    assert counts[longest] > counts[0]
+    dl = make_dataloader(data, **kwargs)
+    dl.set_epoch(longest)
+    want = list(dl)
+    dl.set_epoch(longest)
+    it = iter(dl)
+    for _ in range(counts[longest] - 1):
+        next(it)
+    state = dl.state_dict()
+    for fresh in (make_dataloader(data, **kwargs), lt.Loader(data, **kwargs)):
+        fresh.load_state_dict(state)
+        assert_same([_numpy(b) for b in fresh], [_numpy(b) for b in want[-1:]])
+
+
+def _numpy(batch: Any) -> Any:
+    return optree.tree_map(
+        lambda x: x.numpy() if isinstance(x, torch.Tensor) else x, batch, none_is_leaf=True
+    )

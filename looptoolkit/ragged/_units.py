@@ -235,6 +235,10 @@ class UnitOrder:
         """Batches of each rank in the current epoch from global batch ``offset`` on."""
         return self._deal().num_batches(offset)
 
+    def num_batches_in(self, epoch: int, offset: int = 0) -> int:
+        """Batches of each rank in ``epoch`` from global batch ``offset`` on (a loaded state)."""
+        return self.plan(epoch)[1].num_batches(offset)
+
     def __len__(self) -> int:
         return self.num_batches(0)
 
