@@ -67,7 +67,12 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("loader", {"looptoolkit._pipeline", "looptoolkit.loader"}),
     (
         "integrations",
-        {"looptoolkit.torch_data", "looptoolkit.tf_data", "looptoolkit.distributed"},
+        {
+            "looptoolkit.torch_data",
+            "looptoolkit._torch_ragged",
+            "looptoolkit.tf_data",
+            "looptoolkit.distributed",
+        },
     ),
     ("bench", {"looptoolkit.bench"}),  # and every module under it
     ("entry", {"looptoolkit.cli", "looptoolkit.__main__", "looptoolkit"}),

@@ -91,6 +91,16 @@ class RaggedRows:
         self.stats: Any = None
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickled and deep-copied without its lock.
+        state = self.__dict__.copy()
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def _lengths(self, paths: list[str]) -> np.ndarray:
         """One length per row, as the plans read it: the ragged leaves' (the longest, for pad)."""
         first_at, first = self.ragged[0]
