@@ -64,7 +64,10 @@ LAYERS: list[tuple[str, set[str]]] = [
             "looptoolkit.transforms",
         },
     ),
-    ("loader", {"looptoolkit._pipeline", "looptoolkit.loader"}),
+    # Variable-length data: the column, its plans and layouts (its sources are recognised by
+    # their modules' names, as the store formats are: not a core layer).
+    ("ragged", {"looptoolkit.ragged"}),  # and every module under it
+    ("loader", {"looptoolkit._pipeline", "looptoolkit._pass", "looptoolkit.loader"}),
     (
         "integrations",
         {
