@@ -11,7 +11,9 @@ Between the order and the batch, for the leaves that are
   chunk's rows while the chunk is cached, each chunk is read once per epoch.
 - Rows (a full shuffle, weights, any order that scatters): each batch's rows are
   read sorted and deduplicated (h5py takes increasing indices only), then put
-  back in the batch's order. Every chunk a batch touches is decoded for it.
+  back in the batch's order. Every chunk a batch touches is decoded for it;
+  a batch over many chunks is read in parts of ``PART_CHUNKS`` chunks, and a
+  background read that is told to stop ends after the part it is reading.
 
 The cache lives for one pass (a pass's reads run in its prefetch thread), so
 concurrent passes do not share it.
@@ -28,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from looptoolkit._prefetch import Stopped, stopping
 from looptoolkit.adapters import gather_rows
 from looptoolkit.order import DEFAULT_GROUP_SIZE
 from looptoolkit.stores import StoreArray
@@ -38,6 +41,9 @@ __all__ = ["ChunkCache", "StoreReads"]
 # BLOCK_BATCHES batches): one gather per leaf per block, the batches views of it.
 GATHER_BYTES = 1 << 21
 BLOCK_BATCHES = 32
+# Chunks per part of a sorted read: zarr decodes a part's chunks concurrently, and a
+# stopped background thread waits for one part (not a whole batch over hundreds of chunks).
+PART_CHUNKS = 16
 
 
 class ChunkCache:
@@ -134,9 +140,31 @@ def sorted_take(leaf: StoreArray, idx: np.ndarray) -> np.ndarray:
     if len(idx) and (idx[1:] > idx[:-1]).all():
         if idx[-1] - idx[0] + 1 == len(idx):
             return leaf.read(int(idx[0]), int(idx[-1]) + 1)
-        return leaf.read_rows(idx)
+        return read_parts(leaf, idx)
     rows, back = np.unique(idx, return_inverse=True)
-    return leaf.read_rows(rows).take(back, axis=0)
+    return read_parts(leaf, rows).take(back, axis=0)
+
+
+def read_parts(leaf: StoreArray, rows: np.ndarray) -> np.ndarray:
+    """Rows ``rows`` (sorted, distinct) of ``leaf``, read in parts of ``PART_CHUNKS`` chunks.
+
+    Raises:
+        Stopped: the Loader's background thread running the read was told to stop.
+    """
+    unit = leaf.chunk_rows
+    if unit is None or len(rows) <= PART_CHUNKS:
+        return leaf.read_rows(rows)
+    chunk = rows // unit
+    firsts = np.flatnonzero(chunk[1:] != chunk[:-1]) + 1  # where each later chunk's rows start
+    if len(firsts) < PART_CHUNKS:
+        return leaf.read_rows(rows)
+    bounds = [0, *firsts[PART_CHUNKS - 1 :: PART_CHUNKS].tolist(), len(rows)]
+    out = np.empty((len(rows), *leaf.shape[1:]), dtype=leaf.dtype)
+    for a, b in itertools.pairwise(bounds):
+        if stopping():
+            raise Stopped
+        out[a:b] = leaf.read_rows(rows[a:b])
+    return out
 
 
 class StoreReads:

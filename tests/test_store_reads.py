@@ -1,0 +1,136 @@
+"""Reads of store data: a full shuffle streams its batches, and stopping it stops the reads.
+
+A full shuffle reads each batch's rows sorted, touching most chunks of the
+store; its first batch must come when it is read (not after a block of batches),
+and ``close()``, ``break`` or a dropped iterator must stop the background reads
+within one part of a batch's read.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+
+import numpy as np
+import pytest
+import zarr
+
+from looptoolkit import Loader
+from looptoolkit._store_reads import PART_CHUNKS, read_parts, sorted_take
+
+ROWS, DIM, CHUNK = 60_000, 16, 256
+
+
+@pytest.fixture(scope="module")
+def zstd(tmp_path_factory) -> zarr.Array:
+    """A zstd-compressed zarr array: a 256-row random batch touches most of its chunks."""
+    path = tmp_path_factory.mktemp("reads") / "x.zarr"
+    values = np.random.default_rng(0).standard_normal((ROWS, DIM)).astype(np.float32)
+    array = zarr.create_array(
+        str(path),
+        shape=values.shape,
+        chunks=(CHUNK, DIM),
+        dtype=values.dtype,
+        compressors=zarr.codecs.ZstdCodec(level=3),
+    )
+    array[:] = values
+    return array
+
+
+def _readers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "looptoolkit-loader-prefetch"]
+
+
+def _no_readers(within: float = 1.0) -> bool:
+    deadline = time.perf_counter() + within
+    while _readers() and time.perf_counter() < deadline:
+        time.sleep(0.01)
+    return not _readers()
+
+
+def test_parts_equal_one_read(zstd):
+    rng = np.random.default_rng(1)
+    from looptoolkit.stores._zarr import ZarrArray
+
+    leaf = ZarrArray(zstd, "data")
+    for size in (1, PART_CHUNKS, 300, 2000):
+        idx = rng.choice(ROWS, size, replace=False)
+        rows = np.sort(idx)
+        np.testing.assert_array_equal(read_parts(leaf, rows), zstd[:][rows])
+        np.testing.assert_array_equal(sorted_take(leaf, idx), zstd[:][idx])
+
+
+def test_first_batch_of_a_full_shuffle_is_one_batch_read(zstd):
+    alone = Loader(zstd, 256, shuffle=True, prefetch=0)
+    reads, firsts = [], []
+    for _ in range(3):  # interleaved: the machine may be shared
+        t = time.perf_counter()
+        next(iter(alone))
+        reads.append(time.perf_counter() - t)
+        it = iter(Loader(zstd, 256, shuffle=True, prefetch=2))
+        t = time.perf_counter()
+        first = next(it)
+        firsts.append(time.perf_counter() - t)
+        it.close()
+    np.testing.assert_array_equal(first, next(iter(alone)))
+    assert np.median(firsts) < 2 * np.median(reads) + 0.05, (firsts, reads)
+    assert _no_readers()
+
+
+def _slow(monkeypatch, seconds: float) -> list[int]:
+    """Every sorted read of a zarr array takes ``seconds`` longer; the parts read are counted."""
+    from looptoolkit.stores import _zarr
+
+    read = _zarr.ZarrArray.read_rows
+    parts: list[int] = []
+
+    def slow(self, rows):
+        time.sleep(seconds)
+        parts.append(len(rows))
+        return read(self, rows)
+
+    monkeypatch.setattr(_zarr.ZarrArray, "read_rows", slow)
+    return parts
+
+
+@pytest.mark.parametrize("how", ["close", "break", "drop"])
+def test_stopping_a_full_shuffle_stops_its_reads(zstd, monkeypatch, how):
+    parts = _slow(monkeypatch, 0.05)  # a batch is ~10 parts: half a second
+    loader = Loader(zstd, 256, shuffle=True, prefetch=4)
+    it = iter(loader)
+    next(it)
+    time.sleep(0.1)  # in the middle of the next batch's read
+    t = time.perf_counter()
+    if how == "close":
+        it.close()
+    elif how == "break":
+        for _ in it:
+            break
+        it.close()
+    else:
+        del it
+        gc.collect()
+    stopped = time.perf_counter() - t
+    assert _no_readers(within=0.5), "a reading thread runs on after the pass stopped"
+    assert stopped < 1.0
+    done = len(parts)
+    time.sleep(0.2)
+    assert len(parts) == done  # no read after the thread ended
+    assert loader.state_dict()["offset"] == 0  # the cursor is where it was
+
+
+def test_a_full_shuffle_streams(zstd, monkeypatch):
+    # Each batch is handed over as it is read: the consumer never waits for many.
+    _slow(monkeypatch, 0.002)
+    gaps = []
+    it = iter(Loader(zstd, 256, shuffle=True, prefetch=2))
+    t = time.perf_counter()
+    for k, _ in enumerate(it):
+        now = time.perf_counter()
+        gaps.append(now - t)
+        t = now
+        if k == 12:
+            break
+    it.close()
+    assert max(gaps) < 4 * np.median(gaps) + 0.05, gaps
