@@ -9,6 +9,7 @@ within one part of a batch's read.
 from __future__ import annotations
 
 import gc
+import re
 import threading
 import time
 
@@ -134,3 +135,29 @@ def test_a_full_shuffle_streams(zstd, monkeypatch):
             break
     it.close()
     assert max(gaps) < 4 * np.median(gaps) + 0.05, gaps
+
+
+@pytest.mark.parametrize("shuffle", [False, "grouped"])
+def test_one_chunk_at_a_time_reads_ahead(zstd, shuffle):
+    # Sequential and one-chunk groups read several chunks per call, each chunk once.
+    rng = np.random.default_rng(2)
+    values = zstd[:]
+    chunks = -(-ROWS // CHUNK)
+    for cache_bytes in (None, "least"):
+        kw: dict = {"shuffle": shuffle, "seed": 3, "prefetch": int(rng.integers(0, 3))}
+        if shuffle == "grouped":
+            kw["group_size"] = CHUNK
+        if cache_bytes == "least":  # the least cache taken: no room to read ahead
+            with pytest.raises(ValueError, match="must hold one group") as error:
+                Loader(zstd, 100, cache_bytes=1, **kw)
+            kw["cache_bytes"] = int(re.search(r"\((\d+) bytes", str(error.value))[1])
+        loader = Loader(zstd, 100, **kw)
+        store = loader._rows.store
+        got = np.concatenate(list(loader))
+        np.testing.assert_array_equal(got, values[loader.indices(0)])
+        assert store.last.chunks_read == [chunks]
+        if cache_bytes is None:
+            assert store.ahead >= 4 * CHUNK
+            assert store.last.reads <= chunks // 4
+        else:
+            assert store.ahead == 0

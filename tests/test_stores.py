@@ -450,11 +450,12 @@ def test_leaves_of_different_lengths(tmp_path, arrays):
 
 
 def test_cache_bytes(stores):
-    loader = Loader(stores["zarr3"], 64, shuffle="grouped", group_size=128)
+    # Groups of two chunks: no read-ahead, the default is twice the minimum.
+    loader = Loader(stores["zarr3"], 64, shuffle="grouped", group_size=256)
     need = loader._rows.store.cache_bytes // 2
-    Loader(stores["zarr3"], 64, shuffle="grouped", group_size=128, cache_bytes=need)
+    Loader(stores["zarr3"], 64, shuffle="grouped", group_size=256, cache_bytes=need)
     with pytest.raises(ValueError, match="must hold one group"):
-        Loader(stores["zarr3"], 64, shuffle="grouped", group_size=128, cache_bytes=need - 1)
+        Loader(stores["zarr3"], 64, shuffle="grouped", group_size=256, cache_bytes=need - 1)
     with pytest.raises(ValueError, match="sorted rows"):
         Loader(stores["zarr3"], 64, shuffle="full", cache_bytes=need)
     with pytest.raises(ValueError, match="store data"):
