@@ -9,10 +9,13 @@ within one part of a batch's read.
 from __future__ import annotations
 
 import gc
+import itertools
 import re
 import threading
 import time
 
+import hypothesis
+import hypothesis.strategies as st
 import numpy as np
 import pytest
 import zarr
@@ -161,3 +164,80 @@ def test_one_chunk_at_a_time_reads_ahead(zstd, shuffle):
             assert store.last.reads <= chunks // 4
         else:
             assert store.ahead == 0
+
+
+@hypothesis.settings(max_examples=40, deadline=None)
+@hypothesis.given(
+    sizes=st.lists(st.integers(0, 40), min_size=2, max_size=30),
+    seed=st.integers(0, 2**32 - 1),
+    kind=st.sampled_from(["float32x3", "int64", "uint8x2x2", "bool"]),
+)
+def test_arrow_rows_over_many_record_batches(sizes, seed, kind):
+    # One gather over all record batches equals the plain per-batch reads.
+    import pyarrow as pa
+
+    from looptoolkit.stores._arrow import ArrowColumn
+
+    hypothesis.assume(sum(sizes) > 0)
+    rng = np.random.default_rng(seed)
+    n = sum(sizes)
+    if kind == "float32x3":
+        values = rng.standard_normal((n, 3)).astype(np.float32)
+    elif kind == "int64":
+        values = rng.integers(-(2**40), 2**40, n)
+    elif kind == "uint8x2x2":
+        values = rng.integers(0, 255, (n, 2, 2)).astype(np.uint8)
+    else:
+        values = rng.random(n) < 0.5
+
+    def arrow(part: np.ndarray) -> pa.Array:
+        if part.ndim == 1:
+            return pa.array(part)
+        inner = arrow(part.reshape(len(part) * part.shape[1], *part.shape[2:]))
+        return pa.FixedSizeListArray.from_arrays(inner, part.shape[1])
+
+    # Batches made apart (their buffers anywhere in memory), some of them slices.
+    bounds = np.concatenate(([0], np.cumsum(sizes)))
+    chunks = []
+    for a, b in itertools.pairwise(bounds.tolist()):
+        pad = int(rng.integers(0, 3))
+        whole = arrow(np.concatenate((values[a:b], values[:pad]))) if pad and b > a else None
+        chunks.append(whole.slice(0, b - a) if whole is not None else arrow(values[a:b]))
+    column = ArrowColumn(pa.chunked_array(chunks, type=chunks[0].type), "data")
+    plain = ArrowColumn(pa.chunked_array(chunks, type=chunks[0].type), "data")
+    plain._rows_at = None  # the per-record-batch loop
+    for size in (1, int(rng.integers(1, n + 1)), n):
+        rows = np.sort(rng.choice(n, size, replace=False))
+        got = column.read_rows(rows)
+        np.testing.assert_array_equal(got, values[rows])
+        np.testing.assert_array_equal(got, plain.read_rows(rows))
+        assert got.dtype == plain.read_rows(rows).dtype
+        idx = rng.integers(0, n, size)
+        np.testing.assert_array_equal(sorted_take(column, idx), values[idx])
+
+
+def test_arrow_rows_of_a_memory_mapped_file(tmp_path):
+    import pyarrow as pa
+
+    from looptoolkit.stores._arrow import ArrowColumn
+
+    rng = np.random.default_rng(4)
+    values = rng.standard_normal((5000, 8)).astype(np.float32)
+    column = pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), 8)
+    table = pa.table({"x": column})
+    with (
+        pa.OSFile(str(tmp_path / "t.arrow"), "wb") as sink,
+        pa.ipc.new_stream(sink, table.schema) as writer,
+    ):
+        for batch in table.to_batches(max_chunksize=37):
+            writer.write_batch(batch)
+    mapped = pa.ipc.open_stream(pa.memory_map(str(tmp_path / "t.arrow"))).read_all()
+    leaf = ArrowColumn(mapped.column("x"), "data['x']")
+    assert len(leaf.views) > 100 and leaf._rows_at is not None
+    for _ in range(5):
+        idx = rng.integers(0, 5000, 256)
+        np.testing.assert_array_equal(sorted_take(leaf, idx), values[idx])
+    loader = Loader(mapped, 256, shuffle=True, seed=2)
+    np.testing.assert_array_equal(
+        np.concatenate([b["x"] for b in loader]), values[loader.indices(0)]
+    )

@@ -133,6 +133,36 @@ class ArrowColumn(StoreArray):
         first = self.views[0]
         self.shape = (int(self.starts[-1]), *first.shape[1:])
         self.dtype = first.dtype
+        self._rows_at: np.ndarray | None = None
+        self._offsets: np.ndarray | None = None
+        if len(self.views) > 1:
+            self._byte_rows()
+
+    def _byte_rows(self) -> None:
+        """One array whose row ``k`` is the ``row_bytes`` bytes from byte ``k`` of the span.
+
+        The span runs from the lowest Arrow chunk's first byte to the highest's
+        last; row ``i`` of chunk ``c`` is the row at byte ``offsets[c] + (i -
+        starts[c]) * row_bytes``. A gather of sorted rows over many chunks is then
+        one ``take`` on it, not a loop over chunks. Only the rows of the chunks are
+        ever read (the bytes between chunks, maybe not memory of this process, never
+        are), and the chunks are kept alive by ``views``.
+        """
+        views, width = self.views, self.row_bytes
+        if width == 0 or not all(v.flags.c_contiguous and v.dtype == self.dtype for v in views):
+            return
+        at = np.array([v.__array_interface__["data"][0] for v in views], dtype=np.int64)
+        low = int(np.argmin(at))
+        span = int(max(a + v.nbytes for a, v in zip(at.tolist(), views, strict=True)) - at[low])
+        raw = views[low].reshape(-1).view(np.uint8)
+        # One element per byte of the span, each `width` bytes wide.
+        self._rows_at = np.lib.stride_tricks.as_strided(
+            raw[:width].view(np.dtype((np.void, width))),
+            shape=(span - width + 1,),
+            strides=(1,),
+            writeable=False,
+        )
+        self._offsets = at - at[low] - self.starts[:-1] * width
 
     def __getstate__(self) -> dict[str, Any]:
         return {"column": self.column, "path": self.path}
@@ -175,6 +205,11 @@ class ArrowColumn(StoreArray):
         if len(self.views) == 1:
             return self.views[0].take(rows, axis=0)
         chunk = np.searchsorted(self.starts, rows, side="right") - 1
+        if self._rows_at is not None:
+            assert self._offsets is not None
+            where = self._offsets[chunk] + rows * self.row_bytes
+            gathered = self._rows_at[where]  # indexing, not `take`: that copies the span
+            return gathered.view(self.dtype).reshape(len(rows), *self.shape[1:])
         out = np.empty((len(rows), *self.shape[1:]), dtype=self.dtype)
         for c in np.unique(chunk):
             at = chunk == c
