@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from looptoolkit._prefetch import Stopped, stopping
+from looptoolkit._sources import chunk_shards
 from looptoolkit.adapters import gather_rows
 from looptoolkit.order import DEFAULT_GROUP_SIZE
 from looptoolkit.stores import StoreArray
@@ -319,6 +320,21 @@ READ_AHEAD_CHUNKS = 8
 READ_AHEAD_BYTES = 1 << 25
 
 
+def fit_ranks(store: StoreReads, world_size: int) -> None:
+    """Blocks of a store without chunks of its own small enough for every rank to get some.
+
+    Arrow columns and contiguous HDF5 datasets are read in blocks of the
+    Loader's choosing (``BLOCK_ROWS`` rows or fewer). When ``world_size`` ranks
+    would not each get a block, blocks of ``n // world_size`` rows are used, so
+    that the grouped order gives every rank whole blocks for any ``world_size
+    <= n``. A store with chunks of its own keeps them.
+    """
+    if any(leaf.chunk_rows is not None for leaf in store.leaves):
+        return
+    if min(chunk_shards(store.n, store.unit, world_size)) == 0:
+        store.unit = max(1, store.n // world_size)
+
+
 def default_group_size(store: StoreReads) -> int:
     """Rows per group of the grouped order over ``store`` when ``group_size`` is not given.
 
@@ -378,7 +394,8 @@ def plan_reads(store: StoreReads, order: Any, cache_bytes: int | None) -> None:
 
     need = needed(0)
     ahead = 0
-    if group == unit:  # one chunk at a time: read ahead
+    own = any(leaf.chunk_rows is not None for leaf in store.leaves)
+    if own and group == unit:  # one chunk of a store's own at a time: read ahead
         ahead = max(1, min(READ_AHEAD_CHUNKS, READ_AHEAD_BYTES // max(1, unit * row_bytes))) * unit
     if cache_bytes is None:
         cache_bytes = 2 * needed(ahead)

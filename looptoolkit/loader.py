@@ -53,7 +53,7 @@ from looptoolkit._pipeline import (
 )
 from looptoolkit._rows import Rows
 from looptoolkit._stats import LoaderStats, timed
-from looptoolkit._store_reads import default_group_size, plan_reads
+from looptoolkit._store_reads import default_group_size, fit_ranks, plan_reads
 from looptoolkit._target import Target
 from looptoolkit.adapters import process_group
 from looptoolkit.device import parse_device
@@ -372,6 +372,7 @@ class Loader:
                     "`resident=True` puts in-memory data on the device; for a store, read it "
                     "first (`np.asarray(array)`) or let the Loader read it a batch at a time."
                 )
+            fit_ranks(store, world_size)
             if group_size is None and normalize_shuffle(shuffle) == "grouped":
                 group_size = default_group_size(store)
         elif cache_bytes is not None:
@@ -394,7 +395,7 @@ class Loader:
             indices=indices,
             order_fn=order_fn,
             pad_shards=pad_shards,
-            chunk_rows=None if store is None else rows.chunk_rows,
+            chunk_rows=None if store is None else store.unit,
         )
         _probe.check_not_empty(self._order)
         if store is not None:

@@ -241,3 +241,61 @@ def test_arrow_rows_of_a_memory_mapped_file(tmp_path):
     np.testing.assert_array_equal(
         np.concatenate([b["x"] for b in loader]), values[loader.indices(0)]
     )
+
+
+def _ranks(data, world_size: int, n: int, **kw) -> None:
+    """Each rank's grouped epoch: disjoint rows, together every row, equal batch counts."""
+    loaders = [
+        Loader(data, 64, shuffle="grouped", seed=5, rank=r, world_size=world_size, **kw)
+        for r in range(world_size)
+    ]
+    assert len({len(loader) for loader in loaders}) == 1
+    for epoch in (0, 1):
+        seen = [np.unique(loader.indices(epoch)) for loader in loaders]
+        every = np.concatenate(seen)
+        assert len(np.unique(every)) == len(every), "ranks share rows"
+        np.testing.assert_array_equal(np.sort(every), np.arange(n))
+        for loader in loaders:
+            loader.set_epoch(epoch)
+            assert len(list(loader)) == len(loader)
+
+
+@pytest.mark.parametrize("world_size", [3, 8])
+def test_small_chunkless_stores_on_several_ranks(tmp_path, world_size):
+    import datasets
+    import h5py
+    import pyarrow as pa
+
+    n = 5000
+    values = np.random.default_rng(6).standard_normal((n, 4)).astype(np.float32)
+    column = pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), 4)
+    table = pa.table({"x": column, "i": np.arange(n)})
+    datasets.Dataset(table).save_to_disk(str(tmp_path / "hf"))
+    hf = datasets.load_from_disk(str(tmp_path / "hf"))
+    with h5py.File(tmp_path / "c.h5", "w") as f:
+        f.create_dataset("x", data=values)  # contiguous
+    contiguous = h5py.File(tmp_path / "c.h5", "r")
+    many = pa.Table.from_batches(table.to_batches(max_chunksize=97))
+    for data in (hf, contiguous, many):
+        _ranks(data, world_size, n)
+    batch = next(iter(Loader(hf, 64, shuffle="grouped", rank=1, world_size=world_size)))
+    np.testing.assert_array_equal(batch["x"], values[batch["i"]])
+
+
+@hypothesis.settings(max_examples=30, deadline=None)
+@hypothesis.given(n=st.integers(1, 300), world_size=st.integers(1, 12), drop=st.booleans())
+def test_chunkless_grouped_order_for_any_world_size(n, world_size, drop):
+    import pyarrow as pa
+
+    hypothesis.assume(world_size <= n)
+    table = pa.table({"i": np.arange(n)})
+    if drop:
+        loaders = [
+            Loader(table, 1, shuffle="grouped", rank=r, world_size=world_size, drop_last=True)
+            for r in range(world_size)
+        ]
+        assert len({len(loader) for loader in loaders}) == 1
+        rows = np.concatenate([loader.indices(0) for loader in loaders])
+        assert len(np.unique(rows)) == len(rows)
+    else:
+        _ranks(table, world_size, n)
