@@ -160,7 +160,9 @@ class Loader:
         data: a pytree (dicts, lists, tuples, namedtuples, dataclasses, TensorDict)
             of NumPy (``np.memmap`` too), torch, JAX or tf arrays sharing the
             leading dimension N. Batches have the same structure and leaf
-            frameworks (a memmap leaf yields in-memory ndarrays). Chunked stores
+            frameworks (a memmap leaf yields in-memory ndarrays; a pass over a
+            memmap whose file was replaced or changed size since the Loader was
+            made raises ``RuntimeError`` naming the file). Chunked stores
             may stand for arrays or containers: zarr arrays and groups, HDF5
             datasets and files, Arrow tables and HF ``datasets.Dataset``s (their
             batches are NumPy; a group, file, table or dataset is a dict; see
@@ -447,6 +449,8 @@ class Loader:
 
     def _bind(self, iterator: LoaderIterator) -> None:
         """Start ``iterator``'s pass at the cursor's epoch and offset."""
+        if self._rows.files:
+            self._rows.files.check()  # a memmap's file cut shorter would crash the reads
         epoch, offset, token = self._cursor.bind()
         schedule = self._order.epoch(epoch, offset)
         first = offset // schedule.global_batch
