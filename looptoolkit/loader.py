@@ -231,7 +231,9 @@ class Loader:
             built-in shuffles; it gets the Loader's sharding, resume and prefetch.
         pad_shards: False: with ``world_size``, each rank gets its own rows of the
             epoch and no padding (ranks' batch counts may differ by one).
-        skip_keys: key names or key paths (as [`to_device`][looptoolkit.to_device]'s)
+        skip_keys: a key name, or a collection of names and key paths (a tuple
+            is a collection of names, ``("meta", "ids")``; a key path is a tuple
+            inside a list, ``[("meta", "ids")]``; as [`to_device`][looptoolkit.to_device]'s)
             whose leaves are gathered like every leaf but not moved, cast or
             transformed: they are held out of ``transform`` and put back in
             place (the transform must then return the batch's structure).
