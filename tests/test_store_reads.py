@@ -299,3 +299,17 @@ def test_chunkless_grouped_order_for_any_world_size(n, world_size, drop):
         assert len(np.unique(rows)) == len(rows)
     else:
         _ranks(table, world_size, n)
+
+
+def test_a_deleted_zarr_chunk_reads_as_fill_value_and_the_check_finds_it(tmp_path):
+    # What docs/stores.md tells users: zarr's rule, and the check they can run.
+    import os
+
+    array = zarr.create_array(str(tmp_path / "d.zarr"), shape=(40,), chunks=(10,), dtype="int64")
+    array[:] = np.arange(40) + 1
+    assert array.nchunks_initialized == array.nchunks
+    os.remove(tmp_path / "d.zarr" / "c" / "2")
+    reopened = zarr.open_array(str(tmp_path / "d.zarr"), mode="r")
+    batch = np.concatenate(list(Loader(reopened, 8, shuffle=False)))
+    np.testing.assert_array_equal(batch[20:30], np.zeros(10))  # the fill value, no error
+    assert reopened.nchunks_initialized == reopened.nchunks - 1
