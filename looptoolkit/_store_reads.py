@@ -238,7 +238,10 @@ class StoreReads:
     @staticmethod
     def _sorted(leaf: StoreArray, idx: np.ndarray) -> np.ndarray:
         view = leaf.view()
-        return sorted_take(leaf, idx) if view is None else gather_rows(view, idx)
+        if view is not None:
+            return gather_rows(view, idx)
+        gathered = leaf.gather(idx)
+        return sorted_take(leaf, idx) if gathered is None else gathered
 
     @staticmethod
     def _cached(cache: ChunkCache, leaf: StoreArray, idx: np.ndarray) -> np.ndarray:

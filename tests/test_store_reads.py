@@ -313,3 +313,22 @@ def test_a_deleted_zarr_chunk_reads_as_fill_value_and_the_check_finds_it(tmp_pat
     batch = np.concatenate(list(Loader(reopened, 8, shuffle=False)))
     np.testing.assert_array_equal(batch[20:30], np.zeros(10))  # the fill value, no error
     assert reopened.nchunks_initialized == reopened.nchunks - 1
+
+
+def test_arrow_gather_in_any_order_equals_the_sorted_read():
+    import pyarrow as pa
+
+    from looptoolkit.stores._arrow import ArrowColumn
+
+    rng = np.random.default_rng(9)
+    values = rng.standard_normal((3000, 5)).astype(np.float32)
+    column = pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), 5)
+    table = pa.Table.from_batches(pa.table({"x": column}).to_batches(max_chunksize=31))
+    leaf = ArrowColumn(table.column("x"), "data['x']")
+    idx = rng.integers(0, 3000, 700)  # repeats, any order
+    np.testing.assert_array_equal(leaf.gather(idx), values[idx])
+    np.testing.assert_array_equal(sorted_take(leaf, idx), values[idx])
+    loader = Loader(table, 64, shuffle=True, seed=3, prefetch=0)
+    np.testing.assert_array_equal(
+        np.concatenate([b["x"] for b in loader]), values[loader.indices(0)]
+    )

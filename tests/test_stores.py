@@ -512,7 +512,8 @@ def test_store_benchmark_runs_small(tmp_path):
     payload = json.loads((tmp_path / "stores-cpu.json").read_text())
     stores = {s["store"]: s for s in payload["stores"]}
     assert set(stores) == {
-        "zarr-zstd", "zarr-raw", "hdf5-gzip", "hdf5-contiguous", "hf-arrow", "npy-memmap"
+        "zarr-zstd", "zarr-raw", "hdf5-gzip", "hdf5-lzf", "hdf5-contiguous", "hf-arrow",
+        "npy-memmap",
     }  # fmt: skip
     for store in stores.values():
         names = [row["variant"] for row in store["rows"]]
@@ -524,7 +525,13 @@ def test_store_benchmark_runs_small(tmp_path):
         <= (stores["zarr-zstd"]["memory"]["cache_budget_bytes"])
     )
     assert [row["order"] for row in payload["quality"]] == ["full", "grouped 1", "grouped 4"]
-    assert "| hdf5-gzip | Loader grouped 16 |" in (tmp_path / "stores-cpu.md").read_text()
+    text = (tmp_path / "stores-cpu.md").read_text()
+    assert "| hdf5-gzip | Loader grouped 16 |" in text
+    assert "| hf-arrow | Loader full, 1 record batch |" in text
+    for store in stores.values():  # a full shuffle's first batch and close(), timed
+        latency = store["latency"]
+        assert latency["first_batch_s"] > 0 and latency["close_s"] >= 0
+        assert latency["thread_end_s"] >= latency["close_s"]
 
 
 @pytest.mark.parametrize("fmt", ["zarr", "hdf5", "arrow"])

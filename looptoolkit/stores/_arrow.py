@@ -151,6 +151,12 @@ class ArrowColumn(StoreArray):
         views, width = self.views, self.row_bytes
         if width == 0 or not all(v.flags.c_contiguous and v.dtype == self.dtype for v in views):
             return
+        self._width = width
+        # Record batches of one length (the last may be shorter), as `datasets` and
+        # `to_batches(max_chunksize)` write them: a row's batch is a division.
+        lengths = np.diff(self.starts)
+        uniform = bool((lengths[:-1] == lengths[0]).all() and lengths[-1] <= lengths[0])
+        self._uniform = int(lengths[0]) if uniform else 0
         at = np.array([v.__array_interface__["data"][0] for v in views], dtype=np.int64)
         low = int(np.argmin(at))
         span = int(max(a + v.nbytes for a, v in zip(at.tolist(), views, strict=True)) - at[low])
@@ -201,15 +207,25 @@ class ArrowColumn(StoreArray):
                 start += step
                 c += 1
 
+    def gather(self, idx: np.ndarray) -> np.ndarray | None:
+        if self._rows_at is None:
+            return None
+        assert self._offsets is not None
+        if self._uniform:
+            chunk = idx // self._uniform
+        else:
+            chunk = np.searchsorted(self.starts, idx, side="right") - 1
+        where = self._offsets[chunk] + idx * self._width
+        gathered = self._rows_at[where]  # indexing, not `take`: that copies the span
+        return gathered.view(self.dtype).reshape(len(idx), *self.shape[1:])
+
     def read_rows(self, rows: np.ndarray) -> np.ndarray:
         if len(self.views) == 1:
             return self.views[0].take(rows, axis=0)
+        gathered = self.gather(rows)
+        if gathered is not None:
+            return gathered
         chunk = np.searchsorted(self.starts, rows, side="right") - 1
-        if self._rows_at is not None:
-            assert self._offsets is not None
-            where = self._offsets[chunk] + rows * self.row_bytes
-            gathered = self._rows_at[where]  # indexing, not `take`: that copies the span
-            return gathered.view(self.dtype).reshape(len(rows), *self.shape[1:])
         out = np.empty((len(rows), *self.shape[1:]), dtype=self.dtype)
         for c in np.unique(chunk):
             at = chunk == c
