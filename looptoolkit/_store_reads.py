@@ -84,9 +84,9 @@ class ChunkCache:
         seg = where[chunk]
         missing = seg < 0
         if missing.any():
-            need = np.unique(chunk[missing])
+            need = _distinct(chunk[missing])
             if self.upcoming is not None:
-                ahead = np.unique(self.upcoming() // unit)
+                ahead = _distinct(self.upcoming() // unit)
                 need = np.union1d(need, ahead[where[ahead] < 0])
             self._read(j, need, np.unique(seg[~missing]))
             seg = where[chunk]
@@ -145,6 +145,13 @@ class ChunkCache:
             mine = chunks[where[chunks] == sid]
             where[mine] = -1
             self.used -= size
+
+
+def _distinct(chunks: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of ``chunks``, whose equal values mostly come in runs."""
+    if len(chunks) > 1:
+        chunks = chunks[np.concatenate(([True], chunks[1:] != chunks[:-1]))]
+    return np.unique(chunks)
 
 
 def sorted_take(leaf: StoreArray, idx: np.ndarray) -> np.ndarray:
