@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import itertools
 import threading
+import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any
 
@@ -238,6 +239,36 @@ def stager_for(rows: Rows, batch_size: int, plan: Plan, depth: int) -> Stager | 
     return get_backend(target.home).stager(leaves, batch_size, target, depth + 1)
 
 
+# A list of batches is handed to the consumer once making its batches took this long
+# (or it holds `block` of them): a hand-off costs tens of microseconds.
+HANDOFF_S = 0.002
+
+
+def _blocks(source: Iterator[Any], block: int) -> Generator[list[Any], None, None]:
+    """Lists of up to ``block`` batches of ``source``; no batch waits for a list to fill.
+
+    The first batch goes alone; after it a list goes as soon as it holds ``block``
+    batches or its batches took ``HANDOFF_S`` to make. A batch that is slow to make
+    (a store's sorted read) goes when it is made; cheap ones (from a chunk cache)
+    go together.
+    """
+    clock = time.perf_counter
+    try:
+        items = list(itertools.islice(source, 1))
+        while items:
+            yield items
+            items = []
+            start = clock()
+            for item in source:
+                items.append(item)
+                if len(items) == block or clock() - start >= HANDOFF_S:
+                    break
+    finally:
+        close = getattr(source, "close", None)
+        if close is not None:
+            close()
+
+
 def prefetched(
     rows: Rows,
     batches: Iterator[np.ndarray],
@@ -249,13 +280,13 @@ def prefetched(
 ) -> Generator[Any, None, None]:
     """Every step in one background thread, up to ``depth`` batches ahead.
 
-    ``block > 1`` (no stager): batches are handed over in lists of ``block``, and
-    the queue holds ``ceil(depth / block)`` of them: a hand-off between threads
-    costs tens of microseconds, more than a batch read from a store's cache.
+    ``block > 1`` (no stager): batches are handed over in lists of up to ``block``
+    (see ``_blocks``), and the queue holds ``ceil(depth / block)`` of them: a hand-off
+    between threads costs tens of microseconds, more than a batch read from a store's
+    cache.
     """
     if stager is None and block > 1:
-        source = inline(rows, batches, progress, plan)
-        blocks = iter(lambda: list(itertools.islice(source, block)), [])
+        blocks = _blocks(inline(rows, batches, progress, plan), block)
         prefetcher = Prefetcher(blocks, -(-depth // block))
         try:
             while True:

@@ -61,7 +61,7 @@ from looptoolkit._pipeline import (
 )
 from looptoolkit._rows import Rows
 from looptoolkit._stats import LoaderStats, timed
-from looptoolkit._store_reads import default_group_size, plan_reads
+from looptoolkit._store_reads import default_group_size, fit_ranks, plan_reads
 from looptoolkit._target import Target
 from looptoolkit.adapters import process_group
 from looptoolkit.device import parse_device
@@ -103,7 +103,9 @@ class Loader:
         data: a pytree (dicts, lists, tuples, namedtuples, dataclasses, TensorDict)
             of NumPy (``np.memmap`` too), torch, JAX or tf arrays sharing the
             leading dimension N. Batches have the same structure and leaf
-            frameworks (a memmap leaf yields in-memory ndarrays). Chunked stores
+            frameworks (a memmap leaf yields in-memory ndarrays; a pass over a
+            memmap whose file was replaced or changed size since the Loader was
+            made raises ``RuntimeError`` naming the file). Chunked stores
             may stand for arrays or containers: zarr arrays and groups, HDF5
             datasets and files, Arrow tables and HF ``datasets.Dataset``s (their
             batches are NumPy; a group, file, table or dataset is a dict; see
@@ -180,7 +182,9 @@ class Loader:
             built-in shuffles; it gets the Loader's sharding, resume and prefetch.
         pad_shards: False: with ``world_size``, each rank gets its own rows of the
             epoch and no padding (ranks' batch counts may differ by one).
-        skip_keys: key names or key paths (as [`to_device`][looptoolkit.to_device]'s)
+        skip_keys: a key name, or a collection of names and key paths (a tuple
+            is a collection of names, ``("meta", "ids")``; a key path is a tuple
+            inside a list, ``[("meta", "ids")]``; as [`to_device`][looptoolkit.to_device]'s)
             whose leaves are gathered like every leaf but not moved, cast or
             transformed: they are held out of ``transform`` and put back in
             place (the transform must then return the batch's structure).
@@ -408,6 +412,7 @@ class Loader:
                     "`resident=True` puts in-memory data on the device; for a store, read it "
                     "first (`np.asarray(array)`) or let the Loader read it a batch at a time."
                 )
+            fit_ranks(store, world_size)
             if group_size is None and normalize_shuffle(shuffle) == "grouped":
                 group_size = default_group_size(store)
         elif cache_bytes is not None:
@@ -432,7 +437,7 @@ class Loader:
                 indices=indices,
                 order_fn=order_fn,
                 pad_shards=pad_shards,
-                chunk_rows=None if store is None else rows.chunk_rows,
+                chunk_rows=None if store is None else store.unit,
             )
         if not self._ragged:
             _probe.check_not_empty(self._order)
@@ -494,6 +499,8 @@ class Loader:
 
     def _bind(self, iterator: LoaderIterator) -> None:
         """Start ``iterator``'s pass at the cursor's epoch and offset."""
+        if self._rows.files:
+            self._rows.files.check()  # a memmap's file cut shorter would crash the reads
         epoch, offset, token = self._cursor.bind()
         schedule = self._order.epoch(epoch, offset)
         first = offset // schedule.global_batch
