@@ -102,9 +102,10 @@ def _ragged_rebuilt(
 
 def ragged_parts(
     data: Any,
-    batch_size: int | None,
+    args: dict[str, Any],
     ragged_args: dict[str, Any],
-    order_args: dict[str, Any],
+    rank: int,
+    world_size: int,
     *,
     tensors: bool,
 ) -> tuple[RaggedItemsDataset, Any, EpochCursor]:
@@ -112,16 +113,17 @@ def ragged_parts(
 
     Args:
         data: the data with its ragged inputs as [`Ragged`][looptoolkit.Ragged] leaves.
-        batch_size: rows per batch, or None with a token budget.
+        args: ``batch_size`` and the epoch order's arguments, as the Loader's ``_args``
+            (``looptoolkit.ragged._loader.setup`` takes them).
         ragged_args: the ragged options, as the Loader takes them.
-        order_args: the epoch order's arguments (and the options the ragged path refuses),
-            as ``looptoolkit.ragged._loader.setup`` takes them.
+        rank: this process's rank, resolved.
+        world_size: the number of ranks, resolved.
         tensors: NumPy arrays of a batch come out as torch tensors.
 
     Raises:
         ValueError: the errors of the Loader's ragged options and plans.
     """
-    rows, order = ragged_setup(data, batch_size, ragged_args, **order_args)
+    rows, order = ragged_setup(data, args, ragged_args, rank, world_size)
     cursor = EpochCursor()
     if isinstance(order, UnitOrder):
         # Planned batches: their count is the epoch's. A partial of `getattr` pickles and

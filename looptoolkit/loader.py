@@ -379,34 +379,11 @@ class Loader:
             check_unused(ragged_args, batch_size)
             rows = Rows(data)
         else:
-            refused = {"resident": resident, "return_mask": return_mask, "cache_bytes": cache_bytes}
-            sampling = {
-                "weights": weights,
-                "replacement": replacement,
-                "num_samples": num_samples,
-                "indices": indices,
-                "order_fn": order_fn,
-            }
-            rows, self._order = ragged_setup(
-                ragged,
-                batch_size,
-                ragged_args,
-                shuffle=shuffle,
-                seed=seed,
-                group_size=group_size,
-                run_size=run_size,
-                rank=rank,
-                world_size=world_size,
-                drop_last=drop_last,
-                sampling=sampling,
-                pad_shards=pad_shards,
-                refused=refused,
-            )
+            # The Loader's arguments (`_args`) say the order; rank and world size are resolved.
+            rows, self._order = ragged_setup(ragged, self._args, ragged_args, rank, world_size)
         self._expanded = rows.data  # store objects as StoreArrays: what pickles
         store = rows.store
-        if self._ragged:
-            pass
-        elif store is not None:
+        if store is not None:
             if resident:
                 raise ValueError(
                     "`resident=True` puts in-memory data on the device; for a store, read it "

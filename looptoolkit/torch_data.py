@@ -483,28 +483,29 @@ def make_dataloader(
     }
     ragged = find_ragged(data)
     if ragged is not None:
+        args = {
+            "batch_size": batch_size,
+            "shuffle": shuffle,
+            "seed": seed,
+            "group_size": group_size,
+            "run_size": run_size,
+            "drop_last": drop_last,
+            "weights": weights,
+            "replacement": replacement,
+            "num_samples": num_samples,
+            "indices": indices,
+            "order_fn": order_fn,
+            "pad_shards": pad_shards,
+            "cache_bytes": cache_bytes,
+            "resident": False,
+            "return_mask": False,
+        }
         items, order, cursor = ragged_parts(
             ragged,
-            batch_size,
+            args,
             ragged_args,
-            {
-                "shuffle": shuffle,
-                "seed": seed,
-                "group_size": group_size,
-                "run_size": run_size,
-                "rank": rank,
-                "world_size": world_size,
-                "drop_last": drop_last,
-                "sampling": {
-                    "weights": weights,
-                    "replacement": replacement,
-                    "num_samples": num_samples,
-                    "indices": indices,
-                    "order_fn": order_fn,
-                },
-                "pad_shards": pad_shards,
-                "refused": {"cache_bytes": cache_bytes},
-            },
+            rank,
+            world_size,
             tensors=tensors,
         )
         return EpochDataLoader(

@@ -72,9 +72,17 @@ def test_object_array_of_arrays_is_ragged_never_objects():
     assert tokens_of(lt.Loader({"ids": obj}, 3, shuffle=False), "ids") == expected()
 
 
-def test_object_array_of_other_objects_is_refused():
-    with pytest.raises(TypeError, match="object array"):
-        lt.Loader({"s": np.array(["a", "bb", None], dtype=object)}, 2)
+def test_object_array_mixing_arrays_and_objects_is_refused():
+    mixed = np.empty(3, dtype=object)
+    mixed[:] = [np.arange(2), "text", np.arange(3)]
+    with pytest.raises(TypeError, match="holds arrays and other objects"):
+        lt.Loader({"s": mixed}, 2)
+
+
+def test_object_array_of_python_objects_stays_a_column_of_objects():
+    names = np.array(["a", "bb", None], dtype=object)
+    batch = next(iter(lt.Loader({"s": names}, 3, shuffle=False)))
+    assert batch["s"].tolist() == ["a", "bb", None]
 
 
 def test_arrow_list_columns_and_hf_datasets():

@@ -23,6 +23,7 @@ import optree
 
 from looptoolkit import _probe
 from looptoolkit import tree as _tree
+from looptoolkit._mapped import MappedFiles
 from looptoolkit._rows import Rows
 from looptoolkit.adapters._wrap import from_host
 from looptoolkit.order import Order, normalize_shuffle
@@ -82,6 +83,9 @@ class RaggedRows:
                 )
         self.store = None
         self.chunk_rows = None
+        # The files of memmap values and leaves, checked at the start of each pass.
+        mapped = [x.values if isinstance(x, Ragged) else x for x in leaves]
+        self.files = MappedFiles(mapped, lambda: paths)
         self.backends = sorted(
             {x.backend for _, x in self.ragged}
             | ({b for b in self.fixed.backends} if self.fixed else set())
@@ -295,35 +299,36 @@ def ragged_probe(
 
 
 def setup(
-    data: Any,
-    batch_size: int | None,
-    ragged_args: dict[str, Any],
-    *,
-    shuffle: Any,
-    seed: int,
-    group_size: int | None,
-    run_size: int,
-    rank: int,
-    world_size: int,
-    drop_last: bool,
-    sampling: dict[str, Any],
-    pad_shards: bool,
-    refused: dict[str, Any],
+    data: Any, args: dict[str, Any], ragged_args: dict[str, Any], rank: int, world_size: int
 ) -> tuple[RaggedRows, Order | UnitOrder]:
     """The rows and the epoch order of ``data`` with ragged leaves.
+
+    Args:
+        data: the data, its ragged inputs as [`Ragged`][looptoolkit.Ragged] leaves.
+        args: the Loader's arguments (``batch_size``, the order's options, ...).
+        ragged_args: the ragged options.
+        rank: this process's rank, resolved.
+        world_size: the number of ranks, resolved.
 
     Raises:
         ValueError: as [`options`][looptoolkit.ragged._options.options] and
             [`RaggedRows`][looptoolkit.ragged._loader.RaggedRows]; ``pad_shards=False`` with
-            planned batches; an epoch without batches; an option in ``refused`` given (a
-            Loader option the ragged path does not offer).
+            planned batches; an epoch without batches; a Loader option the ragged path does
+            not offer (``resident``, ``return_mask``, ``cache_bytes``).
     """
-    for name, value in refused.items():
+    for name in ("resident", "return_mask", "cache_bytes"):
+        value = args[name]
         if value is not None and value is not False:
             raise ValueError(
                 f"`{name}` is not offered with ragged leaves (batches are laid out on the host, "
                 "then moved by `device=`)."
             )
+    batch_size, shuffle, drop_last = args["batch_size"], args["shuffle"], args["drop_last"]
+    pad_shards = args["pad_shards"]
+    sampling = {
+        k: args[k] for k in ("weights", "replacement", "num_samples", "indices", "order_fn")
+    }
+    common = {"seed": args["seed"], "group_size": args["group_size"], "run_size": args["run_size"]}
     opts = options(batch_size, **ragged_args)
     rows = RaggedRows(data, opts)
     normalize_shuffle(shuffle)
@@ -333,9 +338,7 @@ def setup(
             rows.n,
             opts.batch_size,
             shuffle=shuffle,
-            seed=seed,
-            group_size=group_size,
-            run_size=run_size,
+            **common,
             rank=rank,
             world_size=world_size,
             drop_last=drop_last,
@@ -349,9 +352,7 @@ def setup(
             "`pad_shards=False` is not offered with planned batches (`batch_tokens`, "
             '`group_by_length`, `layout="pack"` or `"fit"`): ranks get whole batches in turn.'
         )
-    docs = Order(
-        rows.n, 1, shuffle=shuffle, seed=seed, group_size=group_size, run_size=run_size, **sampling
-    )
+    docs = Order(rows.n, 1, shuffle=shuffle, **common, **sampling)
     planned = UnitOrder(rows.lengths, rows.padded, opts, docs, rank, world_size, drop_last)
     if len(planned) == 0:
         raise ValueError(
