@@ -36,7 +36,7 @@ import numpy as np
 from looptoolkit._prefetch import Stopped, stopping
 from looptoolkit._sources import chunk_shards
 from looptoolkit.adapters import gather_rows
-from looptoolkit.order import DEFAULT_GROUP_SIZE
+from looptoolkit.order import DEFAULT_GROUP_SIZE, Order, normalize_shuffle
 from looptoolkit.stores import StoreArray
 
 __all__ = ["ChunkCache", "StoreReads"]
@@ -423,3 +423,34 @@ def plan_reads(store: StoreReads, order: Any, cache_bytes: int | None) -> None:
     # A block within a group's rows touches at most two groups' chunks: what the cache holds.
     block = block_batches(sum(leaf.row_bytes for leaf in store.leaves), order.batch_size)
     store.block = max(1, min(block, group // order.batch_size))
+
+
+ORDER_ARGS = (
+    "shuffle", "seed", "group_size", "run_size", "drop_last", "weights", "replacement",
+    "num_samples", "indices", "order_fn", "pad_shards",
+)  # fmt: skip
+
+
+def loader_order(
+    n: int, batch_size: int, args: dict[str, Any], rank: int, world_size: int, store: Any
+) -> Order:
+    """The epoch order of a Loader (or ``make_dataloader``) over ``n`` rows.
+
+    Args:
+        n: rows of the data.
+        batch_size: rows per batch.
+        args: the order's options by name (``ORDER_ARGS``), as the Loader's ``_args`` holds them.
+        rank: this process's rank, resolved.
+        world_size: the number of ranks, resolved.
+        store: the data's [`StoreReads`][looptoolkit._store_reads.StoreReads], or None: its
+            blocks are fitted to the ranks, its grouped order takes whole chunks (default
+            group size: ``default_group_size``).
+    """
+    options = {k: args[k] for k in ORDER_ARGS}
+    if store is not None:
+        fit_ranks(store, world_size)
+        grouped = normalize_shuffle(options["shuffle"]) == "grouped"
+        if options["group_size"] is None and grouped:
+            options["group_size"] = default_group_size(store)
+    chunk_rows = None if store is None else store.unit
+    return Order(n, batch_size, rank=rank, world_size=world_size, chunk_rows=chunk_rows, **options)

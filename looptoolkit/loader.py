@@ -61,11 +61,11 @@ from looptoolkit._pipeline import (
 )
 from looptoolkit._rows import Rows
 from looptoolkit._stats import LoaderStats, timed
-from looptoolkit._store_reads import default_group_size, fit_ranks, plan_reads
+from looptoolkit._store_reads import loader_order, plan_reads
 from looptoolkit._target import Target
 from looptoolkit.adapters import process_group
 from looptoolkit.device import parse_device
-from looptoolkit.order import Order, normalize_shuffle, resolve_rank
+from looptoolkit.order import normalize_shuffle, resolve_rank
 from looptoolkit.ragged._column import find_ragged
 from looptoolkit.ragged._loader import ragged_probe
 from looptoolkit.ragged._loader import setup as ragged_setup
@@ -389,33 +389,13 @@ class Loader:
                     "`resident=True` puts in-memory data on the device; for a store, read it "
                     "first (`np.asarray(array)`) or let the Loader read it a batch at a time."
                 )
-            fit_ranks(store, world_size)
-            if group_size is None and normalize_shuffle(shuffle) == "grouped":
-                group_size = default_group_size(store)
         elif cache_bytes is not None:
             raise ValueError(
                 "`cache_bytes` sizes the chunk cache of store data (zarr, HDF5, Arrow)."
             )
         if not self._ragged:
             assert batch_size is not None  # checked with the ragged options
-            self._order = Order(
-                rows.n,
-                batch_size,
-                shuffle=shuffle,
-                seed=seed,
-                group_size=group_size,
-                run_size=run_size,
-                rank=rank,
-                world_size=world_size,
-                drop_last=drop_last,
-                weights=weights,
-                replacement=replacement,
-                num_samples=num_samples,
-                indices=indices,
-                order_fn=order_fn,
-                pad_shards=pad_shards,
-                chunk_rows=None if store is None else store.unit,
-            )
+            self._order = loader_order(rows.n, batch_size, self._args, rank, world_size, store)
         if not self._ragged:
             _probe.check_not_empty(self._order)
         if store is not None:

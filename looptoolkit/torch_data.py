@@ -23,10 +23,10 @@ import torch.utils.data
 from looptoolkit._epochs import EpochCursor, EpochSampler, parse_state, position, state_of
 from looptoolkit._probe import check_not_empty
 from looptoolkit._rows import Rows
-from looptoolkit._store_reads import default_group_size, plan_reads
+from looptoolkit._store_reads import loader_order, plan_reads
 from looptoolkit._torch_ragged import as_tensor, ragged_parts
 from looptoolkit.adapters import process_group
-from looptoolkit.order import Order, normalize_shuffle, resolve_rank
+from looptoolkit.order import Order, resolve_rank
 from looptoolkit.ragged._column import find_ragged
 from looptoolkit.ragged._hf import hf_inputs
 from looptoolkit.ragged._options import check_unused
@@ -481,25 +481,25 @@ def make_dataloader(
         "max_segments": max_segments,
         "long_rows": long_rows,
     }
+    args = {
+        "batch_size": batch_size,
+        "shuffle": shuffle,
+        "seed": seed,
+        "group_size": group_size,
+        "run_size": run_size,
+        "drop_last": drop_last,
+        "weights": weights,
+        "replacement": replacement,
+        "num_samples": num_samples,
+        "indices": indices,
+        "order_fn": order_fn,
+        "pad_shards": pad_shards,
+        "cache_bytes": cache_bytes,
+        "resident": False,
+        "return_mask": False,
+    }
     ragged = find_ragged(data)
     if ragged is not None:
-        args = {
-            "batch_size": batch_size,
-            "shuffle": shuffle,
-            "seed": seed,
-            "group_size": group_size,
-            "run_size": run_size,
-            "drop_last": drop_last,
-            "weights": weights,
-            "replacement": replacement,
-            "num_samples": num_samples,
-            "indices": indices,
-            "order_fn": order_fn,
-            "pad_shards": pad_shards,
-            "cache_bytes": cache_bytes,
-            "resident": False,
-            "return_mask": False,
-        }
         items, order, cursor = ragged_parts(
             ragged,
             args,
@@ -519,26 +519,7 @@ def make_dataloader(
     assert batch_size is not None  # checked with the ragged options
     dataset = GetItemsDataset(data, tensors=tensors)
     store = dataset._rows.store
-    if store is not None and group_size is None and normalize_shuffle(shuffle) == "grouped":
-        group_size = default_group_size(store)
-    order = Order(
-        len(dataset),
-        batch_size,
-        shuffle=shuffle,
-        seed=seed,
-        group_size=group_size,
-        run_size=run_size,
-        rank=rank,
-        world_size=world_size,
-        drop_last=drop_last,
-        weights=weights,
-        replacement=replacement,
-        num_samples=num_samples,
-        indices=indices,
-        order_fn=order_fn,
-        pad_shards=pad_shards,
-        chunk_rows=None if store is None else dataset._rows.chunk_rows,
-    )
+    order = loader_order(len(dataset), batch_size, args, rank, world_size, store)
     check_not_empty(order)
     if store is not None:
         plan_reads(store, order, cache_bytes)

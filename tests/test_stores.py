@@ -437,8 +437,9 @@ def test_unreadable_dtypes_and_columns(tmp_path):
         Loader({"s": strings}, 2)
     with pytest.raises(TypeError, match="string"):
         Loader(pa.table({"s": ["a", "b"]}), 1)
-    with pytest.raises(ValueError, match="different lengths"):
-        Loader(pa.table({"v": [[1.0], [1.0, 2.0]]}), 1)
+    # A list column of different lengths is a ragged column (docs/ragged.md).
+    batch = next(iter(Loader(pa.table({"v": [[1.0], [1.0, 2.0]]}), 2, shuffle=False)))
+    assert batch["v"].values.tolist() == [[1.0, 0.0], [1.0, 2.0]]
     with pytest.raises(ValueError, match="missing values"):
         Loader(pa.table({"v": [1.0, None]}), 1)
 
@@ -569,3 +570,18 @@ def test_epoch_memory_within_cache_and_batches_in_flight(tmp_path, fmt):
     bound = store.cache_bytes + in_flight + order
     assert peak <= bound, (peak, store.cache_bytes, in_flight, order)
     assert store.cache_bytes < x.nbytes  # the cache holds a part of the data
+
+
+def test_make_dataloader_fits_a_small_chunkless_store_to_the_ranks():
+    pytest.importorskip("torch")
+    from looptoolkit import make_dataloader
+
+    table = pa.table({"x": np.arange(50, dtype=np.int64)})
+    seen = []
+    counts = set()
+    for rank in range(3):
+        dl = make_dataloader(table, 4, shuffle="grouped", rank=rank, world_size=3, drop_last=True)
+        batches = [b["x"].tolist() for b in dl]
+        counts.add(len(batches))
+        seen += [x for b in batches for x in b]
+    assert len(counts) == 1 and len(seen) == len(set(seen))

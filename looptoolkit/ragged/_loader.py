@@ -25,8 +25,9 @@ from looptoolkit import _probe
 from looptoolkit import tree as _tree
 from looptoolkit._mapped import MappedFiles
 from looptoolkit._rows import Rows
+from looptoolkit._store_reads import loader_order
 from looptoolkit.adapters._wrap import from_host
-from looptoolkit.order import Order, normalize_shuffle
+from looptoolkit.order import Order
 from looptoolkit.ragged._column import Ragged
 from looptoolkit.ragged._layouts import (
     flat_batch,
@@ -323,37 +324,21 @@ def setup(
                 f"`{name}` is not offered with ragged leaves (batches are laid out on the host, "
                 "then moved by `device=`)."
             )
-    batch_size, shuffle, drop_last = args["batch_size"], args["shuffle"], args["drop_last"]
-    pad_shards = args["pad_shards"]
-    sampling = {
-        k: args[k] for k in ("weights", "replacement", "num_samples", "indices", "order_fn")
-    }
-    common = {"seed": args["seed"], "group_size": args["group_size"], "run_size": args["run_size"]}
-    opts = options(batch_size, **ragged_args)
+    opts = options(args["batch_size"], **ragged_args)
     rows = RaggedRows(data, opts)
-    normalize_shuffle(shuffle)
     if not opts.units:
         assert opts.batch_size is not None
-        order = Order(
-            rows.n,
-            opts.batch_size,
-            shuffle=shuffle,
-            **common,
-            rank=rank,
-            world_size=world_size,
-            drop_last=drop_last,
-            pad_shards=pad_shards,
-            **sampling,
-        )
+        order = loader_order(rows.n, opts.batch_size, args, rank, world_size, None)
         _probe.check_not_empty(order)
         return rows, order
-    if not pad_shards:
+    if not args["pad_shards"]:
         raise ValueError(
             "`pad_shards=False` is not offered with planned batches (`batch_tokens`, "
             '`group_by_length`, `layout="pack"` or `"fit"`): ranks get whole batches in turn.'
         )
-    docs = Order(rows.n, 1, shuffle=shuffle, **common, **sampling)
-    planned = UnitOrder(rows.lengths, rows.padded, opts, docs, rank, world_size, drop_last)
+    # The epoch's order of the rows, on one rank: the plan deals whole batches to the ranks.
+    docs = loader_order(rows.n, 1, {**args, "drop_last": False}, 0, 1, None)
+    planned = UnitOrder(rows.lengths, rows.padded, opts, docs, rank, world_size, args["drop_last"])
     if len(planned) == 0:
         raise ValueError(
             f"`drop_last=True` leaves rank {rank} of {world_size} no batch of epoch 0."
