@@ -35,7 +35,7 @@ def test_quick_run_writes_json_markdown_and_chart(quick_run):
         assert (out / name).stat().st_size > 0, name
     # On the CPU the transfer-by-batch-size section is left out: both paths are the host cast.
     assert not (out / "compare-cpu-transfer.png").exists() and "transfer" not in run.extras
-    assert [g.name for g in run.groups] == ["index", "tabular", "images"]
+    assert [g.name for g in run.groups] == ["index", "tabular", "images", "tokens"]
     assert run.command.startswith("looptoolkit compare --quick")
     assert {g.baseline for g in run.groups} == {BASELINE} and BASELINE == "numpy-take"
     markdown = (out / "compare-cpu.md").read_text()

@@ -121,8 +121,8 @@ def budget_ends(sorted_lengths: np.ndarray, budget: int) -> np.ndarray:
     """Greedy batch ends over ascending lengths: as many documents as ``count * longest <= budget``.
 
     Examples:
-        >>> budget_ends(np.array([2, 2, 3, 5, 8]), 8).tolist()
-        [2, 4, 5]
+        >>> budget_ends(np.array([2, 2, 3, 5, 8]), 10).tolist()
+        [3, 4, 5]
     """
     ends, start, n = [], 0, len(sorted_lengths)
     while start < n:
@@ -151,7 +151,7 @@ def plan(
 
     Examples:
         >>> [b.tolist() for b in plan("pad", np.ones(5, int), s=Settings(batch=2))]
-        [[4, 1], [2, 3], [0]]
+        [[2, 4], [3, 0], [1]]
     """
     if batching in ("pad", "flat"):
         return split_batches(_permutation(len(lengths), seed, epoch), s.batch)
