@@ -67,8 +67,11 @@ def _reference(batching: str, data: dict[str, np.ndarray], s: Settings, epoch: i
                 pad = s.seq_len - len(row)
                 rows.append((row + [0] * pad, segs + [0] * pad, poss + [0] * pad))
             values, segs, poss = (np.array([r[k] for r in rows]) for k in range(3))
-            cuts = [i for i, (a, b) in enumerate(zip(segs.reshape(-1), [-1, *segs.reshape(-1)]))
-                    if a > 0 and (a != b or i % s.seq_len == 0)]
+            cuts = [
+                i
+                for i, (a, b) in enumerate(zip(segs.reshape(-1), [-1, *segs.reshape(-1)]))
+                if a > 0 and (a != b or i % s.seq_len == 0)
+            ]
             real = int((segs > 0).sum())
             sizes = np.diff([*cuts, real])
             out.append(PackedBatch(values, segs, poss, np.array([*cuts, real]), int(max(sizes))))
@@ -161,7 +164,9 @@ def _check(batching: str, batches: list, data) -> object:
     w = make_workload("tokens", quick=True)
     w.data = data
     v = Variant("x", "numpy", "", lambda _: [], None, batching=batching)
-    return check_documents(v, EpochPipeline(lambda e: iter(batches), len(batches)), Context(w, data, "cpu"))
+    return check_documents(
+        v, EpochPipeline(lambda e: iter(batches), len(batches)), Context(w, data, "cpu")
+    )
 
 
 @pytest.mark.parametrize("batching", LAYOUTS)
@@ -170,7 +175,9 @@ def test_the_check_passes_the_hand_loops_and_fails_broken_batches(batching):
     good = list(hand_loop(data, 0, batching=batching, how="copy"))
     assert _check(batching, good, data).ok
     dropped = _check(batching, good[:-1], data)
-    assert not dropped.ok and ("never appeared" in dropped.detail or "ends inside" in dropped.detail)
+    assert not dropped.ok and (
+        "never appeared" in dropped.detail or "ends inside" in dropped.detail
+    )
     first = good[0]
     values = np.array(first.values, copy=True)
     values.reshape(-1)[3] += 1  # a token changed
@@ -211,7 +218,13 @@ def test_a_quick_tokens_run_checks_and_times_every_row(tokens_run):
     group = tokens_run.group("tokens")
     names = {r.name for r in group.rows}
     floors = {f"floor-{b}-{how}" for b in LAYOUTS for how in ("copy", "take")}
-    loaders = {"loader-pad", "loader-pad-grouped", "loader-pad-budget", "loader-pack", "loader-flat"}
+    loaders = {
+        "loader-pad",
+        "loader-pad-grouped",
+        "loader-pad-budget",
+        "loader-pack",
+        "loader-flat",
+    }
     assert floors | loaders <= names
     for row in group.rows:
         assert row.status == "ok" and row.timed, (row.name, row.detail)

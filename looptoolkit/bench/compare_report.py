@@ -162,7 +162,8 @@ def plot(run: Run, out: str | Path, stem: str) -> list[Path]:
     """Write ``<stem>.png``: a panel per workload, a bar per variant (needs matplotlib)."""
     lines = {"floor-memcpy": ":", "floor-seq-take": "-."}
     legend = [*BACKEND_COLORS.items(), ("floor", FLOOR_COLOR)]
-    footer = "Bars past 4x the best manual loop are cut (hatched, '>'); * timed on the first "
+    footer = "Bars past 4x the best manual loop (tokens: 4x its floor) are cut (hatched, '>'); "
+    footer += "* timed on the first "
     footer += "batches of each epoch and scaled."
     path = render.plot(run, Path(out) / f"{stem}.png", lines=lines, legend=legend, footer=footer)
     return [path] if path else []

@@ -169,6 +169,9 @@ def plot(
     """A panel per group, a bar per timed row; lines: the baseline, ``lines`` (name -> style)."""
     epochs, panels = run.settings.get("project_epochs"), []
     for g in (g for g in run.groups if g.timed()):
+        if g.baseline is None and all(r.floor for r in g.rows):
+            panels.append(_floor_panel(g, color))
+            continue
         (scale, unit), timed, bars = _scale(g), g.timed(), []
         for r, before in zip(timed.values(), [None, *timed.values()], strict=False):
             note = f"{fmt_ms(r.median_s * scale):>6} {unit} {g.ratio(r) or 0:5.2f}x"
@@ -191,6 +194,25 @@ def plot(
         panels.append(Panel(g.title, bars, xlabel, marks, clip))
     title = f"looptoolkit {run.suite}, {run.device}"
     return bar_chart(panels, path, title=title, legend=legend, footer=footer) if panels else None
+
+
+def _floor_panel(g: Group, color: Callable[[Row], str]) -> Panel:
+    """A group whose rows each have their own floor: each bar its ratio to that floor."""
+    bars, timed = [], list(g.timed().values())
+    tokens = g.info.get("tokens")
+    for r, before in zip(timed, [None, *timed], strict=False):
+        ratio = g.ratio(r, r.floor) or 0.0
+        note = f"{ratio:6.2f}x  {fmt_ms(r.median_s * 1e3):>6} ms"
+        note += f"  {fmt_ms(r.median_s * 1e9 / tokens)} ms/Mtok" if tokens else ""
+        if "padding_efficiency" in r.extra:
+            note += f"  eff {r.extra['padding_efficiency']:.2f}"
+        bar = Bar(r.name + " *" * bool(r.bounded), ratio, note, color(r))
+        bar.hatch = ".." if r.name.startswith("floor-") else None
+        bar.gap_before = before is not None and r.backend != before.backend
+        bar.bold = r.name.startswith("loader-")
+        bars.append(bar)
+    xlabel = "times its floor, the fastest hand loop of the same batches (lower is better)"
+    return Panel(g.title, bars, xlabel, [Line(1.0, "floor", "-")], 4.0)
 
 
 def side_by_side(
