@@ -3,6 +3,8 @@ its plans, its content check, and a quick run in which every row is checked and 
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -15,8 +17,6 @@ from looptoolkit.bench.variants import Context, Variant
 from looptoolkit.bench.variants.epochs import EpochPipeline
 from looptoolkit.bench.variants.tokens import (
     LAYOUTS,
-    SETTINGS,
-    Corpus,
     FlatBatch,
     PackedBatch,
     PaddedBatch,
@@ -40,7 +40,7 @@ def _corpus(seed: int, n: int, longest: int = 60) -> dict[str, np.ndarray]:
 
 def _docs(data: dict[str, np.ndarray]) -> list[list[int]]:
     o = data["offsets"].tolist()
-    return [data["values"][a:b].tolist() for a, b in zip(o[:-1], o[1:], strict=True)]
+    return [data["values"][a:b].tolist() for a, b in itertools.pairwise(o)]
 
 
 def _reference(batching: str, data: dict[str, np.ndarray], s: Settings, epoch: int) -> list:
@@ -69,7 +69,9 @@ def _reference(batching: str, data: dict[str, np.ndarray], s: Settings, epoch: i
             values, segs, poss = (np.array([r[k] for r in rows]) for k in range(3))
             cuts = [
                 i
-                for i, (a, b) in enumerate(zip(segs.reshape(-1), [-1, *segs.reshape(-1)]))
+                for i, (a, b) in enumerate(
+                    zip(segs.reshape(-1), [-1, *segs.reshape(-1)][:-1], strict=True)
+                )
                 if a > 0 and (a != b or i % s.seq_len == 0)
             ]
             real = int((segs > 0).sum())
