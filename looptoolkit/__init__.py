@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from looptoolkit._records import stack_records
     from looptoolkit.loader import Loader, LoaderStats
     from looptoolkit.order import Order
+    from looptoolkit.ragged import Flat, Packed, Padded, Ragged
     from looptoolkit.tf_data import loader_dataset
     from looptoolkit.torch_data import GetItemsDataset, keep_batch, make_dataloader
     from looptoolkit.transforms import normalize
@@ -36,10 +37,14 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ContainerRebuildWarning",
+    "Flat",
     "GetItemsDataset",
     "Loader",
     "LoaderStats",
     "Order",
+    "Packed",
+    "Padded",
+    "Ragged",
     "TransferError",
     "__version__",
     "keep_batch",
@@ -55,6 +60,10 @@ _LAZY = {
     "Loader": "looptoolkit.loader",
     "LoaderStats": "looptoolkit.loader",
     "Order": "looptoolkit.order",
+    "Ragged": "looptoolkit.ragged",
+    "Padded": "looptoolkit.ragged",
+    "Flat": "looptoolkit.ragged",
+    "Packed": "looptoolkit.ragged",
     "GetItemsDataset": "looptoolkit.torch_data",
     "keep_batch": "looptoolkit.torch_data",
     "make_dataloader": "looptoolkit.torch_data",

@@ -221,11 +221,12 @@ LENGTH_KEY = "length"
 FINGERPRINT_KEY = "fingerprint"
 PAD_SHARDS_KEY = "pad_shards"
 CHUNK_ROWS_KEY = "chunk_rows"  # rows per chunk of a store's grouped order; None otherwise
+PLAN_KEY = "plan"  # the options of planned ragged batches (layout, budget, ...); absent otherwise
 
 
 def state_of(order: Order, epoch: int, offset: int) -> dict[str, Any]:
     """The resumable state of a pass at ``(epoch, offset)`` of ``order``: plain ints and strs."""
-    return {
+    state = {
         VERSION_KEY: STATE_VERSION,
         EPOCH_KEY: int(epoch),
         OFFSET_KEY: int(offset),
@@ -242,6 +243,10 @@ def state_of(order: Order, epoch: int, offset: int) -> dict[str, Any]:
         PAD_SHARDS_KEY: order.pad_shards,
         CHUNK_ROWS_KEY: order.chunk_rows,
     }
+    plan = getattr(order, "plan_params", None)
+    if plan is not None:  # planned ragged batches: offsets count batches of this plan
+        state[PLAN_KEY] = dict(plan)
+    return state
 
 
 def parse_state(order: Order, state: dict[str, Any]) -> tuple[int, int]:
@@ -281,6 +286,9 @@ def parse_state(order: Order, state: dict[str, Any]) -> tuple[int, int]:
     saved.setdefault(LENGTH_KEY, order.n)
     saved.setdefault(FINGERPRINT_KEY, None)
     saved.setdefault(PAD_SHARDS_KEY, True)
+    plan = getattr(order, "plan_params", None)
+    if plan is not None or state.get(PLAN_KEY) is not None:
+        mine[PLAN_KEY] = plan
     if order.chunk_rows is not None:  # ranks own whole chunks: the order depends on them
         mine[WORLD_SIZE_KEY] = order.world_size
     if order.shuffle == "grouped":

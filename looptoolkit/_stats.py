@@ -25,6 +25,13 @@ class LoaderStats:
         wait_s: seconds the loop spent waiting for the next batch (inside ``next``).
         step_s: seconds between handing out a batch and being asked for the next
             one: the user's step.
+        tokens: with ragged leaves, the real elements of the batches built (the first
+            ragged leaf's); 0 otherwise.
+        token_slots: the elements those batches hold, padding included.
+        rows: the rows those batches hold (documents for ``"pad"``/``"flat"``, packed rows
+            for ``"pack"``/``"fit"``).
+        truncated_tokens: elements cut off by ``long_rows="truncate"``.
+        built: batches built with ragged leaves (prefetched ones included).
 
     Examples:
         >>> import numpy as np
@@ -36,12 +43,19 @@ class LoaderStats:
         (2, True)
     """
 
-    __slots__ = ("batches", "step_s", "wait_s")
+    __slots__ = (
+        "batches",
+        "built",
+        "rows",
+        "step_s",
+        "token_slots",
+        "tokens",
+        "truncated_tokens",
+        "wait_s",
+    )
 
     def __init__(self) -> None:
-        self.batches = 0
-        self.wait_s = 0.0
-        self.step_s = 0.0
+        self.reset()
 
     @property
     def data_wait_fraction(self) -> float:
@@ -53,25 +67,63 @@ class LoaderStats:
         total = self.wait_s + self.step_s
         return self.wait_s / total if total > 0 else 0.0
 
+    @property
+    def padding_efficiency(self) -> float:
+        """Real elements over the elements the batches hold (1.0: no padding; ragged leaves)."""
+        return self.tokens / self.token_slots if self.token_slots else 1.0
+
+    @property
+    def rows_per_batch(self) -> float:
+        """Mean rows per batch built (ragged leaves; 0 when none was built)."""
+        return self.rows / self.built if self.built else 0.0
+
+    def add_tokens(self, tokens: int, slots: int, rows: int, truncated: int) -> None:
+        """Count one ragged batch: its real elements, its elements with padding, its rows."""
+        self.tokens += tokens
+        self.token_slots += slots
+        self.rows += rows
+        self.truncated_tokens += truncated
+        self.built += 1
+
     def reset(self) -> None:
         """Start counting again from zero."""
         self.batches = 0
         self.wait_s = 0.0
         self.step_s = 0.0
+        self.tokens = 0
+        self.token_slots = 0
+        self.rows = 0
+        self.truncated_tokens = 0
+        self.built = 0
 
     def as_dict(self) -> dict[str, float]:
-        """The counters and the data-wait fraction as a dict."""
-        return {
+        """The counters and the data-wait fraction as a dict (the token counts with ragged data)."""
+        out: dict[str, float] = {
             "batches": self.batches,
             "wait_s": self.wait_s,
             "step_s": self.step_s,
             "data_wait_fraction": self.data_wait_fraction,
         }
+        if self.built:
+            out.update(
+                tokens=self.tokens,
+                token_slots=self.token_slots,
+                truncated_tokens=self.truncated_tokens,
+                padding_efficiency=self.padding_efficiency,
+                rows_per_batch=self.rows_per_batch,
+            )
+        return out
 
     def __repr__(self) -> str:
+        tokens = (
+            f", padding_efficiency={self.padding_efficiency:.3f}, "
+            f"rows_per_batch={self.rows_per_batch:.1f}, truncated_tokens={self.truncated_tokens}"
+            if self.built
+            else ""
+        )
         return (
             f"LoaderStats(batches={self.batches}, wait_s={self.wait_s:.6f}, "
-            f"step_s={self.step_s:.6f}, data_wait_fraction={self.data_wait_fraction:.3f})"
+            f"step_s={self.step_s:.6f}, data_wait_fraction={self.data_wait_fraction:.3f}{tokens})"
         )
 
 

@@ -52,6 +52,10 @@ from looptoolkit._pipeline import (
     with_masks,
 )
 from looptoolkit._rows import Rows
+from looptoolkit.ragged._column import find_ragged
+from looptoolkit.ragged._loader import UnitOrder, ragged_probe
+from looptoolkit.ragged._loader import options as ragged_options
+from looptoolkit.ragged._loader import setup as ragged_setup
 from looptoolkit._stats import LoaderStats, timed
 from looptoolkit._store_reads import default_group_size, plan_reads
 from looptoolkit._target import Target
@@ -130,6 +134,29 @@ class LoaderIterator:
 
 
 _UNSTARTED: Iterator[Any] = iter(())  # the source of a pass not bound yet
+# The ragged options' defaults: an option given otherwise needs ragged leaves.
+_RAGGED_DEFAULTS: dict[str, Any] = {
+    "layout": None,
+    "pad_value": None,
+    "pad_to_multiple_of": None,
+    "buckets": None,
+    "seq_len": None,
+    "batch_tokens": None,
+    "group_by_length": False,
+    "max_segments": None,
+    "long_rows": "error",
+}
+
+
+def _ragged_given(args: dict[str, Any]) -> list[str]:
+    """The ragged options given other values than their defaults."""
+    given = []
+    for key, value in args.items():
+        default = _RAGGED_DEFAULTS[key]
+        same = value is default or (type(value) is type(default) and value == default)
+        if not same:
+            given.append(key)
+    return given
 _CLOSED: Iterator[Any] = iter(())  # the source of a closed or finished pass
 
 
@@ -288,7 +315,7 @@ class Loader:
     def __init__(
         self,
         data: Any,
-        batch_size: int,
+        batch_size: int | None = None,
         *,
         shuffle: bool | str = True,
         seed: int = 0,
@@ -314,7 +341,27 @@ class Loader:
         pad_shards: bool = True,
         skip_keys: Any = None,
         cache_bytes: int | None = None,
+        layout: str | None = None,
+        pad_value: Any = None,
+        pad_to_multiple_of: int | None = None,
+        buckets: Any = None,
+        seq_len: int | None = None,
+        batch_tokens: int | None = None,
+        group_by_length: bool = False,
+        max_segments: int | None = None,
+        long_rows: str = "error",
     ) -> None:
+        ragged_args = {
+            "layout": layout,
+            "pad_value": pad_value,
+            "pad_to_multiple_of": pad_to_multiple_of,
+            "buckets": buckets,
+            "seq_len": seq_len,
+            "batch_tokens": batch_tokens,
+            "group_by_length": group_by_length,
+            "max_segments": max_segments,
+            "long_rows": long_rows,
+        }
         self._args = {
             "batch_size": batch_size,
             "shuffle": shuffle,
@@ -341,6 +388,7 @@ class Loader:
             "pad_shards": pad_shards,
             "skip_keys": skip_keys,
             "cache_bytes": cache_bytes,
+            **{k: ragged_args[k] for k in _ragged_given(ragged_args)},
         }
         normalize_shuffle(shuffle)
         rank, world_size = resolve_rank(rank, world_size, process_group())
@@ -362,11 +410,39 @@ class Loader:
                 raise ValueError("`non_blocking` needs a `device`.")
         self._target: Target | None = None if device is None else parse_device(device)
 
-        rows = Rows(data)
         self._data = data
+        ragged = find_ragged(data)
+        self._ragged = ragged is not None
+        if ragged is None:
+            given = _ragged_given(ragged_args)
+            if given:
+                raise ValueError(
+                    f"`{given[0]}` applies to ragged leaves (variable-length rows), and `data` "
+                    "has none; wrap such a column as `looptoolkit.Ragged(values, offsets)`."
+                )
+            if batch_size is None:
+                raise ValueError("`batch_size` is required.")
+        else:
+            if resident:
+                raise ValueError(
+                    "`resident=True` is not offered with ragged leaves: batches are laid out "
+                    "on the host and moved by `device=`."
+                )
+            if return_mask or cache_bytes is not None:
+                name = "return_mask" if return_mask else "cache_bytes"
+                raise ValueError(f"`{name}` is not offered with ragged leaves.")
+            self._init_ragged(
+                ragged, batch_size, ragged_args, shuffle, seed, drop_last, group_size, run_size,
+                rank, world_size, pad_shards,
+                dict(weights=weights, replacement=replacement, num_samples=num_samples,
+                     indices=indices, order_fn=order_fn),
+            )  # fmt: skip
+        rows = self._rows if self._ragged else Rows(data)
         self._expanded = rows.data  # store objects as StoreArrays: what pickles
         store = rows.store
-        if store is not None:
+        if self._ragged:
+            pass
+        elif store is not None:
             if resident:
                 raise ValueError(
                     "`resident=True` puts in-memory data on the device; for a store, read it "
@@ -378,29 +454,31 @@ class Loader:
             raise ValueError(
                 "`cache_bytes` sizes the chunk cache of store data (zarr, HDF5, Arrow)."
             )
-        self._order = Order(
-            rows.n,
-            batch_size,
-            shuffle=shuffle,
-            seed=seed,
-            group_size=group_size,
-            run_size=run_size,
-            rank=rank,
-            world_size=world_size,
-            drop_last=drop_last,
-            weights=weights,
-            replacement=replacement,
-            num_samples=num_samples,
-            indices=indices,
-            order_fn=order_fn,
-            pad_shards=pad_shards,
-            chunk_rows=None if store is None else rows.chunk_rows,
-        )
-        _probe.check_not_empty(self._order)
+        if not self._ragged:
+            self._order = Order(
+                rows.n,
+                batch_size,
+                shuffle=shuffle,
+                seed=seed,
+                group_size=group_size,
+                run_size=run_size,
+                rank=rank,
+                world_size=world_size,
+                drop_last=drop_last,
+                weights=weights,
+                replacement=replacement,
+                num_samples=num_samples,
+                indices=indices,
+                order_fn=order_fn,
+                pad_shards=pad_shards,
+                chunk_rows=None if store is None else rows.chunk_rows,
+            )
+        if not self._ragged:
+            _probe.check_not_empty(self._order)
         if store is not None:
             plan_reads(store, self._order, cache_bytes)
         # Plain ints, whatever integer type was passed: state_dict() holds them.
-        self.batch_size: int = self._order.batch_size
+        self.batch_size: int | None = None if batch_tokens is not None else int(batch_size)  # type: ignore[arg-type]
         self.n: int = rows.n
         self.rank: int = rank
         self.world_size: int = world_size
@@ -413,6 +491,8 @@ class Loader:
             # or a few rows go, to fail here rather than in the middle of an epoch.
             if resident:
                 rows = _probe.resident(rows, data, self._target, dtype, non_blocking)
+            elif self._ragged:
+                ragged_probe(rows, self._target, dtype, non_blocking, skip_keys)
             else:
                 self._shards = _probe.probe(
                     rows, self._target, self._order, dtype, non_blocking, skip_keys
@@ -427,12 +507,54 @@ class Loader:
             skip_keys=skip_keys,
         )
         self._stats: LoaderStats | None = LoaderStats() if stats else None
+        if self._ragged:
+            rows.stats = self._stats
         self.return_mask = bool(return_mask)
         # Which epoch the next pass runs (the one rule of every route: `_epochs`),
         # and the pass bound last, which `state_dict` describes while it runs.
         self._cursor = EpochCursor()
         self._sampler = EpochSampler(self._order, self._cursor)
+        if isinstance(self._order, UnitOrder):  # planned batches: their count is the epoch's
+            self._order.current_epoch = lambda: self._cursor.epoch
         self._live: weakref.ref[LoaderIterator] | None = None
+
+    def _init_ragged(
+        self,
+        data: Any,
+        batch_size: int | None,
+        ragged_args: dict[str, Any],
+        shuffle: Any,
+        seed: int,
+        drop_last: bool,
+        group_size: int | None,
+        run_size: int,
+        rank: int,
+        world_size: int,
+        pad_shards: bool,
+        sampling: dict[str, Any],
+    ) -> None:
+        """The rows and the order of data with ragged leaves (``looptoolkit.ragged``)."""
+        opts = ragged_options(batch_size, **ragged_args)
+        self._rows, self._order = ragged_setup(
+            data,
+            opts,
+            shuffle=shuffle,
+            seed=seed,
+            group_size=group_size,
+            run_size=run_size,
+            rank=rank,
+            world_size=world_size,
+            drop_last=drop_last,
+            sampling=sampling,
+            pad_shards=pad_shards,
+        )
+        if isinstance(self._order, UnitOrder):
+            if len(self._order) == 0:
+                raise ValueError(
+                    f"`drop_last=True` leaves rank {rank} of {world_size} no batch of epoch 0."
+                )
+        else:
+            _probe.check_not_empty(self._order)
 
     # -- public API ----------------------------------------------------------------------
 
@@ -457,10 +579,10 @@ class Loader:
         if (self._plan.move or self._rows.store is not None) and self.prefetch > 0:
             # Moves, and a store's reads (decoding releases the GIL), run ahead.
             stager = None
-            if self._plan.move:
+            if self._plan.move and not self._ragged:
                 assert self._target is not None
                 stager = stager_for(self._rows, self.batch_size, self._target, self.prefetch)
-            block = 1 if self._plan.move else self._rows.store.block  # type: ignore[union-attr]
+            block = 1 if self._plan.move or self._ragged else self._rows.store.block  # type: ignore[union-attr]
             source = prefetched(
                 self._rows, batches, progress, self._plan, self.prefetch, stager, block
             )
@@ -546,7 +668,7 @@ class Loader:
         running = None
         if live is not None and live._progress is not None and live._source is not _CLOSED:
             p = live._progress
-            offset = p.start + p.consumed * self.batch_size * self.world_size
+            offset = p.start + p.consumed * self._order.batch_size * self.world_size
             running = (p.epoch, offset, live._token, p.consumed >= p.total)
         return state_of(self._order, *position(self._cursor, running))
 

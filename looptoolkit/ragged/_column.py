@@ -1,0 +1,335 @@
+"""The ragged column: ``n`` variable-length rows as one values array and ``n + 1`` offsets.
+
+The first step of the variable-length path: [`Ragged`][looptoolkit.Ragged] holds a column, and
+[`find_ragged`][looptoolkit.ragged._column.find_ragged] turns whatever ragged inputs a user's
+``data`` holds (lists of arrays of different lengths, object arrays of arrays, Arrow and HF
+``datasets`` list columns, jagged nested tensors, ``tf.RaggedTensor``) into ``Ragged`` leaves,
+without copying where the source allows, or refuses them at construction with the fix named.
+The plans ([`looptoolkit.ragged._plans`][looptoolkit.ragged._plans]) read only the lengths; the
+layouts ([`looptoolkit.ragged._layouts`][looptoolkit.ragged._layouts]) read values a batch at a
+time, through [`Ragged.host`][looptoolkit.Ragged.host].
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import optree
+
+from looptoolkit import tree as _tree
+from looptoolkit.adapters import backend_of
+
+__all__ = ["Ragged", "find_ragged"]
+
+
+class Ragged:
+    """A column of ``n`` variable-length rows: row ``i`` is ``values[offsets[i]:offsets[i + 1]]``.
+
+    Args:
+        values: all rows' elements, concatenated: an array of shape ``(total, *feature)`` of any
+            backend (NumPy, ``np.memmap``, torch, JAX or tf on the host). A memory-mapped token
+            file is read a batch at a time, never whole.
+        offsets: ``n + 1`` non-decreasing integers from 0 to ``total``.
+
+    Raises:
+        TypeError: ``values`` is not an array, or ``offsets`` is not integral.
+        ValueError: ``offsets`` is not 1-D, does not start at 0, decreases, or does not end at
+            ``len(values)``; ``values`` is 0-d.
+
+    Examples:
+        >>> import numpy as np
+        >>> col = Ragged.from_rows([np.array([1, 2, 3]), np.array([4]), np.array([5, 6])])
+        >>> len(col), col.lengths.tolist(), col.offsets.tolist()
+        (3, [3, 1, 2], [0, 3, 4, 6])
+        >>> col[2].tolist()
+        [5, 6]
+    """
+
+    __slots__ = ("_host", "_lengths", "backend", "offsets", "values")
+
+    def __init__(self, values: Any, offsets: Any) -> None:
+        backend = backend_of(values)
+        if backend is None:
+            raise TypeError(
+                f"`values` must be an array (NumPy, torch, JAX or tf), got {type(values).__name__}."
+            )
+        if len(getattr(values, "shape", ())) == 0:
+            raise ValueError("`values` needs a leading (token) dimension; it is 0-d.")
+        offsets = np.asarray(_host_view(offsets))
+        if offsets.dtype.kind not in "iu":
+            raise TypeError(f"`offsets` must be integers, got dtype {offsets.dtype}.")
+        if offsets.ndim != 1 or len(offsets) < 1:
+            raise ValueError(f"`offsets` must be 1-D with n + 1 entries, got shape {offsets.shape}.")
+        total = int(backend.length(values))
+        if offsets[0] != 0 or offsets[-1] != total:
+            raise ValueError(
+                f"`offsets` must start at 0 and end at len(values) ({total}), got "
+                f"{int(offsets[0])} and {int(offsets[-1])}."
+            )
+        lengths = np.diff(offsets)
+        if len(lengths) and lengths.min() < 0:
+            at = int(np.argmin(lengths))
+            raise ValueError(f"`offsets` must be non-decreasing; it decreases after row {at}.")
+        self.values = values
+        self.offsets: np.ndarray = offsets.astype(np.int64, copy=False)
+        self._lengths: np.ndarray = lengths.astype(np.int64, copy=False)
+        self.backend: str = backend.name
+        self._host: np.ndarray | None = None
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[Any]) -> Ragged:
+        """The column of ``rows``: arrays of one dtype and trailing shape, concatenated once.
+
+        Raises:
+            ValueError: no rows, or rows of different dtypes or trailing shapes (named).
+            TypeError: a row that is not an array.
+        """
+        rows = list(rows)
+        if not rows:
+            raise ValueError("`rows` must hold at least one array.")
+        host = [_host_view(r) for r in rows]
+        _check_rows(host, "rows")
+        lengths = np.fromiter((len(r) for r in host), dtype=np.int64, count=len(host))
+        offsets = np.zeros(len(host) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        values = np.concatenate(host) if len(host) > 1 else np.asarray(host[0])
+        backend = backend_of(rows[0])
+        if backend is not None and backend.name != "numpy":
+            from looptoolkit.adapters._wrap import from_host
+
+            return cls(from_host(backend.name, values, rows[0]), offsets)
+        return cls(values, offsets)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """The length of every row, a 1-D int64 NumPy array."""
+        return self._lengths
+
+    @property
+    def host(self) -> np.ndarray:
+        """``values`` as a NumPy array on the host: a view where the backend allows."""
+        if self._host is None:
+            self._host = _host_view(self.values)
+        return self._host
+
+    @property
+    def feature_shape(self) -> tuple[int, ...]:
+        """The shape of one element (``values.shape[1:]``)."""
+        return tuple(int(d) for d in self.values.shape[1:])
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The NumPy dtype of the values."""
+        return self.host.dtype
+
+    def __len__(self) -> int:
+        return len(self._lengths)
+
+    def __getitem__(self, i: int) -> Any:
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"row {i} is out of range for {n} rows.")
+        i %= n
+        return self.values[int(self.offsets[i]) : int(self.offsets[i + 1])]
+
+    def __repr__(self) -> str:
+        return (
+            f"Ragged(<{len(self)} rows, {int(self.offsets[-1])} {self.backend} values of "
+            f"shape {self.feature_shape} and dtype {self.dtype}>)"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Ragged, (self.values, self.offsets))
+
+
+def _host_view(x: Any) -> np.ndarray:
+    """``x`` as a NumPy array on the host, without a copy where the framework allows.
+
+    Raises:
+        ValueError: ``x`` lives on an accelerator (the ragged layouts are built on the host).
+    """
+    if isinstance(x, np.ndarray):
+        return x
+    device = getattr(x, "device", None)
+    kind = getattr(device, "type", None) or getattr(device, "platform", None)
+    if isinstance(kind, str) and kind not in ("cpu",):
+        raise ValueError(
+            f"ragged values are batched on the host; got an array on {device}. Pass the host "
+            "array and let `device=` move each batch."
+        )
+    numpy = getattr(x, "numpy", None)
+    if callable(numpy) and not hasattr(x, "__array_interface__"):
+        try:
+            return np.asarray(x.detach().numpy() if hasattr(x, "detach") else numpy())
+        except (TypeError, RuntimeError):
+            pass
+    return np.asarray(x)
+
+
+def _check_rows(rows: Sequence[np.ndarray], what: str) -> None:
+    """Refuse rows that cannot be one column: not arrays, 0-d, other dtypes or trailing shapes."""
+    first = rows[0]
+    if first.dtype == object:
+        raise TypeError(f"{what}[0] holds Python objects; a ragged row must be a numeric array.")
+    for i, row in enumerate(rows):
+        if row.ndim == 0:
+            raise ValueError(f"{what}[{i}] is 0-d; every row needs a leading (token) dimension.")
+        if row.dtype != first.dtype or row.shape[1:] != first.shape[1:]:
+            raise ValueError(
+                f"the rows of a ragged column must share dtype and trailing shape; {what}[0] is "
+                f"{first.dtype} {first.shape[1:]} and {what}[{i}] is {row.dtype} {row.shape[1:]}."
+            )
+
+
+# -- turning the ragged inputs of `data` into Ragged leaves ------------------------------
+
+
+def _module(x: Any) -> str:
+    return type(x).__module__.partition(".")[0]
+
+
+def _is_row_list(x: Any) -> bool:
+    """A plain list of arrays of one dtype and trailing shape, not all of one length.
+
+    Such a list is read as the rows of one ragged column. A list of arrays of one length, or
+    a tuple, stays a container of columns (the rectangular reading).
+    """
+    if type(x) is not list or len(x) < 2:
+        return False
+    shapes = []
+    for item in x:
+        backend = backend_of(item)
+        shape = getattr(item, "shape", ())
+        if backend is None or len(shape) == 0:
+            return False
+        shapes.append((tuple(shape[1:]), backend.dtype_name(item), backend.name))
+    if len(set(shapes)) != 1:
+        return False
+    return len({int(item.shape[0]) for item in x}) > 1
+
+
+def _from_arrow(x: Any, path: str) -> Ragged | None:
+    """A list column of an Arrow array (one chunk, or chunks combined once) as a column."""
+    import pyarrow as pa
+
+    kind = x.type
+    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)):
+        return None
+    if isinstance(x, pa.ChunkedArray):
+        x = x.chunk(0) if x.num_chunks == 1 else x.combine_chunks()
+    if x.null_count:
+        raise ValueError(f"{path} has {x.null_count} missing rows; fill or drop them first.")
+    offsets = x.offsets.to_numpy()
+    lengths = np.diff(offsets)
+    if len(lengths) and (lengths == lengths[0]).all():
+        return None  # lists of one length: the store reads them as a fixed-width column
+    start, stop = int(offsets[0]), int(offsets[-1])
+    values = x.values.slice(start, stop - start)
+    if values.null_count or not (pa.types.is_integer(values.type) or pa.types.is_floating(values.type)):
+        raise TypeError(
+            f"{path} is a list column of {values.type}; a ragged column holds numbers "
+            "(tokenize text first)."
+        )
+    return Ragged(values.to_numpy(zero_copy_only=True), offsets - start)
+
+
+def _table_columns(x: Any, path: str) -> dict[str, Any] | None:
+    """An Arrow table or HF dataset with ragged list columns, as a dict of its columns."""
+    import pyarrow as pa
+
+    if _module(x) == "datasets":
+        import datasets
+
+        if not isinstance(x, datasets.Dataset) or x._indices is not None:
+            return None
+        names = x.format.get("columns") or x.column_names
+        table = x.data.table
+    elif isinstance(x, pa.Table | pa.RecordBatch):
+        names, table = x.column_names, x
+    else:
+        return None
+    columns = {name: table.column(name) for name in names}
+    ragged = {name: _from_arrow(col, f"{path}[{name!r}]") for name, col in columns.items()}
+    if all(v is None for v in ragged.values()):
+        return None
+    return {name: ragged[name] if ragged[name] is not None else col for name, col in columns.items()}
+
+
+def _convert(x: Any, path: str) -> Any:
+    """``x`` as a Ragged leaf when it is a ragged input; ``x`` itself otherwise.
+
+    Raises:
+        TypeError: an input that is ragged but cannot be read as a column (the fix named).
+    """
+    if isinstance(x, Ragged):
+        return x
+    if type(x) is list:  # a list of rows (only lists `_is_row_list` accepted get here)
+        return Ragged.from_rows(x)
+    if isinstance(x, np.ndarray) and x.dtype == object:
+        items = x.ravel().tolist()
+        if x.ndim != 1 or not items or not all(backend_of(i) is not None for i in items):
+            raise TypeError(
+                f"{path} is a NumPy object array{'' if x.ndim == 1 else f' of shape {x.shape}'}; "
+                "the Loader batches numeric arrays. An object array of variable-length arrays "
+                "is read as a ragged column; for anything else, convert to numbers first."
+            )
+        host = [np.asarray(_host_view(i)) for i in items]
+        _check_rows(host, path)
+        return Ragged.from_rows(host)
+    top = _module(x)
+    if top == "pyarrow":
+        import pyarrow as pa
+
+        if isinstance(x, pa.Array | pa.ChunkedArray):
+            col = _from_arrow(x, path)
+            return x if col is None else col
+        return x
+    if top == "torch" and getattr(x, "is_nested", False):
+        if str(getattr(x, "layout", "")) == "torch.jagged":
+            if x._ragged_idx != 1 or x.lengths() is not None:
+                raise TypeError(
+                    f"{path} is a jagged nested tensor with holes or a ragged dimension other "
+                    "than 1; make it contiguous first (`torch.nested.as_nested_tensor(list(x), "
+                    "layout=torch.jagged)`)."
+                )
+            return Ragged(x.values(), x.offsets())
+        return Ragged.from_rows(list(x.unbind()))
+    if top == "tensorflow" and type(x).__name__ == "RaggedTensor":
+        if x.ragged_rank != 1:
+            raise TypeError(
+                f"{path} is a tf.RaggedTensor of ragged rank {x.ragged_rank}; the Loader reads "
+                "one ragged dimension (rows of tokens): merge the inner ones first "
+                "(`x.merge_dims(1, -1)`)."
+            )
+        return Ragged(x.values, x.row_splits)
+    return x
+
+
+def find_ragged(data: Any) -> Any | None:
+    """``data`` with its ragged inputs as [`Ragged`][looptoolkit.Ragged] leaves; None without any.
+
+    Raises:
+        TypeError: a ragged input that cannot be read as a column, with the fix named.
+        ValueError: rows of a ragged input that do not share dtype and trailing shape.
+    """
+    _tree.flatten(data)  # registers the data's container types in the namespace
+    found = False
+
+    def convert(path: tuple[Any, ...], x: Any) -> Any:
+        nonlocal found
+        where = "data" + "".join(f"[{k!r}]" for k in path)
+        if _module(x) in ("datasets", "pyarrow"):
+            columns = _table_columns(x, where)
+            if columns is not None:
+                found = True
+                return columns
+        out = _convert(x, where)
+        found = found or isinstance(out, Ragged)
+        return out
+
+    out = optree.tree_map_with_path(
+        convert, data, is_leaf=_is_row_list, none_is_leaf=True, namespace=_tree.NAMESPACE
+    )
+    return out if found else None
