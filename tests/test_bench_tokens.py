@@ -22,7 +22,7 @@ from looptoolkit.bench.variants.tokens import (
     PaddedBatch,
     Settings,
     batch_count,
-    budget_ends,
+    budget_starts,
     hand_loop,
     make_corpus,
     plan,
@@ -74,9 +74,9 @@ def _reference(batching: str, data: dict[str, np.ndarray], s: Settings, epoch: i
                 )
                 if a > 0 and (a != b or i % s.seq_len == 0)
             ]
-            real = int((segs > 0).sum())
-            sizes = np.diff([*cuts, real])
-            out.append(PackedBatch(values, segs, poss, np.array([*cuts, real]), int(max(sizes))))
+            real, size = int((segs > 0).sum()), segs.size
+            cu = [*cuts, real, size] if real < size else [*cuts, size]  # padding: a piece
+            out.append(PackedBatch(values, segs, poss, np.array(cu), int(max(np.diff(cu)))))
         return out
     out = []
     for idx in batches:
@@ -132,7 +132,7 @@ def test_plans_cover_the_epoch_and_keep_their_bounds(seed, n, budget):
     for batching in ("pad", "grouped", "budget", "flat"):
         batches = plan(batching, lengths, seed=seed, epoch=1, s=s)
         assert sorted(np.concatenate(batches).tolist()) == list(range(n))
-        assert len(batches) == batch_count(batching, lengths, s)
+        assert len(batches) == batch_count(batching, lengths, s, seed=seed, epoch=1)
         if batching == "budget":  # padding counted; a document longer than the budget alone
             assert all(len(b) * lengths[b].max() <= budget or len(b) == 1 for b in batches)
         else:
@@ -140,9 +140,10 @@ def test_plans_cover_the_epoch_and_keep_their_bounds(seed, n, budget):
     assert sorted(plan("pack", lengths, seed=seed, s=s)[0].tolist()) == list(range(n))
 
 
-def test_budget_ends_greedy():
-    assert budget_ends(np.array([2, 2, 3, 5, 8]), 10).tolist() == [3, 4, 5]
-    assert budget_ends(np.array([9, 9]), 8).tolist() == [1, 2]  # too long: alone
+def test_budget_starts_greedy_within_windows():
+    assert budget_starts([5, 3, 2, 2, 9, 1], 4, 10) == [0, 2, 4, 5]
+    assert budget_starts([9, 9], 8, 8) == [0, 1]  # too long: alone
+    assert budget_starts([2] * 10, 3, 100) == [0, 3, 6, 9]  # never across a window
 
 
 def test_grouped_batches_are_sorted_within_windows_and_shuffled():

@@ -160,13 +160,15 @@ def _pack(f: dict[str, Any], stream: Stream, s: Settings, pieces: list[int]) -> 
         return "has segment_ids that do not number each row's pieces from 1"
     starts = np.flatnonzero(new)
     sizes = np.diff(np.append(starts, m))
-    cu = f["cu_seqlens"].astype(np.int64)
-    if not np.array_equal(cu, np.append(starts, m)):
-        return "has cu_seqlens that do not bound its pieces"
+    cu, size = f["cu_seqlens"].astype(np.int64), values.size
+    # the padding of a row is a piece of its own in cu_seqlens (the Loader's Packed)
+    pieces_cu = np.append(starts, [m, size] if m < size else [size])
+    if not np.array_equal(cu, pieces_cu):
+        return "has cu_seqlens that do not bound its pieces (and its padding)"
     if not np.array_equal(positions.reshape(-1)[:m], np.arange(m) - np.repeat(starts, sizes)):
         return "has position_ids that do not restart at each piece"
-    if f["max_seqlen"] != sizes.max():
-        return f"has max_seqlen {f['max_seqlen']}, its longest piece has {sizes.max()}"
+    if f["max_seqlen"] != np.diff(pieces_cu).max():
+        return f"has max_seqlen {f['max_seqlen']}, its longest piece has {np.diff(cu).max()}"
     pieces += (starts + stream.at + len(stream.buffer)).tolist()
     return stream.feed(values.reshape(-1)[:m])
 

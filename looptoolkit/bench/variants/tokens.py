@@ -7,6 +7,7 @@ faster of which is its floor: ``"copy"`` (slice copies into a new array) and ``"
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -108,39 +109,54 @@ def _permutation(n: int, seed: int, epoch: int) -> np.ndarray:
 
 
 def _grouped(lengths: np.ndarray, s: Settings, seed: int, epoch: int) -> list[np.ndarray]:
-    """Windows of ``window`` batches sorted by length (longest first), whole batches shuffled."""
+    """Windows of ``window`` batches sorted by length (longest first), full batches shuffled.
+
+    The last, partial batch stays last.
+    """
     rng = np.random.default_rng([seed, epoch])
     perm = rng.permutation(len(lengths))
     window = np.arange(len(perm)) // (s.window * s.batch)
-    order = perm[np.lexsort((-lengths[perm], window))]
-    batches = split_batches(order, s.batch)
-    return [batches[i] for i in rng.permutation(len(batches))]
+    batches = split_batches(perm[np.lexsort((-lengths[perm], window))], s.batch)
+    full = len(lengths) // s.batch
+    return [batches[i] for i in rng.permutation(full)] + batches[full:]
 
 
-def budget_ends(sorted_lengths: np.ndarray, budget: int) -> np.ndarray:
-    """Greedy batch ends over ascending lengths: as many documents as ``count * longest <= budget``.
+def budget_window(n: int) -> int:
+    """Documents per length-sorted window of a token-budget epoch: ``max(256, 2 * sqrt(n))``."""
+    return max(256, 2 * math.isqrt(max(n, 1)))
+
+
+def budget_starts(descending: list[int], window: int, budget: int) -> list[int]:
+    """Greedy batch starts over windows of lengths sorted longest first, no batch across windows.
+
+    A batch starting at a document of length ``L`` takes ``budget // L`` documents (the first is
+    the longest, so ``count * L <= budget``), or the rest of its window.
 
     Examples:
-        >>> budget_ends(np.array([2, 2, 3, 5, 8]), 10).tolist()
-        [3, 4, 5]
+        >>> budget_starts([5, 3, 2, 2, 9, 1], 4, 10)
+        [0, 2, 4, 5]
     """
-    ends, start, n = [], 0, len(sorted_lengths)
-    while start < n:
-        most = max(1, budget // int(sorted_lengths[start]))
-        window = sorted_lengths[start : start + most]
-        fits = np.arange(1, len(window) + 1) * window <= budget  # monotone: lengths ascend
-        count = max(1, int(fits.argmin()) if not fits.all() else len(window))
-        start += count
-        ends.append(start)
-    return np.asarray(ends, np.int64)
+    starts, n = [], len(descending)
+    for w0 in range(0, n, window):
+        at, end = w0, min(w0 + window, n)
+        while at < end:
+            starts.append(at)
+            at = min(end, at + max(1, budget // descending[at]))
+    return starts
 
 
 def _budget(lengths: np.ndarray, s: Settings, seed: int, epoch: int) -> list[np.ndarray]:
-    """Fairseq's token budget: the epoch sorted by length, greedy batches, batches shuffled."""
+    """A token budget with padding counted, greedy within length-sorted windows, shuffled.
+
+    Windows of `budget_window` documents of the shuffle, sorted longest first; the batches of
+    all windows shuffled.
+    """
     rng = np.random.default_rng([seed, epoch])
     perm = rng.permutation(len(lengths))
-    order = perm[np.argsort(lengths[perm], kind="stable")]
-    batches = np.split(order, budget_ends(lengths[order], s.budget)[:-1])
+    window = budget_window(len(perm))
+    order = perm[np.lexsort((-lengths[perm], np.arange(len(perm)) // window))]
+    starts = budget_starts(lengths[order].tolist(), window, s.budget)
+    batches = np.split(order, starts[1:])
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
@@ -203,7 +219,7 @@ def flat(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray, how: str) 
     """Documents concatenated, ``cu_seqlens`` (int32), positions restarting at each document."""
     cu = np.zeros(len(lengths) + 1, np.int32)
     np.cumsum(lengths, out=cu[1:])
-    positions = np.arange(int(cu[-1]), dtype=np.int32) - np.repeat(cu[:-1], lengths)
+    positions = np.arange(int(cu[-1])) - np.repeat(cu[:-1].astype(np.int64), lengths)
     return FlatBatch(_concat(values, starts, lengths, how), cu, positions, int(lengths.max()))
 
 
@@ -214,7 +230,8 @@ def packed_rows(
 
     Batches of ``rows`` rows; the last row of the epoch padded with 0 (segment 0, position 0).
     ``segment_ids`` number the document pieces of each row from 1; positions restart at each
-    piece; ``cu_seqlens`` (int32) bound the pieces of the flattened batch. The pieces (the
+    piece; ``cu_seqlens`` (int32) bound the pieces of the flattened batch, the padding counted
+    as a piece of its own (the Loader's `Packed`). The pieces (the
     documents' parts, cut again at row starts) are planned for the whole epoch at once.
     """
     lengths = corpus.lengths[order]
@@ -239,30 +256,33 @@ def packed_rows(
         else:
             for a, c, k in zip(cut_list[i:j], src[i:j], size_list[i:j], strict=True):
                 out[a - p0 : a - p0 + k] = values[c : c + k]
-        cu = np.append(cuts[i:j] - p0, m).astype(np.int32)
-        segments = np.zeros(r * seq_len, np.int32)
+        size = r * seq_len  # the padding of the epoch's last row is a piece of cu_seqlens
+        cu = np.append(cuts[i:j] - p0, [m, size] if m < size else [size]).astype(np.int32)
+        segments = np.zeros(size, np.int32)
         segments[:m] = np.repeat(segment[i:j], sizes[i:j])
-        positions = np.zeros(r * seq_len, np.int32)
-        positions[:m] = np.arange(m, dtype=np.int32) - np.repeat(cu[:-1], sizes[i:j])
+        positions = np.zeros(size, np.int64)
+        positions[:m] = np.arange(m) - np.repeat(cuts[i:j] - p0, sizes[i:j])
         shape = (r, seq_len)
         yield PackedBatch(
             out.reshape(shape),
             segments.reshape(shape),
             positions.reshape(shape),
             cu,
-            int(sizes[i:j].max()),
+            max(int(sizes[i:j].max()), size - m),
         )
 
 
 # -- the hand loops ---------------------------------------------------------------------------
 
 
-def batch_count(batching: str, lengths: np.ndarray, s: Settings = SETTINGS) -> int:
-    """Batches per epoch (the same every epoch: a budget's batches depend on sorted lengths)."""
+def batch_count(
+    batching: str, lengths: np.ndarray, s: Settings = SETTINGS, *, seed: int = 0, epoch: int = 0
+) -> int:
+    """Batches per epoch (a token budget's: of that epoch; the others' are the same in all)."""
     if batching == "pack":
         return -(-int(lengths.sum()) // (s.seq_len * s.rows))
     if batching == "budget":
-        return len(budget_ends(np.sort(lengths), s.budget))
+        return len(_budget(lengths, s, seed, epoch))
     return -(-len(lengths) // s.batch)
 
 
@@ -288,7 +308,7 @@ def hand_loop(
         return (make(values, offsets[i], lengths[i], how) for i in batches)
 
     name = f"hand_loop[{batching}, {how}]"
-    return EpochPipeline(epoch_fn, batch_count(batching, lengths, s), name=name)
+    return EpochPipeline(epoch_fn, batch_count(batching, lengths, s, seed=seed), name=name)
 
 
 def ragged_loader(data: Any, batch_size: int, *, batching: str, seed: int = 0) -> Any:
@@ -301,7 +321,8 @@ def ragged_loader(data: Any, batch_size: int, *, batching: str, seed: int = 0) -
     if batching == "pack":
         return Loader(column, s.rows, seed=seed, layout="pack", seq_len=s.seq_len)
     if batching == "budget":
-        return Loader(column, s.batch, seed=seed, layout="pad", batch_tokens=s.budget)
+        budget = s.budget
+        return Loader(column, seed=seed, layout="pad", batch_tokens=budget, group_by_length=True)
     grouped = batching == "grouped"
     layout = "flat" if batching == "flat" else "pad"
     return Loader(column, s.batch, seed=seed, layout=layout, group_by_length=grouped)
@@ -310,7 +331,8 @@ def ragged_loader(data: Any, batch_size: int, *, batching: str, seed: int = 0) -
 _WHAT = {
     "pad": "full shuffle, 32 documents padded",
     "grouped": "length-grouped (windows of 50 batches sorted, batches shuffled), 32 padded",
-    "budget": "token budget of 8,192 with padding (epoch sorted by length, greedy, shuffled)",
+    "budget": "token budget of 8,192 with padding (windows of 2 sqrt(n) of the shuffle sorted, "
+    "greedy, batches shuffled)",
     "pack": "concat-then-split into 4 rows of 2,048, segment and position ids, cu_seqlens",
     "flat": "full shuffle, 32 documents concatenated, cu_seqlens and position ids",
 }
@@ -318,7 +340,7 @@ _HOW = {"copy": "a slice copy per document", "take": "one take of a repeat-built
 _LOADER = {
     "pad": 'layout="pad"',
     "grouped": 'layout="pad", group_by_length=True',
-    "budget": 'layout="pad", batch_tokens=8192',
+    "budget": 'layout="pad", batch_tokens=8192, group_by_length=True',
     "pack": 'layout="pack", seq_len=2048, 4 rows',
     "flat": 'layout="flat"',
 }
