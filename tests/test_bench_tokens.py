@@ -249,3 +249,14 @@ def test_each_row_is_judged_against_the_faster_of_its_floors(tokens_run):
     assert group.ratio(loader, loader.floor) == pytest.approx(loader.median_s / faster)
     value = next(v for v in tokens_run.verdicts if v.key == "tokens-pad").value
     assert value == pytest.approx(loader.median_s / faster)
+
+
+def test_the_planning_study_times_every_batching():
+    from benchmarks.ragged_plan import BATCHINGS, REFERENCE, column, plan_times
+
+    data = column(3000)
+    assert len(data) == 3000 and data.values.strides == (0,)  # no tokens in memory
+    times = plan_times(3000, 2, ["pad", "budget", "pack"])
+    assert list(times) == [REFERENCE, "pad", "budget", "pack"]
+    assert all(len(t) == 2 and min(t) > 0 for t in times.values())
+    assert {"pad", "grouped", "budget", "pack", "flat"} <= set(BATCHINGS)
