@@ -29,7 +29,7 @@ from looptoolkit import Loader, Order, Ragged
 # name -> the Loader's options; the tokens workload's batchings, and first-fit packing.
 BATCHINGS: dict[str, dict[str, Any]] = {
     "pad": {"batch_size": 32, "layout": "pad"},
-    "grouped": {"batch_size": 32, "layout": "pad", "group_by_length": True},
+    "group": {"batch_size": 32, "layout": "pad", "group_by_length": True},
     "budget": {"layout": "pad", "batch_tokens": 8192, "group_by_length": True},
     "pack": {"batch_size": 4, "layout": "pack", "seq_len": 2048},
     "flat": {"batch_size": 32, "layout": "flat"},

@@ -129,7 +129,7 @@ def test_hand_loops_equal_a_per_document_reference(seed, n, batching, how):
 def test_plans_cover_the_epoch_and_keep_their_bounds(seed, n, budget):
     lengths = np.random.default_rng(seed).integers(8, 61, n)
     s = Settings(batch=7, budget=budget, window=3)
-    for batching in ("pad", "grouped", "budget", "flat"):
+    for batching in ("pad", "group", "budget", "flat"):
         batches = plan(batching, lengths, seed=seed, epoch=1, s=s)
         assert sorted(np.concatenate(batches).tolist()) == list(range(n))
         assert len(batches) == batch_count(batching, lengths, s, seed=seed, epoch=1)
@@ -148,7 +148,7 @@ def test_budget_starts_greedy_within_windows():
 
 def test_grouped_batches_are_sorted_within_windows_and_shuffled():
     lengths = np.random.default_rng(0).integers(8, 4000, 3200)
-    batches = plan("grouped", lengths)
+    batches = plan("group", lengths)
     spread = [lengths[b].max() / lengths[b].min() for b in batches[:-1]]
     assert np.median(spread) < 1.2  # sorted within windows of 50 batches
     firsts = [int(lengths[b].max()) for b in batches]
@@ -223,8 +223,8 @@ def test_a_quick_tokens_run_checks_and_times_every_row(tokens_run):
     floors = {f"floor-{b}-{how}" for b in LAYOUTS for how in ("copy", "take")}
     loaders = {
         "loader-pad",
-        "loader-pad-grouped",
-        "loader-pad-budget",
+        "loader-group",
+        "loader-budget",
         "loader-pack",
         "loader-flat",
     }
@@ -236,7 +236,7 @@ def test_a_quick_tokens_run_checks_and_times_every_row(tokens_run):
         assert group.ratio(row, row.floor) is not None
     assert group.baseline is None and group.info["tokens"] > 0
     keys = {v.key: v for v in tokens_run.verdicts}
-    for key in ("tokens-pad", "tokens-grouped", "tokens-budget", "tokens-pack", "tokens-flat"):
+    for key in ("tokens-pad", "tokens-group", "tokens-budget", "tokens-pack", "tokens-flat"):
         assert keys[key].value is not None and keys[key].status == "not judged at --quick"
 
 
@@ -259,4 +259,4 @@ def test_the_planning_study_times_every_batching():
     times = plan_times(3000, 2, ["pad", "budget", "pack"])
     assert list(times) == [REFERENCE, "pad", "budget", "pack"]
     assert all(len(t) == 2 and min(t) > 0 for t in times.values())
-    assert {"pad", "grouped", "budget", "pack", "flat"} <= set(BATCHINGS)
+    assert {"pad", "group", "budget", "pack", "flat"} <= set(BATCHINGS)

@@ -50,8 +50,8 @@ gpu-resident-vs-dataloader | compare | device-resident Loader: batches/s over Da
 gpu-resident-vs-gather | compare | device-resident Loader over the bare on-device gather | loader-torch-res / torch-res-gather <= 1.5 |
 gpu-prefetch-overlap | compare | prefetch: data wait per step over the step (loader-torch, step section) | wait:loader-torch / step:loader-torch < 0.05 |
 tokens-pad | compare | tokens: Loader, 32 documents padded (full shuffle), over the faster hand loop | loader-pad / floor:loader-pad <= 1.1 |
-tokens-grouped | compare | tokens: Loader, length-grouped padded batches, over the faster hand loop | loader-pad-grouped / floor:loader-pad-grouped <= 1.1 |
-tokens-budget | compare | tokens: Loader, padded token budget of 8,192, over the faster hand loop | loader-pad-budget / floor:loader-pad-budget <= 1.1 |
+tokens-group | compare | tokens: Loader, length-grouped padded batches, over the faster hand loop | loader-group / floor:loader-group <= 1.1 |
+tokens-budget | compare | tokens: Loader, padded token budget of 8,192, over the faster hand loop | loader-budget / floor:loader-budget <= 1.1 |
 tokens-pack | compare | tokens: Loader, concat-then-split rows of 2,048, over the faster hand loop | loader-pack / floor:loader-pack <= 1.1 |
 tokens-flat | compare | tokens: Loader, 32 documents padding-free, over the faster hand loop | loader-flat / floor:loader-flat <= 1.1 |
 nested-torch-optree | transfer | to_device over optree.tree_map (nested, torch leaves) | torch:to_device / torch:optree <= 1.2 |

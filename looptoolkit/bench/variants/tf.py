@@ -90,7 +90,7 @@ VARIANTS = (
         _v("tf-padded-batch", loop(documents_dataset, host=True, bucket=False), **_DOCS), "pad"
     ),
     tokens.on_tokens(
-        _v("tf-bucket", loop(documents_dataset, host=True, bucket=True), **_DOCS), "grouped"
+        _v("tf-bucket", loop(documents_dataset, host=True, bucket=True), **_DOCS), "group"
     ),
 )
 KIT = Kit(NAME, VARIANTS, leaves=lambda leaves, _: [tf.convert_to_tensor(x) for x in leaves])

@@ -32,13 +32,13 @@ class Settings:
 
 
 SETTINGS = Settings()
-LAYOUTS = ("pad", "grouped", "budget", "pack", "flat")
+LAYOUTS = ("pad", "group", "budget", "pack", "flat")
 """The workload's batchings: their output layout is `layout_of` each."""
 
 
 def layout_of(batching: str) -> str:
     """The output layout of a batching: ``pad``, ``flat`` or ``pack``."""
-    return "pad" if batching in ("pad", "grouped", "budget") else batching
+    return "pad" if batching in ("pad", "group", "budget") else batching
 
 
 class PaddedBatch(NamedTuple):
@@ -171,7 +171,7 @@ def plan(
     """
     if batching in ("pad", "flat"):
         return split_batches(_permutation(len(lengths), seed, epoch), s.batch)
-    if batching == "grouped":
+    if batching == "group":
         return _grouped(lengths, s, seed, epoch)
     if batching == "budget":
         return _budget(lengths, s, seed, epoch)
@@ -323,14 +323,14 @@ def ragged_loader(data: Any, batch_size: int, *, batching: str, seed: int = 0) -
     if batching == "budget":
         budget = s.budget
         return Loader(column, seed=seed, layout="pad", batch_tokens=budget, group_by_length=True)
-    grouped = batching == "grouped"
+    grouped = batching == "group"
     layout = "flat" if batching == "flat" else "pad"
     return Loader(column, s.batch, seed=seed, layout=layout, group_by_length=grouped)
 
 
 _WHAT = {
     "pad": "full shuffle, 32 documents padded",
-    "grouped": "length-grouped (windows of 50 batches sorted, batches shuffled), 32 padded",
+    "group": "length-grouped (windows of 50 batches sorted, batches shuffled), 32 padded",
     "budget": "token budget of 8,192 with padding (windows of 2 sqrt(n) of the shuffle sorted, "
     "greedy, batches shuffled)",
     "pack": "concat-then-split into 4 rows of 2,048, segment and position ids, cu_seqlens",
@@ -339,7 +339,7 @@ _WHAT = {
 _HOW = {"copy": "a slice copy per document", "take": "one take of a repeat-built index"}
 _LOADER = {
     "pad": 'layout="pad"',
-    "grouped": 'layout="pad", group_by_length=True',
+    "group": 'layout="pad", group_by_length=True',
     "budget": 'layout="pad", batch_tokens=8192, group_by_length=True',
     "pack": 'layout="pack", seq_len=2048, 4 rows',
     "flat": 'layout="flat"',
@@ -356,8 +356,7 @@ def floor_of(batching: str) -> str:
     return "|".join(floor_name(batching, how) for how in _HOW)
 
 
-LOADERS = {b: f"loader-{b}" for b in ("pad", "pack", "flat")}
-LOADERS |= {"grouped": "loader-pad-grouped", "budget": "loader-pad-budget"}
+LOADERS = {b: f"loader-{b}" for b in LAYOUTS}
 """The Loader row of each batching."""
 
 
