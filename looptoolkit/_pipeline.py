@@ -115,6 +115,9 @@ def _put_back(out: Any, spec: Any, held: list[tuple[int, Any]]) -> Any:
 class Plan:
     """What happens to a gathered batch: where it goes, how it is cast, what transforms it.
 
+    Built in the thread that builds the Loader: a device that depends on the
+    calling thread (torch's current CUDA device) is fixed here.
+
     Args:
         target: where batches go (None: they stay where the gather made them).
         dtype: the cast policy of [`to_device`][looptoolkit.to_device].
@@ -136,6 +139,13 @@ class Plan:
         self.non_blocking = non_blocking
         self.transform = transform
         self.move = move
+        if target is not None and target.home is not None:
+            # In the constructing thread: "cuda" is the device current here, also
+            # for the moves the prefetch thread makes.
+            target = get_backend(target.home).bind_target(target)
+        self.target = target
+        # Which of a batch's leaves stay as they are (None: none): they are never staged.
+        self.skipped = skipping(skip_keys)
         # The device and the dtype policy are parsed here once, not for every batch.
         self._move = mover(target, dtype, skip_keys) if move else None
 
@@ -183,11 +193,22 @@ def _staged(
             yield batch, stager.record(k)
 
 
-def stager_for(rows: Rows, batch_size: int, target: Target, depth: int) -> Stager | None:
-    """The staged upload of ``target``'s backend for these rows, if it offers one."""
-    if target.home is None:
+def stager_for(rows: Rows, batch_size: int, plan: Plan, depth: int) -> Stager | None:
+    """The staged upload of the plan's target backend for these rows, if it offers one.
+
+    Leaves under ``skip_keys`` are not offered to it (None in their place): they
+    take the ordinary gather, which makes fresh arrays of their own type. A staged
+    leaf is a view of a reused buffer until its move copies it, and a skipped leaf
+    is never moved.
+    """
+    target = plan.target
+    if target is None or target.home is None or not plan.move:
         return None
-    return get_backend(target.home).stager(rows.leaves, batch_size, target, depth + 1)
+    leaves: list[Any] = rows.leaves
+    if plan.skipped is not None:
+        kept = plan.skipped(rows.spec)
+        leaves = [None if skip else leaf for leaf, skip in zip(leaves, kept, strict=True)]
+    return get_backend(target.home).stager(leaves, batch_size, target, depth + 1)
 
 
 def prefetched(

@@ -244,10 +244,11 @@ def to_device(
         dtype: None; one dtype, applied to floating-point leaves only; or a mapping
             from source to target dtype (``{np.uint8: np.float16}``). Casts that
             shrink the itemsize run before the copy, the others after it.
-        non_blocking: None: non-blocking where it is safe (host-to-device from pinned
-            memory; device-to-host with one synchronisation at the end). True or
-            False forces it; a forced non-blocking device-to-host copy is still
-            synchronised before returning.
+        non_blocking: None: host-to-device copies to CUDA are non-blocking (safe from
+            pinned and from pageable memory), device-to-host copies blocking (the
+            results are ready and pageable). True: device-to-host copies too are
+            queued, into pinned memory, with one synchronisation before returning.
+            False: every copy blocks.
         pack: None: many small leaves of one framework going host-to-device are
             packed into one pinned buffer, copied once and split on the device.
             True packs whatever the device (used to test the packed path on CPU);

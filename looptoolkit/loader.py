@@ -42,6 +42,8 @@ from looptoolkit._epochs import (
     state_of,
 )
 from looptoolkit._errors import check_int
+from looptoolkit._pass import CLOSED as _CLOSED
+from looptoolkit._pass import LoaderIterator
 from looptoolkit._pipeline import (
     Plan,
     Progress,
@@ -52,112 +54,20 @@ from looptoolkit._pipeline import (
     with_masks,
 )
 from looptoolkit._rows import Rows
-from looptoolkit.ragged._column import find_ragged
-from looptoolkit.ragged._loader import UnitOrder, ragged_probe
-from looptoolkit.ragged._loader import options as ragged_options
-from looptoolkit.ragged._loader import setup as ragged_setup
 from looptoolkit._stats import LoaderStats, timed
 from looptoolkit._store_reads import default_group_size, plan_reads
 from looptoolkit._target import Target
 from looptoolkit.adapters import process_group
 from looptoolkit.device import parse_device
 from looptoolkit.order import Order, normalize_shuffle, resolve_rank
+from looptoolkit.ragged._column import find_ragged
+from looptoolkit.ragged._loader import ragged_probe
+from looptoolkit.ragged._loader import setup as ragged_setup
+from looptoolkit.ragged._options import check_unused
+from looptoolkit.ragged._options import given as ragged_given
+from looptoolkit.ragged._units import UnitOrder
 
 __all__ = ["Loader", "LoaderIterator", "LoaderStats"]
-
-
-class LoaderIterator:
-    """One pass over an epoch of a ``Loader``; ``len()`` is the number of batches left.
-
-    The pass takes its epoch from the Loader's cursor when its first batch is asked for (an
-    ``iter()`` that is never advanced takes nothing), and moves the cursor to the next epoch when it
-    hands out its last batch. Leaving the loop early (``break``, an exception, dropping the
-    iterator, [`close`][looptoolkit.loader.LoaderIterator.close]) stops the background thread, if
-    there is one, and leaves the cursor where it was: the next pass runs the same epoch again. An
-    exception while producing a batch reaches the loop and ends the pass the same way.
-    """
-
-    __slots__ = ("__weakref__", "_loader", "_progress", "_source", "_token")
-
-    def __init__(self, loader: Loader) -> None:
-        self._loader = loader
-        self._source: Iterator[Any] = _UNSTARTED
-        self._progress: Progress | None = None
-        self._token = -1
-
-    def __iter__(self) -> LoaderIterator:
-        return self
-
-    def __next__(self) -> Any:
-        if self._source is _UNSTARTED:  # the first batch asked for: bind the epoch
-            try:
-                self._loader._bind(self)
-            except BaseException:
-                self._source = _CLOSED
-                raise
-        try:
-            item = next(self._source)
-        except StopIteration:
-            self._source = _CLOSED
-            raise
-        except BaseException:
-            self.close()  # an error ends the pass; the cursor stays where it was
-            raise
-        progress = self._progress
-        progress.consumed += 1  # type: ignore[union-attr]  # set when bound
-        if progress.consumed == progress.total:  # type: ignore[union-attr]
-            self._loader._cursor.complete(self._token)
-        return item
-
-    def __len__(self) -> int:
-        progress = self._progress
-        if self._source is _CLOSED:
-            return 0
-        if progress is None:  # not bound yet: what the cursor's pass would yield
-            return self._loader._order.num_batches(self._loader._cursor.offset)
-        return progress.total - progress.consumed
-
-    def close(self) -> None:
-        """Stop the pass: the background thread (if any) ends and nothing more is yielded."""
-        source, self._source = self._source, _CLOSED
-        if hasattr(source, "close"):
-            source.close()
-
-    def _running(self) -> bool:
-        """Bound, neither closed nor past its epoch's last batch."""
-        progress = self._progress
-        return (
-            progress is not None
-            and self._source is not _CLOSED
-            and progress.consumed < progress.total
-        )
-
-
-_UNSTARTED: Iterator[Any] = iter(())  # the source of a pass not bound yet
-# The ragged options' defaults: an option given otherwise needs ragged leaves.
-_RAGGED_DEFAULTS: dict[str, Any] = {
-    "layout": None,
-    "pad_value": None,
-    "pad_to_multiple_of": None,
-    "buckets": None,
-    "seq_len": None,
-    "batch_tokens": None,
-    "group_by_length": False,
-    "max_segments": None,
-    "long_rows": "error",
-}
-
-
-def _ragged_given(args: dict[str, Any]) -> list[str]:
-    """The ragged options given other values than their defaults."""
-    given = []
-    for key, value in args.items():
-        default = _RAGGED_DEFAULTS[key]
-        same = value is default or (type(value) is type(default) and value == default)
-        if not same:
-            given.append(key)
-    return given
-_CLOSED: Iterator[Any] = iter(())  # the source of a closed or finished pass
 
 
 def _restore(cls: type[Loader], data: Any, args: dict[str, Any], state: dict[str, Any]) -> Loader:
@@ -264,6 +174,25 @@ class Loader:
         cache_bytes: the chunk cache of store data read whole chunks at a time
             (``shuffle=False`` or ``"grouped"``): None for two groups of chunks
             of every store leaf; at least one group.
+        layout: how ragged leaves ([`Ragged`][looptoolkit.Ragged], lists of arrays of
+            different lengths, object arrays of arrays, Arrow and HF list columns, jagged
+            nested tensors, ``tf.RaggedTensor``) are batched: ``"pad"`` (default,
+            [`Padded`][looptoolkit.Padded]), ``"flat"`` ([`Flat`][looptoolkit.Flat]),
+            ``"pack"`` (concatenate-then-split into rows of ``seq_len``) or ``"fit"`` (whole
+            rows into rows of ``seq_len``), both [`Packed`][looptoolkit.Packed]; then
+            ``batch_size`` counts packed rows. ``docs/ragged.md`` has the guide.
+        pad_value: what fills the padding (default 0).
+        pad_to_multiple_of: ``"pad"``: round each batch's length up to a multiple of this.
+        buckets: ``"pad"``: an increasing list of lengths; each batch is padded to the
+            smallest that holds its longest row (at most ``len(buckets)`` shapes).
+        seq_len: ``"pack"``/``"fit"``: elements per packed row.
+        batch_tokens: ``"pad"``/``"flat"``: a budget of elements per batch instead of
+            ``batch_size`` (padding counted for ``"pad"``: ``B * L <= batch_tokens``).
+        group_by_length: sort windows of 50 batches of the epoch's order by length, then
+            shuffle whole batches (with ``batch_tokens``: the budget's windows).
+        max_segments: ``"fit"``: at most this many rows of the data per packed row.
+        long_rows: ``"fit"``: rows longer than ``seq_len`` are ``"split"``, ``"truncate"``d
+            (counted in [`stats`][looptoolkit.Loader.stats]) or an ``"error"`` (default).
 
     Raises:
         ValueError: a wrong value: leaves of different leading dimensions (both
@@ -388,7 +317,7 @@ class Loader:
             "pad_shards": pad_shards,
             "skip_keys": skip_keys,
             "cache_bytes": cache_bytes,
-            **{k: ragged_args[k] for k in _ragged_given(ragged_args)},
+            **{k: ragged_args[k] for k in ragged_given(ragged_args)},
         }
         normalize_shuffle(shuffle)
         rank, world_size = resolve_rank(rank, world_size, process_group())
@@ -413,31 +342,36 @@ class Loader:
         self._data = data
         ragged = find_ragged(data)
         self._ragged = ragged is not None
+        # Rows and Order, or their ragged counterparts (same interfaces: `looptoolkit.ragged`).
+        rows: Any
+        self._order: Any
         if ragged is None:
-            given = _ragged_given(ragged_args)
-            if given:
-                raise ValueError(
-                    f"`{given[0]}` applies to ragged leaves (variable-length rows), and `data` "
-                    "has none; wrap such a column as `looptoolkit.Ragged(values, offsets)`."
-                )
-            if batch_size is None:
-                raise ValueError("`batch_size` is required.")
+            check_unused(ragged_args, batch_size)
+            rows = Rows(data)
         else:
-            if resident:
-                raise ValueError(
-                    "`resident=True` is not offered with ragged leaves: batches are laid out "
-                    "on the host and moved by `device=`."
-                )
-            if return_mask or cache_bytes is not None:
-                name = "return_mask" if return_mask else "cache_bytes"
-                raise ValueError(f"`{name}` is not offered with ragged leaves.")
-            self._init_ragged(
-                ragged, batch_size, ragged_args, shuffle, seed, drop_last, group_size, run_size,
-                rank, world_size, pad_shards,
-                dict(weights=weights, replacement=replacement, num_samples=num_samples,
-                     indices=indices, order_fn=order_fn),
-            )  # fmt: skip
-        rows = self._rows if self._ragged else Rows(data)
+            refused = {"resident": resident, "return_mask": return_mask, "cache_bytes": cache_bytes}
+            sampling = {
+                "weights": weights,
+                "replacement": replacement,
+                "num_samples": num_samples,
+                "indices": indices,
+                "order_fn": order_fn,
+            }
+            rows, self._order = ragged_setup(
+                ragged,
+                batch_size,
+                ragged_args,
+                shuffle=shuffle,
+                seed=seed,
+                group_size=group_size,
+                run_size=run_size,
+                rank=rank,
+                world_size=world_size,
+                drop_last=drop_last,
+                sampling=sampling,
+                pad_shards=pad_shards,
+                refused=refused,
+            )
         self._expanded = rows.data  # store objects as StoreArrays: what pickles
         store = rows.store
         if self._ragged:
@@ -455,6 +389,7 @@ class Loader:
                 "`cache_bytes` sizes the chunk cache of store data (zarr, HDF5, Arrow)."
             )
         if not self._ragged:
+            assert batch_size is not None  # checked with the ragged options
             self._order = Order(
                 rows.n,
                 batch_size,
@@ -478,7 +413,7 @@ class Loader:
         if store is not None:
             plan_reads(store, self._order, cache_bytes)
         # Plain ints, whatever integer type was passed: state_dict() holds them.
-        self.batch_size: int | None = None if batch_tokens is not None else int(batch_size)  # type: ignore[arg-type]
+        self.batch_size: Any = None if batch_size is None else int(batch_size)
         self.n: int = rows.n
         self.rank: int = rank
         self.world_size: int = world_size
@@ -518,44 +453,6 @@ class Loader:
             self._order.current_epoch = lambda: self._cursor.epoch
         self._live: weakref.ref[LoaderIterator] | None = None
 
-    def _init_ragged(
-        self,
-        data: Any,
-        batch_size: int | None,
-        ragged_args: dict[str, Any],
-        shuffle: Any,
-        seed: int,
-        drop_last: bool,
-        group_size: int | None,
-        run_size: int,
-        rank: int,
-        world_size: int,
-        pad_shards: bool,
-        sampling: dict[str, Any],
-    ) -> None:
-        """The rows and the order of data with ragged leaves (``looptoolkit.ragged``)."""
-        opts = ragged_options(batch_size, **ragged_args)
-        self._rows, self._order = ragged_setup(
-            data,
-            opts,
-            shuffle=shuffle,
-            seed=seed,
-            group_size=group_size,
-            run_size=run_size,
-            rank=rank,
-            world_size=world_size,
-            drop_last=drop_last,
-            sampling=sampling,
-            pad_shards=pad_shards,
-        )
-        if isinstance(self._order, UnitOrder):
-            if len(self._order) == 0:
-                raise ValueError(
-                    f"`drop_last=True` leaves rank {rank} of {world_size} no batch of epoch 0."
-                )
-        else:
-            _probe.check_not_empty(self._order)
-
     # -- public API ----------------------------------------------------------------------
 
     def __iter__(self) -> LoaderIterator:
@@ -581,8 +478,8 @@ class Loader:
             stager = None
             if self._plan.move and not self._ragged:
                 assert self._target is not None
-                stager = stager_for(self._rows, self.batch_size, self._target, self.prefetch)
-            block = 1 if self._plan.move or self._ragged else self._rows.store.block  # type: ignore[union-attr]
+                stager = stager_for(self._rows, self.batch_size, self._plan, self.prefetch)
+            block = 1 if self._plan.move or self._ragged else self._rows.store.block
             source = prefetched(
                 self._rows, batches, progress, self._plan, self.prefetch, stager, block
             )
@@ -639,8 +536,12 @@ class Loader:
         return None if mask is None else np.asarray(mask)
 
     @property
-    def order(self) -> Order:
-        """The [`Order`][looptoolkit.Order] that gives each epoch's indices."""
+    def order(self) -> Any:
+        """The [`Order`][looptoolkit.Order] that gives each epoch's indices.
+
+        With planned ragged batches (``batch_tokens``, ``group_by_length``, ``"pack"``,
+        ``"fit"``) an order of whole batches with the same methods, whose offsets count batches.
+        """
         return self._order
 
     @property

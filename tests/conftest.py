@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
+
+# Before any framework is imported: on a GPU, tf would map nearly all the memory of
+# every GPU when its runtime starts, and JAX 75 % of it when its client does, and
+# the torch tests in the same process would run out of memory.
+os.environ.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import pytest
 

@@ -34,8 +34,36 @@ def test_only_jax_batches_need_a_ready_call():
         assert kit(name).ready is None
     jax = pytest.importorskip("jax")
     ready = kit("jax").ready
-    assert ready is not None
+    # JAX's backend `synchronize` is `effects_barrier`, which does not wait for queued
+    # computations: JAX rows are timed to each batch's outputs being ready instead.
+    assert ready is jax.block_until_ready
     ready(jax.numpy.arange(3))
+
+
+def test_the_synthetic_gpu_step_waits_for_the_loops_stream_only():
+    """D13: a device-wide sync would also wait for the prefetch side stream's copies."""
+    from looptoolkit.bench.rounds import Step
+
+    calls = []
+
+    class Stream:
+        def synchronize(self):
+            calls.append("stream")
+
+    class Cuda:
+        def _sleep(self, cycles):
+            calls.append(("sleep", cycles))
+
+        def current_stream(self):
+            return Stream()
+
+        def synchronize(self):
+            calls.append("device")
+
+    step = Step(0.0, "cpu")
+    step._cuda, step._cycles = Cuda(), 1000
+    step()
+    assert calls == [("sleep", 1000), "stream"]
 
 
 def test_round_without_a_step_takes_whole_epochs_and_records_no_per_batch_figures():

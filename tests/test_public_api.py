@@ -13,10 +13,14 @@ def test_all_is_sorted_and_exported():
 def test_public_names():
     assert set(looptoolkit.__all__) == {
         "ContainerRebuildWarning",
+        "Flat",
         "GetItemsDataset",
         "Loader",
         "LoaderStats",
         "Order",
+        "Packed",
+        "Padded",
+        "Ragged",
         "TransferError",
         "__version__",
         "keep_batch",
@@ -36,6 +40,8 @@ def test_public_names_live_where_the_layout_says():
         "Loader": "looptoolkit.loader",
         "LoaderStats": "looptoolkit.loader",
         "Order": "looptoolkit.order",
+        "Ragged": "looptoolkit.ragged._column",
+        "Padded": "looptoolkit.ragged._layouts",
         "to_device": "looptoolkit.device",
         "TransferError": "looptoolkit._errors",
         "ContainerRebuildWarning": "looptoolkit.tree",

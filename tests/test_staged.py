@@ -4,27 +4,42 @@ A backend may offer a ``Stager`` (``Backend.stager``): it gathers some leaves
 into its own buffers, the moves and the transform run inside its context (on
 CUDA: the side stream), each batch gets a token, and the consumer waits on the
 token before the batch is handed out. A stager that stages NumPy leaves on the
-host exercises the same pipeline without a GPU.
+host exercises the same pipeline without a GPU. Like ``CudaStager``, it can
+yield views of its reused buffers (``views=True``): then only the move's copy
+makes a batch its own, as on a GPU.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
+import sys
 import threading
+import types
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
+import pytest
 
 import looptoolkit.loader as loader_module
 from looptoolkit import Loader
+from looptoolkit.adapters import BACKENDS, DEVICE_HOMES, BackendBase, _registry, register_backend
 
 
 class HostStager:
     """Stages the leaves at ``positions`` into reused buffers; records what happens."""
 
-    def __init__(self, leaves: list[Any], positions: list[int], batch_size: int, slots: int):
+    def __init__(
+        self,
+        leaves: list[Any],
+        positions: list[int],
+        batch_size: int,
+        slots: int,
+        views: bool = False,
+    ):
         self.positions = positions
+        self.yields_views = views
         self.views = [leaves[i] for i in positions]
         self.buffers = [
             [np.empty((batch_size, *v.shape[1:]), v.dtype) for v in self.views]
@@ -41,8 +56,10 @@ class HostStager:
             out = self.buffers[k % self.slots]
             for view, buf in zip(self.views, out, strict=True):
                 view.take(idx, axis=0, out=buf[: len(idx)])
-            # Copies, as a device copy would be: the buffers are reused.
-            yield [buf[: len(idx)].copy() for buf in out]
+            if self.yields_views:  # as CudaStager: the move's copy makes them the batch's own
+                yield [buf[: len(idx)] for buf in out]
+            else:  # copies, as a device copy would be: the buffers are reused
+                yield [buf[: len(idx)].copy() for buf in out]
 
     @contextlib.contextmanager
     def context(self) -> Iterator[None]:
@@ -71,7 +88,7 @@ def test_staged_and_plain_leaves_merge_into_the_right_batches(monkeypatch):
     }
     made: list[HostStager] = []
 
-    def stager_for(rows, batch_size, target, depth):
+    def stager_for(rows, batch_size, plan, depth):
         # Stage "b" and "c" (leaf positions 1 and 2); "a" goes the plain way.
         made.append(HostStager(rows.leaves, [1, 2], batch_size, depth + 1))
         return made[-1]
@@ -101,7 +118,7 @@ def test_staged_path_resumes_exactly(monkeypatch):
     data = {"x": np.arange(50.0), "y": np.arange(50)}
     made: list[HostStager] = []
 
-    def stager_for(rows, b, target, depth):
+    def stager_for(rows, b, plan, depth):
         made.append(HostStager(rows.leaves, [0], b, depth + 1))
         return made[-1]
 
@@ -116,3 +133,102 @@ def test_staged_path_resumes_exactly(monkeypatch):
     rest = [b["y"] for b in resumed]
     np.testing.assert_array_equal(np.concatenate(first + rest), loader.indices(0))
     assert len(made) == 2 and made[1].handed == list(range(len(rest)))
+
+
+class Device:
+    """An array "on the device" of the toy framework below: a copy of its rows."""
+
+    def __init__(self, values: Any) -> None:
+        self.values = np.array(values)  # always a copy: what a device copy makes
+
+
+class SlottedBackend(BackendBase):
+    """A toy accelerator whose staged upload yields views of reused slots (as CUDA's does)."""
+
+    name = "slotted"
+
+    def __init__(self) -> None:
+        self.made: list[HostStager] = []
+
+    def is_array(self, x: object) -> bool:
+        return isinstance(x, Device)
+
+    def dtype_name(self, x: Device) -> str:
+        return x.values.dtype.name
+
+    def take(self, leaves: Any, idx: np.ndarray) -> list[Device]:
+        return [Device(leaf.values[idx]) for leaf in leaves]
+
+    def take_batches(self, leaves: Any, batches: Any) -> Any:
+        return (self.take(leaves, idx) for idx in batches)
+
+    def stack(self, leaves: Any) -> Device:
+        return Device(np.stack([leaf.values for leaf in leaves]))
+
+    def move(self, leaves: Any, target: Any, non_blocking: Any, pack: Any) -> list[Device]:
+        return [Device(getattr(leaf, "values", leaf)) for leaf in leaves]
+
+    def cast(self, x: Any, name: str) -> Device:
+        return Device(np.asarray(getattr(x, "values", x)).astype(name))
+
+    def constant(self, values: np.ndarray, like: Any) -> Device:
+        return Device(values)
+
+    def synchronize(self, target: Any = None) -> None:
+        pass
+
+    def resolve_device(self, target: Any) -> str:
+        return str(target.spec)
+
+    def stager(self, leaves: Any, batch_size: int, target: Any, slots: int) -> HostStager | None:
+        # Every NumPy leaf it is offered, as CudaStager stages every leaf torch can wrap.
+        positions = [i for i, leaf in enumerate(leaves) if isinstance(leaf, np.ndarray)]
+        if not positions:
+            return None
+        self.made.append(HostStager(list(leaves), positions, batch_size, slots, views=True))
+        return self.made[-1]
+
+
+@pytest.fixture
+def slotted(monkeypatch):
+    """The toy accelerator, registered under the device name "slot"; the registry restored after."""
+    framework = types.ModuleType("slotted_framework")
+    adapter = types.ModuleType("slotted_adapter")
+    adapter.backend = SlottedBackend()  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "slotted_framework", framework)
+    monkeypatch.setitem(sys.modules, "slotted_adapter", adapter)
+    backends, homes = dict(BACKENDS), dict(DEVICE_HOMES)
+    register_backend("slotted", "slotted_adapter", framework="slotted_framework", devices=("slot",))
+    yield adapter.backend
+    BACKENDS.clear()
+    BACKENDS.update(backends)
+    DEVICE_HOMES.clear()
+    DEVICE_HOMES.update(homes)
+    _registry._loaded.pop("slotted", None)
+    _registry._owners.clear()
+
+
+def test_a_stager_yielding_views_of_reused_slots_gives_right_batches(slotted):
+    data = {"x": np.random.default_rng(0).standard_normal((160, 3)), "ids": np.arange(160)}
+    got = list(Loader(data, 10, seed=5, device="slot", prefetch=2))
+    (stager,) = slotted.made
+    assert stager.positions == [0, 1]
+    want = np.array_split(Loader(data, 10, seed=5).indices(0), 16)
+    for batch, idx in zip(got, want, strict=True):
+        np.testing.assert_array_equal(batch["ids"].values, idx)
+        np.testing.assert_array_equal(batch["x"].values, data["x"][idx])
+
+
+def test_skipped_leaves_never_pass_through_a_staging_slot(slotted):
+    """A skipped leaf is never moved, so nothing would copy it out of a reused slot."""
+    data = {"x": np.random.default_rng(0).standard_normal((160, 3)), "ids": np.arange(160)}
+    loader = Loader(data, 10, seed=5, device="slot", prefetch=2, skip_keys=["ids"])
+    got = list(loader)  # every batch kept: a slot refilled later would change an earlier batch
+    (stager,) = slotted.made
+    assert stager.positions == [1]  # only "x" (leaves are in key order: "ids", "x")
+    want = [b["ids"] for b in Loader(data, 10, seed=5)]
+    assert [type(b["ids"]) for b in got] == [np.ndarray] * 16  # the type passed
+    for batch, ids in zip(got, want, strict=True):
+        np.testing.assert_array_equal(batch["ids"], ids)
+        np.testing.assert_array_equal(batch["x"].values, data["x"][ids])
+    assert not any(np.shares_memory(a["ids"], b["ids"]) for a, b in itertools.pairwise(got))

@@ -166,7 +166,11 @@ class Staging(Protocol):
     def stager(
         self, leaves: Sequence[Any], batch_size: int, target: Target, slots: int
     ) -> Stager | None:
-        """A staged upload of these leaves to ``target``, where it beats a plain ``move``."""
+        """A staged upload of these leaves to ``target``, where it beats a plain ``move``.
+
+        ``leaves`` holds None in place of a leaf that must not be staged (one the
+        move leaves where it is, under ``skip_keys``).
+        """
         ...
 
 
@@ -236,6 +240,15 @@ class Native(Protocol):
         """``fn`` compiled for batches of this framework (``jax.jit``, ``tf.function``)."""
         ...
 
+    def bind_target(self, target: Target) -> Target:
+        """``target`` with what the calling thread's state decides fixed in it.
+
+        The Loader calls it once, in the thread that builds it, so that its
+        background thread moves batches to the same device (torch: ``"cuda"``
+        becomes ``"cuda:N"``, N the calling thread's current device).
+        """
+        ...
+
 
 @runtime_checkable
 class Backend(Required, Staging, Sharding, Containers, Native, Protocol):
@@ -286,6 +299,10 @@ class BackendBase:
     def compile_transform(self, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
         """Nothing to compile: ``fn`` runs eagerly."""
         return fn
+
+    def bind_target(self, target: Target) -> Target:
+        """No per-thread device state: ``target`` as it is."""
+        return target
 
     # -- Containers
 

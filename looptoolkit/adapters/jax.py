@@ -210,7 +210,12 @@ class JaxBackend(BackendBase):
         return jnp.asarray(values)
 
     def synchronize(self, target: Target | None = None) -> None:
-        """Wait for outstanding JAX work with side effects."""
+        """Wait for outstanding JAX work with side effects (``jax.effects_barrier``).
+
+        JAX has no device-wide wait: queued computations and transfers are waited
+        for on their outputs (``jax.block_until_ready``), as the benchmarks do on
+        every batch.
+        """
         jax.effects_barrier()
 
 

@@ -50,9 +50,24 @@ def _host_views(leaves: Sequence[tf.Tensor]) -> list[np.ndarray] | None:
     return [np.asarray(leaf) for leaf in leaves]
 
 
+_gpus: list[bool] = []
+
+
+def _has_gpu() -> bool:
+    """Whether tf sees a GPU, asked without starting its runtime (which maps GPU memory).
+
+    ``list_physical_devices`` does not initialise the runtime; ``list_logical_devices``
+    does, and tf then takes nearly all memory of every visible GPU (unless
+    ``TF_FORCE_GPU_ALLOW_GROWTH=true``).
+    """
+    if not _gpus:
+        _gpus.append(bool(tf.config.list_physical_devices("GPU")))
+    return _gpus[0]
+
+
 def _from_numpy(rows: list[np.ndarray]) -> list[tf.Tensor]:
     """Host tensors from NumPy arrays; on the host even where a GPU is the default."""
-    if not tf.config.list_logical_devices("GPU"):
+    if not _has_gpu():
         return [tf.convert_to_tensor(r) for r in rows]
     with tf.device("/CPU:0"):
         return [tf.convert_to_tensor(r) for r in rows]
@@ -102,6 +117,8 @@ def device_name(target: Target) -> str:
     if target.platform not in ("cpu", "cuda"):
         raise RuntimeError(f"tf has no {target.platform} devices here")
     index = target.index or 0
+    if kind == "CPU" and index == 0:
+        return "/CPU:0"  # always there: nothing to ask (asking would start the runtime)
     present = tf.config.list_logical_devices(kind)
     if index >= len(present):
         raise RuntimeError(f"tf has {len(present)} {kind} device(s); asked for {kind}:{index}")
@@ -196,7 +213,7 @@ class TfBackend(BackendBase):
 
     def synchronize(self, target: Target | None = None) -> None:
         """Wait for queued work on tf's GPUs (host ops complete eagerly)."""
-        if tf.config.list_logical_devices("GPU"):
+        if (target is None or target.platform != "cpu") and _has_gpu():
             tf.test.experimental.sync_devices()
 
 

@@ -1,11 +1,13 @@
 """PyTorch backend: gather, pinned / non-blocking / packed transfer, CUDA sync.
 
-Host-to-device copies are non-blocking only from pinned memory, where the copy
-is ordered on the current stream, so any later use of the result on that
-stream (or a ``synchronize``) sees the data. Many small leaves are packed into
-one pinned buffer, copied once and split into views on the device. Device-to-host
-copies are queued non-blocking and followed by one stream synchronisation
-before anything is returned.
+Host-to-device copies to CUDA are non-blocking: the copy is ordered on the
+current stream, so any later use of the result on that stream (or a
+``synchronize``) sees the data; from pageable memory CUDA returns once it has
+staged the source. Many small leaves are packed into one pinned buffer, copied
+once and split into views on the device. Device-to-host copies are blocking
+(pageable results), or, with ``non_blocking=True``, queued into pinned memory and
+followed by one stream synchronisation before anything is returned.
+Device-to-device copies need no host synchronisation.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import torch
 from torch._utils import _flatten_dense_tensors
 
 from looptoolkit._target import Target
-from looptoolkit.adapters import _tensordict
+from looptoolkit.adapters import _tensordict, _torch_cuda
 from looptoolkit.adapters._host import chunked, row_gather
 from looptoolkit.adapters._protocol import BackendBase, Stager
 from looptoolkit.adapters._torch_cuda import CudaStager
@@ -264,9 +266,35 @@ class TorchBackend(BackendBase):
         if target.platform != "cuda" or target.home != "torch":
             return None
         views = [(i, v) for i, v in enumerate(map(_stageable, leaves)) if v is not None]
-        if not views:
-            return None
-        return CudaStager(views, batch_size, resolve_device(target), slots)
+        # Many small leaves share one pinned buffer and one copy (as `pack_copy` does
+        # for a plain move), gathered straight into it.
+        small = [i for i, v in views if batch_size * v[:1].nbytes <= PACK_MAX_BYTES]
+        packed = small if len(small) >= PACK_MIN_LEAVES else []
+        device = _with_index(resolve_device(target))
+        # Also with no leaf to stage (data on the device, dtypes NumPy lacks): the
+        # producer's work then still runs on the side stream, ordered both ways.
+        return CudaStager(views, batch_size, device, slots, packed)
+
+    def bind_target(self, target: Target) -> Target:
+        """``"cuda"`` without an index: the calling thread's current CUDA device, fixed.
+
+        The current device is per thread, and a new thread starts on device 0
+        whatever ``torch.cuda.set_device`` said in the thread that made it.
+        """
+        if target.platform != "cuda" or target.index is not None:
+            return target
+        if isinstance(target.native, torch.device):
+            if target.native.index is not None or target.native.type != "cuda":
+                return target
+        elif target.native is not None or not isinstance(target.spec, str):
+            return target
+        if not torch.cuda.is_available():
+            return target  # moving there fails, with the reason, when it is tried
+        index = torch.cuda.current_device()
+        device = torch.device("cuda", index)
+        if target.native is not None:
+            return Target(device, "cuda", index, home=target.home, native=device)
+        return Target(f"{target.spec.strip()}:{index}", "cuda", index, home=target.home)
 
     def is_array(self, x: object) -> bool:
         """Whether ``x`` is a torch tensor."""
@@ -379,14 +407,31 @@ class TorchBackend(BackendBase):
 
         self._upload(ts, upload, device, non_blocking, pack)
         if download:
-            sources = {ts[i].device for i in download}
-            for i in download:
-                # Queued without waiting; the synchronisation below orders the reads.
-                ts[i] = ts[i].to(device, non_blocking=non_blocking is not False)
-            for source in sources:
-                if source.type == "cuda":
-                    torch.cuda.current_stream(source).synchronize()
+            self._download(ts, download, device, non_blocking)
         return ts
+
+    @staticmethod
+    def _download(
+        ts: list[torch.Tensor], download: list[int], device: torch.device, non_blocking: bool | None
+    ) -> None:
+        """Device-to-host and device-to-device moves of ``ts[i]`` for ``i`` in ``download``."""
+        if device.type != "cpu":
+            # Across devices torch orders the copy after the source's current stream
+            # and the destination's after the copy: nothing to wait for on the host.
+            for i in download:
+                ts[i] = ts[i].to(device, non_blocking=non_blocking is not False)
+            return
+        # A non-blocking copy to the host lands in pinned memory, which torch's
+        # caching host allocator keeps (rounded up to a power of two) after the
+        # result is freed: only on request. A blocking one is pageable, and ready.
+        asynchronous = non_blocking is True
+        sources = {ts[i].device for i in download} if asynchronous else set()
+        for i in download:
+            ts[i] = ts[i].to(device, non_blocking=asynchronous)
+        for source in sources:
+            if source.type == "cuda":
+                # The copies were queued on this stream: once it is done, values are ready.
+                torch.cuda.current_stream(source).synchronize()
 
     def _upload(
         self,
@@ -417,23 +462,29 @@ class TorchBackend(BackendBase):
             for i, t in zip(packed, moved, strict=True):
                 ts[i] = t
         done = set(packed)
+        # From pinned memory the copy is ordered on the current stream and the caching
+        # host allocator keeps the source alive until it is done; from pageable memory
+        # CUDA returns once it has staged the source. A blocking copy would add a wait
+        # for everything the stream had queued (the step before).
+        asynchronous = device.type == "cuda" if non_blocking is None else non_blocking
         for i in upload:
-            if i in done:
-                continue
-            t = ts[i]
-            if non_blocking is None:
-                # Safe only from pinned memory: the copy is then ordered on the
-                # current stream, and the caching host allocator keeps the source alive.
-                asynchronous = device.type == "cuda" and t.is_pinned()
-            else:
-                asynchronous = non_blocking
-            ts[i] = t.to(device, non_blocking=asynchronous)
+            if i not in done:
+                ts[i] = ts[i].to(device, non_blocking=asynchronous)
 
     def cast(self, x: torch.Tensor | np.ndarray, name: str) -> torch.Tensor:
-        """``x.to(dtype)``, on its device (a NumPy array: wrapped, then cast on the host)."""
+        """``x.to(dtype)``, on its device (a NumPy array: wrapped, then cast on the host).
+
+        A pinned host tensor (a staging slot, a batch pinned for its upload) is cast
+        into pinned memory: the copy that follows stays a queued copy from pinned
+        memory instead of one the driver stages out of pageable memory.
+        """
         if isinstance(x, np.ndarray):
             x = from_numpy(x)
-        return x.to(torch_dtype(name))
+        dtype = torch_dtype(name)
+        # Nothing is pinned before CUDA is initialised; asking would initialise it.
+        if x.dtype != dtype and x.is_cpu and torch.cuda.is_initialized() and x.is_pinned():
+            return _torch_cuda.pinned_empty(tuple(x.shape), dtype).copy_(x)
+        return x.to(dtype)
 
     def constant(self, values: np.ndarray, like: torch.Tensor) -> torch.Tensor:
         """``values`` on ``like``'s device, copied there once per device and reused."""

@@ -84,7 +84,9 @@ class Step:
         """Take one step."""
         if self._cycles:
             self._cuda._sleep(self._cycles)
-            self._cuda.synchronize()
+            # The loop's own stream only: a device-wide sync would also wait for the
+            # copies of later batches on the prefetch side stream, which it should overlap.
+            self._cuda.current_stream().synchronize()
         elif self.seconds > 0:
             time.sleep(self.seconds)  # releases the GIL, as a native step does
 

@@ -19,7 +19,10 @@ import numpy as np
 import optree
 
 from looptoolkit import tree as _tree
-from looptoolkit.adapters import backend_of
+from looptoolkit.adapters import backend_of, get_backend
+from looptoolkit.ragged._stored import StoredValues
+from looptoolkit.stores import StoreArray, is_store_type
+from looptoolkit.stores import wrap as wrap_store
 
 __all__ = ["Ragged", "find_ragged"]
 
@@ -29,8 +32,9 @@ class Ragged:
 
     Args:
         values: all rows' elements, concatenated: an array of shape ``(total, *feature)`` of any
-            backend (NumPy, ``np.memmap``, torch, JAX or tf on the host). A memory-mapped token
-            file is read a batch at a time, never whole.
+            backend (NumPy, ``np.memmap``, torch, JAX or tf on the host), or one array of a
+            chunked store (zarr, HDF5), read by whole chunks through a bounded cache. A
+            memory-mapped token file or a store is read a batch at a time, never whole.
         offsets: ``n + 1`` non-decreasing integers from 0 to ``total``.
 
     Raises:
@@ -50,7 +54,14 @@ class Ragged:
     __slots__ = ("_host", "_lengths", "backend", "offsets", "values")
 
     def __init__(self, values: Any, offsets: Any) -> None:
-        backend = backend_of(values)
+        if is_store_type(type(values)) and not isinstance(values, StoredValues):
+            stored = wrap_store(values, "values")
+            if not isinstance(stored, StoreArray):
+                raise TypeError(
+                    f"`values` must be one array of a store, got {type(values).__name__}."
+                )
+            values = StoredValues(stored)
+        backend = get_backend("numpy") if isinstance(values, StoredValues) else backend_of(values)
         if backend is None:
             raise TypeError(
                 f"`values` must be an array (NumPy, torch, JAX or tf), got {type(values).__name__}."
@@ -61,8 +72,10 @@ class Ragged:
         if offsets.dtype.kind not in "iu":
             raise TypeError(f"`offsets` must be integers, got dtype {offsets.dtype}.")
         if offsets.ndim != 1 or len(offsets) < 1:
-            raise ValueError(f"`offsets` must be 1-D with n + 1 entries, got shape {offsets.shape}.")
-        total = int(backend.length(values))
+            raise ValueError(
+                f"`offsets` must be 1-D with n + 1 entries, got shape {offsets.shape}."
+            )
+        total = len(values) if isinstance(values, StoredValues) else int(backend.length(values))
         if offsets[0] != 0 or offsets[-1] != total:
             raise ValueError(
                 f"`offsets` must start at 0 and end at len(values) ({total}), got "
@@ -150,8 +163,8 @@ def _host_view(x: Any) -> np.ndarray:
     Raises:
         ValueError: ``x`` lives on an accelerator (the ragged layouts are built on the host).
     """
-    if isinstance(x, np.ndarray):
-        return x
+    if isinstance(x, np.ndarray | StoredValues):
+        return x  # type: ignore[return-value]  # sliced like an array
     device = getattr(x, "device", None)
     kind = getattr(device, "type", None) or getattr(device, "platform", None)
     if isinstance(kind, str) and kind not in ("cpu",):
@@ -227,7 +240,9 @@ def _from_arrow(x: Any, path: str) -> Ragged | None:
         return None  # lists of one length: the store reads them as a fixed-width column
     start, stop = int(offsets[0]), int(offsets[-1])
     values = x.values.slice(start, stop - start)
-    if values.null_count or not (pa.types.is_integer(values.type) or pa.types.is_floating(values.type)):
+    if values.null_count or not (
+        pa.types.is_integer(values.type) or pa.types.is_floating(values.type)
+    ):
         raise TypeError(
             f"{path} is a list column of {values.type}; a ragged column holds numbers "
             "(tokenize text first)."
@@ -254,7 +269,9 @@ def _table_columns(x: Any, path: str) -> dict[str, Any] | None:
     ragged = {name: _from_arrow(col, f"{path}[{name!r}]") for name, col in columns.items()}
     if all(v is None for v in ragged.values()):
         return None
-    return {name: ragged[name] if ragged[name] is not None else col for name, col in columns.items()}
+    return {
+        name: ragged[name] if ragged[name] is not None else col for name, col in columns.items()
+    }
 
 
 def _convert(x: Any, path: str) -> Any:

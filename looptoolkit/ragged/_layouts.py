@@ -18,7 +18,16 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["Flat", "Packed", "Padded", "copy_pieces", "flat_batch", "packed_batch", "pad_batch"]
+__all__ = [
+    "Flat",
+    "Packed",
+    "Padded",
+    "copy_pieces",
+    "flat_batch",
+    "packed_batch",
+    "pad_batch",
+    "split_packed",
+]
 
 # Mean elements per piece above which slice copies beat one fancy-index gather.
 _SLICE_MIN = 24
@@ -31,6 +40,14 @@ class Padded(NamedTuple):
         values: ``(B, L, *feature)``: row ``i``'s elements, then ``pad_value``.
         mask: ``(B, L)`` bool, True at real elements.
         lengths: ``(B,)`` int64, each row's length.
+
+    Examples:
+        >>> import numpy as np
+        >>> from looptoolkit import Loader, Ragged
+        >>> col = Ragged.from_rows([np.array([1, 2, 3]), np.array([4])])
+        >>> batch = next(iter(Loader(col, 2, shuffle=False)))
+        >>> batch.values.tolist(), batch.mask.tolist(), batch.lengths.tolist()
+        ([[1, 2, 3], [4, 0, 0]], [[True, True, True], [True, False, False]], [3, 1])
     """
 
     values: Any
@@ -48,6 +65,16 @@ class Flat(NamedTuple):
         cu_seqlens: ``(B + 1,)`` int32, where each row starts in ``values``, then ``T``.
         position_ids: ``(T,)`` int64, each element's position in its row (restarts at 0).
         max_seqlen: the longest row's length, a Python int.
+
+    Examples:
+        >>> import numpy as np
+        >>> from looptoolkit import Loader, Ragged
+        >>> col = Ragged.from_rows([np.array([1, 2, 3]), np.array([4])])
+        >>> flat = next(iter(Loader(col, 2, layout="flat", shuffle=False)))
+        >>> flat.values.tolist(), flat.cu_seqlens.tolist(), flat.position_ids.tolist()
+        ([1, 2, 3, 4], [0, 3, 4], [0, 1, 2, 0])
+        >>> flat.max_seqlen
+        3
     """
 
     values: Any
@@ -70,6 +97,18 @@ class Packed(NamedTuple):
             elements), each row's padding counted as a piece of its own, so the last entry is
             ``R * seq_len``.
         max_seqlen: the longest piece, a Python int.
+
+    Examples:
+        >>> import numpy as np
+        >>> from looptoolkit import Loader, Ragged
+        >>> col = Ragged.from_rows([np.array([1, 2, 3]), np.array([4, 5])])
+        >>> packed = next(iter(Loader(col, 2, layout="pack", seq_len=4, shuffle=False)))
+        >>> packed.values.tolist()
+        [[1, 2, 3, 4], [5, 0, 0, 0]]
+        >>> packed.segment_ids.tolist(), packed.position_ids.tolist()
+        ([[1, 1, 1, 2], [1, 0, 0, 0]], [[0, 1, 2, 0], [0, 0, 0, 0]])
+        >>> packed.cu_seqlens.tolist()
+        [0, 3, 4, 5, 8]
     """
 
     values: Any
@@ -103,6 +142,13 @@ def padded_length(longest: int, multiple: int | None, buckets: np.ndarray | None
     return longest
 
 
+def _filled(shape: tuple[int, ...], pad_value: Any, dtype: np.dtype) -> np.ndarray:
+    # Zeros come from the allocator already zeroed (calloc): no pass over the memory.
+    if pad_value == 0:
+        return np.zeros(shape, dtype=dtype)
+    return np.full(shape, pad_value, dtype=dtype)
+
+
 def pad_batch(
     values: np.ndarray,
     starts: np.ndarray,
@@ -110,13 +156,21 @@ def pad_batch(
     length: int,
     pad_value: Any,
 ) -> Padded:
-    """Rows ``values[starts[i]:starts[i] + lens[i]]`` padded to ``length``."""
+    """Rows ``values[starts[i]:starts[i] + lens[i]]`` padded to ``length``.
+
+    ``lens`` becomes the batch's ``lengths`` (not copied: pass an array of the batch's own).
+    """
     b = len(lens)
     feature = values.shape[1:]
-    out = np.full((b * length, *feature), pad_value, dtype=values.dtype)
-    copy_pieces(out, np.arange(b, dtype=np.int64) * length, starts, lens, values)
+    out = _filled((b, length, *feature), pad_value, values.dtype)
+    if int(lens.sum()) >= _SLICE_MIN * b:
+        for i, (s, n) in enumerate(zip(starts.tolist(), lens.tolist(), strict=True)):
+            out[i, :n] = values[s : s + n]
+    else:
+        flat = out.reshape(b * length, *feature)
+        copy_pieces(flat, np.arange(b, dtype=np.int64) * length, starts, lens, values)
     mask = np.arange(length) < lens[:, None]
-    return Padded(out.reshape(b, length, *feature), mask, lens.astype(np.int64, copy=True))
+    return Padded(out, mask, lens.astype(np.int64, copy=False))
 
 
 def flat_batch(values: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> Flat:
@@ -146,41 +200,58 @@ def packed_batch(
 ) -> Packed:
     """Pieces ``values[src[k]:src[k] + lens[k]]`` placed at flat positions ``dst[k]``.
 
-    ``dst`` is increasing and no piece crosses a row boundary; what no piece covers is padding.
+    The pieces of a row follow each other from the row's start (``dst`` increasing, no piece
+    crossing a row boundary); the rest of each row is padding, a segment of its own.
     """
     size = rows * seq_len
     feature = values.shape[1:]
-    out = np.full((size, *feature), pad_value, dtype=values.dtype)
+    out = _filled((size, *feature), pad_value, values.dtype)
     copy_pieces(out, dst, src, lens, values)
-    # Pieces and the padding runs between them, as one increasing list of segment starts.
+    # Each piece's number within its row (from 1), then the padding at each row's end.
     row_of = dst // seq_len
-    first_of_row = np.searchsorted(row_of, np.arange(rows))
-    number = np.arange(len(dst), dtype=np.int64) - first_of_row[row_of] + 1
-    segment_ids = np.zeros(size, dtype=np.int32)
-    positions = np.zeros(size, dtype=np.int64)
-    ends = dst + lens
-    covered = int(lens.sum())
-    if covered:
-        within = np.arange(covered) - np.repeat(np.cumsum(lens) - lens, lens)
-        at = np.repeat(dst, lens) + within
-        segment_ids[at] = np.repeat(number, lens)
-        positions[at] = within
-    # Padding: each row's part after its last piece (and a row without pieces, whole).
-    row_ends = np.arange(1, rows + 1, dtype=np.int64) * seq_len
-    last_end = np.full(rows, -1, dtype=np.int64)
+    row_ids = np.arange(rows, dtype=np.int64)
+    number = np.arange(len(dst), dtype=np.int64) - np.searchsorted(row_of, row_of) + 1
+    last = np.searchsorted(row_of, row_ids, side="right") - 1
+    filled = np.zeros(rows, dtype=np.int64)
     if len(dst):
-        np.maximum.at(last_end, row_of, ends)
-    pad_start = np.where(last_end < 0, row_ends - seq_len, last_end)
-    has_pad = pad_start < row_ends
-    bounds = np.concatenate([dst, pad_start[has_pad]])
-    bounds.sort(kind="stable")
-    cu = np.append(bounds, size).astype(np.int32)
+        mine = (last >= 0) & (row_of[np.maximum(last, 0)] == row_ids)
+        filled[mine] = (dst + lens)[last[mine]] - row_ids[mine] * seq_len
+    has_pad = filled < seq_len
+    starts = np.concatenate([dst, (row_ids * seq_len + filled)[has_pad]])
+    numbers = np.concatenate([number, np.zeros(int(has_pad.sum()), dtype=np.int64)])
+    order = np.argsort(starts, kind="stable")
+    cu = np.append(starts[order], size)
     seg_lens = np.diff(cu)
+    segment_ids = np.repeat(numbers[order].astype(np.int32), seg_lens)
+    positions = np.arange(size, dtype=np.int64) - np.repeat(cu[:-1], seg_lens)
+    positions[segment_ids == 0] = 0
     longest = int(seg_lens.max()) if len(seg_lens) else 0
     return Packed(
         out.reshape(rows, seq_len, *feature),
         segment_ids.reshape(rows, seq_len),
         positions.reshape(rows, seq_len),
-        cu,
+        cu.astype(np.int32),
         longest,
     )
+
+
+def split_packed(block: Packed, per: int, rows: list[int]) -> list[Packed]:
+    """Batch ``j`` of a block laid out as one: rows ``[j * per, j * per + rows[j])`` (views)."""
+    seq_len = block.values.shape[1]
+    cu = block.cu_seqlens.astype(np.int64)
+    out = []
+    for j, r in enumerate(rows):
+        r0, r1 = j * per, j * per + r
+        a, b = np.searchsorted(cu, [r0 * seq_len, r1 * seq_len])
+        part = cu[a : b + 1] - r0 * seq_len
+        longest = int(np.diff(part).max()) if b > a else 0
+        out.append(
+            Packed(
+                block.values[r0:r1],
+                block.segment_ids[r0:r1],
+                block.position_ids[r0:r1],
+                part.astype(np.int32),
+                longest,
+            )
+        )
+    return out

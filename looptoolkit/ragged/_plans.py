@@ -20,14 +20,22 @@ lengths, computed with NumPy at the start of the epoch, with no Python loop over
 from __future__ import annotations
 
 import math
+
 import numpy as np
 
-__all__ = ["fit_rows", "greedy_bounds", "length_grouped", "pack_pieces", "window_size"]
+__all__ = [
+    "fit_rows",
+    "greedy_bounds",
+    "length_grouped",
+    "pack_pieces",
+    "pack_ranges",
+    "window_size",
+]
 
 # Batches per window of a length-grouped order (HF's megabatches).
 GROUP_WINDOW_BATCHES = 50
 # Rows per window of first-fit packing: each row is placed by one pass over every window.
-FIT_WINDOW = 256
+FIT_WINDOW = 128
 
 
 def window_size(m: int) -> int:
@@ -61,28 +69,32 @@ def greedy_bounds(
     if m == 0:
         return np.zeros(1, dtype=np.int64)
     windows = -(-m // window)
-    grid = np.zeros(windows * window, dtype=np.int64)
-    grid[:m] = cost
-    grid = grid.reshape(windows, window)
-    starts = np.zeros((windows, window), dtype=bool)
-    starts[:, 0] = True
-    acc = grid[:, 0].copy()
+    flat = np.zeros(windows * window, dtype=np.int64)
+    flat[:m] = cost
+    # Position-major: row j holds the j-th row of every window (contiguous per pass).
+    grid = np.ascontiguousarray(flat.reshape(windows, window).T)
+    starts = np.zeros((window, windows), dtype=bool)
+    starts[0] = True
+    acc = grid[0].copy()
+    grown = np.empty_like(acc)
     count = np.ones(windows, dtype=np.int64)
+    counting = mode == "max" or max_count is not None
     for j in range(1, window):
-        c = grid[:, j]
+        c, over = grid[j], starts[j]
         if mode == "sum":
-            grown = acc + c
-            over = grown > budget
+            np.add(acc, c, out=grown)
+            np.greater(grown, budget, out=over)
         else:
-            grown = np.maximum(acc, c)
-            over = (count + 1) * grown > budget
+            np.maximum(acc, c, out=grown)
+            np.greater((count + 1) * grown, budget, out=over)
         if max_count is not None:
             over |= count >= max_count
-        starts[:, j] = over
-        np.copyto(acc, np.where(over, c, grown))
-        count += 1
-        count[over] = 1
-    flags = starts.reshape(-1)[:m]
+        np.copyto(grown, c, where=over)
+        acc, grown = grown, acc
+        if counting:
+            count += 1
+            count[over] = 1
+    flags = starts.T.reshape(-1)[:m]
     return np.append(np.flatnonzero(flags), m).astype(np.int64)
 
 
@@ -106,7 +118,7 @@ def length_grouped(
     grid = np.full(windows * window, -1, dtype=np.int64)
     grid[:m] = lengths
     # Longest first within each window; padding positions (-1) sort last and are dropped.
-    within = np.argsort(-grid.reshape(windows, window), axis=1, kind="stable")
+    within = _sort_desc(grid.reshape(windows, window) + 1)
     order = (within + (np.arange(windows) * window)[:, None]).reshape(-1)
     order = order[order < m] if windows * window != m else order
     full = m // batch_size
@@ -143,16 +155,60 @@ def pack_pieces(
             [stop],
         ]
     )
-    cuts = np.unique(cuts)
+    cuts.sort()
+    cuts = cuts[np.concatenate([[True], cuts[1:] != cuts[:-1]])]
     begin, end = cuts[:-1], cuts[1:]
     row = np.searchsorted(stream, begin, side="right") - 1
     return row, begin - stream[row], end - begin
+
+
+def _spread(lo: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``concatenate([arange(l, l + c) for l, c in zip(lo, counts)])``, in one pass."""
+    total = int(counts.sum())
+    return np.repeat(lo - (np.cumsum(counts) - counts), counts) + np.arange(total)
+
+
+def pack_ranges(
+    stream: np.ndarray, starts: np.ndarray, stops: np.ndarray, seq_len: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """[`pack_pieces`][looptoolkit.ragged._plans.pack_pieces] of several ranges at once.
+
+    Args:
+        stream: ``m + 1`` cumulative lengths of the rows in the epoch's order.
+        starts: first token of each range (multiples of ``seq_len``).
+        stops: end of each range.
+        seq_len: tokens per packed row.
+
+    Returns:
+        ``(row, offset, length, k)``: as ``pack_pieces``, for every piece of every range, range
+        by range, and ``k`` the range of each piece.
+    """
+    k = np.arange(len(starts))
+    # Cuts: each range's start, its inner row boundaries, the row boundaries inside it.
+    lo = np.searchsorted(stream, starts, side="right")
+    hi = np.searchsorted(stream, stops, side="left")
+    inner = np.maximum(hi - lo, 0)
+    rows = np.maximum(-(-(stops - starts) // seq_len) - 1, 0)
+    row_cuts = np.repeat(starts, rows) + (_spread(np.ones(len(k), np.int64), rows) * seq_len)
+    values = np.concatenate([starts, stream[_spread(lo, inner)], row_cuts, stops])
+    owner = np.concatenate([k, np.repeat(k, inner), np.repeat(k, rows), k])
+    order = np.lexsort((values, owner))
+    values, owner = values[order], owner[order]
+    begin, end = values[:-1], values[1:]
+    keep = (owner[:-1] == owner[1:]) & (end > begin)
+    begin, end, which = begin[keep], end[keep], owner[:-1][keep]
+    row = np.searchsorted(stream, begin, side="right") - 1
+    return row, begin - stream[row], end - begin, which
 
 
 def fit_rows(
     lengths: np.ndarray, seq_len: int, max_segments: int | None, window: int = FIT_WINDOW
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """Whole rows into fixed-length rows of ``seq_len``: first fit decreasing within windows.
+
+    One pass per position of a window places that position's piece of every window at once
+    (the first packed row of its window with room, or a new one), so the cost is ``window``
+    array passes over ``(windows, rows per window)``.
 
     Args:
         lengths: the pieces' lengths in the epoch's order, each ``<= seq_len``.
@@ -168,37 +224,51 @@ def fit_rows(
     if m == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), 0
     windows = -(-m // window)
-    grid = np.zeros(windows * window, dtype=np.int64)
-    grid[:m] = lengths
-    grid = grid.reshape(windows, window)
-    sorted_at = np.argsort(-grid, axis=1, kind="stable")
-    sizes = np.take_along_axis(grid, sorted_at, axis=1)
-    real = np.zeros(windows * window, dtype=bool)
-    real[:m] = True
-    real = np.take_along_axis(real.reshape(windows, window), sorted_at, axis=1)
-    cap = np.full((windows, 1), seq_len, dtype=np.int64)
-    used = np.zeros((windows, 1), dtype=np.int64)
+    flat = np.zeros(windows * window, dtype=np.int64)
+    flat[:m] = lengths
+    sorted_at = _sort_desc(flat.reshape(windows, window))
+    sizes = np.take_along_axis(flat.reshape(windows, window), sorted_at, axis=1)
+    real = (sorted_at + (np.arange(windows) * window)[:, None]) < m
+    # Room left in each window's rows; an unused row has all of seq_len. Pieces that would
+    # break `max_segments` see a full row (room -1).
+    width = 8
+    room = np.full((windows, width), seq_len, dtype=np.int64)
+    used = np.zeros((windows, width), dtype=np.int64) if max_segments is not None else None
     place = np.zeros((windows, window), dtype=np.int64)
-    limit = max_segments if max_segments is not None else window + 1
+    every = np.arange(windows)
     for j in range(window):
         size = sizes[:, j]
-        fits = (cap >= size[:, None]) & (used < limit)
-        any_fit = fits.any(axis=1)
-        where = np.where(any_fit, fits.argmax(axis=1), (cap < seq_len).sum(axis=1))
-        # A window that needs a new row opens the next unused column (every column grows
-        # together: at most one new column per pass).
-        if (where >= cap.shape[1]).any():
-            cap = np.concatenate([cap, np.full((windows, 1), seq_len, np.int64)], axis=1)
-            used = np.concatenate([used, np.zeros((windows, 1), np.int64)], axis=1)
+        fits = room >= size[:, None]
+        where = fits.argmax(axis=1)
+        if not fits[every, where].all():  # some window needs a row past the last column
+            room = np.concatenate([room, np.full((windows, width), seq_len, np.int64)], axis=1)
+            if used is not None:
+                used = np.concatenate([used, np.zeros((windows, width), np.int64)], axis=1)
+            width *= 2
+            where = (room >= size[:, None]).argmax(axis=1)
         take = real[:, j]
-        rows_idx = np.arange(windows)[take]
-        cap[rows_idx, where[take]] -= size[take]
-        used[rows_idx, where[take]] += 1
+        at, col = every[take], where[take]
+        room[at, col] -= size[take]
+        if used is not None:
+            used[at, col] += 1
+            room[at[used[at, col] >= max_segments], col[used[at, col] >= max_segments]] = -1
         place[:, j] = where
-    per_window = (used > 0).sum(axis=1)
-    row_base = np.concatenate([[0], np.cumsum(per_window)[:-1]])
-    rows = int(per_window.sum())
+    opened = np.zeros(windows, dtype=np.int64)
+    np.maximum.at(opened, every[:, None].repeat(window, 1)[real], place[real] + 1)
+    row_base = np.concatenate([[0], np.cumsum(opened)[:-1]])
+    rows = int(opened.sum())
     piece = (sorted_at + (np.arange(windows) * window)[:, None])[real]
     row = (place + row_base[:, None])[real]
     grouped = np.argsort(row, kind="stable")
     return piece[grouped], row[grouped], rows
+
+
+def _sort_desc(grid: np.ndarray) -> np.ndarray:
+    """Positions sorting each row of ``grid`` (non-negative ints) longest first, ties in order.
+
+    Lengths below 2**16 sort as 16-bit keys: NumPy's stable sort is then a radix sort.
+    """
+    top = int(grid.max()) if grid.size else 0
+    if top < 1 << 16:
+        return np.argsort((top - grid).astype(np.uint16), axis=1, kind="stable")
+    return np.argsort(-grid, axis=1, kind="stable")

@@ -16,7 +16,7 @@ from looptoolkit.adapters import get_backend  # noqa: E402
 from looptoolkit.adapters.tf import device_name  # noqa: E402
 from looptoolkit.device import parse_device  # noqa: E402
 
-HAS_GPU = bool(tf.config.list_logical_devices("GPU"))
+HAS_GPU = bool(tf.config.list_physical_devices("GPU"))  # asking starts no runtime
 
 
 def test_device_names():
@@ -138,3 +138,22 @@ def test_drop_padding_takes_a_tf_mask_and_tf_leaves():
     np.testing.assert_array_equal(out["n"], [0, 2])
     with pytest.raises(ValueError, match="1-D boolean"):
         drop_padding(batch, tf.constant([1, 0, 1]))
+
+
+def test_host_paths_do_not_start_tfs_gpu_runtime(monkeypatch):
+    """D5: listing logical devices starts tf's runtime, which maps nearly all GPU memory.
+
+    A gather of tf host data, a move to ``"/CPU:0"`` and a synchronisation of the
+    host must not ask for them (``list_physical_devices`` starts nothing).
+    """
+    from looptoolkit import Loader
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("tf.config.list_logical_devices called on a host path")
+
+    monkeypatch.setattr(tf.config, "list_logical_devices", refuse)
+    data = {"x": tf.constant(np.arange(40.0).reshape(20, 2)), "y": np.arange(20)}
+    batches = list(Loader(data, 4, seed=0, device="/CPU:0", prefetch=2))
+    assert len(batches) == 5 and all(isinstance(b["y"], tf.Tensor) for b in batches)
+    to_device({"a": np.ones(3)}, "/CPU:0")
+    get_backend("tf").synchronize(parse_device("/CPU:0"))

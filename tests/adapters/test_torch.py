@@ -292,14 +292,14 @@ def test_tensordict_keeps_batch_size_and_nesting():
 
 
 @pytest.mark.cuda
-def test_cuda_pinned_upload_is_non_blocking_and_pageable_blocking(cuda, to_calls):
+def test_cuda_uploads_are_non_blocking_from_pinned_and_pageable_memory(cuda, to_calls):
     pinned = torch.arange(1 << 20, dtype=torch.uint8).pin_memory()  # 1 MiB: not packed
     pageable = torch.arange(1 << 20, dtype=torch.uint8)
     out = to_device({"p": pinned, "q": pageable}, cuda, pack=False)
-    # Keys in order p, q: non-blocking from pinned memory only.
+    # Keys in order p, q: a blocking copy would wait for the stream's queued work.
     assert [(c[1].type, c[2], c[3]) for c in to_calls] == [
         ("cpu", (cuda,), {"non_blocking": True}),
-        ("cpu", (cuda,), {"non_blocking": False}),
+        ("cpu", (cuda,), {"non_blocking": True}),
     ]
     # Reading on the current stream is ordered after the copy: correct at once.
     assert torch.equal(out["p"].cpu(), pinned) and torch.equal(out["q"].cpu(), pageable)
@@ -311,11 +311,15 @@ def test_cuda_download_synchronises_once_and_values_are_ready(cuda, monkeypatch)
     real = torch.cuda.Stream.synchronize
     monkeypatch.setattr(torch.cuda.Stream, "synchronize", lambda s: syncs.append(s) or real(s))
     src = [torch.arange(1 << 16, device=cuda) * (i + 1) for i in range(10)]
-    out = to_device({"x": src}, "cpu")
+    out = to_device({"x": src}, "cpu", non_blocking=True)
     assert len(syncs) == 1
     for i, t in enumerate(out["x"]):
-        assert t.device.type == "cpu"
+        assert t.device.type == "cpu" and t.is_pinned()
         assert torch.equal(t, torch.arange(1 << 16) * (i + 1))  # no extra synchronize
+    default = to_device({"x": src}, "cpu")  # blocking copies: pageable, ready, no stream sync
+    assert len(syncs) == 1
+    assert not any(t.is_pinned() for t in default["x"])
+    assert all(torch.equal(a, b) for a, b in zip(default["x"], out["x"], strict=True))
 
 
 @pytest.mark.cuda
@@ -392,3 +396,115 @@ def test_host_dtypes_numpy_lacks_are_gathered_by_numpy_bit_for_bit(dtype):
     np.testing.assert_array_equal(
         torch.cat(chunked).view(torch.uint8).numpy(), want.view(torch.uint8).numpy()
     )
+
+
+# -- the CUDA copy policy, on the CPU ------------------------------------------------------------
+
+
+class FakeCudaLeaf:
+    """A tensor "on" a CUDA device: records how it is moved (the real one needs a GPU)."""
+
+    def __init__(self, index: int, calls: list[Any]) -> None:
+        self.device = torch.device("cuda", index)
+        self.is_cpu = False
+        self.requires_grad = False
+        self.calls = calls
+
+    def to(self, device: Any, non_blocking: bool = False) -> Any:
+        self.calls.append(("to", str(device), non_blocking))
+        return torch.zeros(1) if device.type == "cpu" else FakeCudaLeaf(device.index, self.calls)
+
+
+@pytest.fixture
+def two_gpus(monkeypatch):
+    """torch sees two CUDA devices; ``.to`` and stream synchronisations are recorded."""
+    calls: list[Any] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+
+    class Stream:
+        def __init__(self, device: Any) -> None:
+            self.device = device
+
+        def synchronize(self) -> None:
+            calls.append(("sync", str(self.device)))
+
+    monkeypatch.setattr(torch.cuda, "current_stream", Stream)
+    real = torch.Tensor.to
+
+    def to(self, *args, **kwargs):
+        if args and isinstance(args[0], torch.device) and args[0].type == "cuda":
+            calls.append(("upload", bool(self.is_pinned()), kwargs.get("non_blocking")))
+            return self
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", to)
+    return calls
+
+
+def test_pageable_uploads_to_cuda_do_not_block(two_gpus):
+    """D7: a blocking copy is a copy plus a wait for everything the stream had queued.
+
+    CUDA returns from a pageable host-to-device ``cudaMemcpyAsync`` once it has
+    staged the source, so non-blocking is safe from pageable memory too.
+    """
+    to_device({"q": torch.ones(1 << 20, dtype=torch.uint8)}, "cuda:0", pack=False)
+    assert two_gpus == [("upload", False, True)]
+    two_gpus.clear()
+    to_device({"q": torch.ones(4)}, "cuda:0", pack=False, non_blocking=False)
+    assert two_gpus == [("upload", False, False)]  # what the caller asked for
+
+
+def test_downloads_are_pageable_unless_asked(two_gpus):
+    """D10: pinned results only on request.
+
+    torch pins the output of a non-blocking device-to-host copy, and its caching
+    host allocator keeps that memory once the result is freed.
+    """
+    backend = torch_adapter.backend
+    backend.move(
+        [FakeCudaLeaf(0, two_gpus), FakeCudaLeaf(0, two_gpus)], parse_device("cpu"), None, None
+    )
+    assert two_gpus == [("to", "cpu", False)] * 2  # blocking, pageable, ready: no sync
+    two_gpus.clear()
+    backend.move(
+        [FakeCudaLeaf(0, two_gpus), FakeCudaLeaf(1, two_gpus)], parse_device("cpu"), True, None
+    )
+    assert two_gpus[:2] == [("to", "cpu", True)] * 2
+    assert sorted(two_gpus[2:]) == [("sync", "cuda:0"), ("sync", "cuda:1")]  # once per source
+
+
+def test_moves_across_devices_wait_for_nothing_on_the_host(two_gpus):
+    """D12: torch orders a copy across devices after the source's current stream
+    and the destination's current stream after the copy."""
+    backend = torch_adapter.backend
+    backend.move([FakeCudaLeaf(0, two_gpus)], parse_device("cuda:1"), None, None)
+    assert two_gpus == [("to", "cuda:1", True)]  # no host synchronisation
+
+
+def test_a_pinned_tensor_is_cast_into_pinned_memory(monkeypatch):
+    """D11: a shrinking cast before an upload from a pinned slot stays in pinned memory.
+
+    Cast into pageable memory, the upload that follows is one the driver stages
+    through a bounce buffer. Without CUDA initialised nothing is pinned, and the
+    check is not made (it would initialise CUDA).
+    """
+    from looptoolkit.adapters import _torch_cuda
+
+    made = []
+
+    def pinned_empty(shape, dtype):
+        made.append((shape, dtype))
+        return torch.empty(shape, dtype=dtype)
+
+    monkeypatch.setattr(_torch_cuda, "pinned_empty", pinned_empty)
+    x = torch.randn(4, 3)[:, :2]  # not contiguous: the cast still keeps its values
+    backend = torch_adapter.backend
+    assert backend.cast(x, "float16").equal(x.to(torch.float16)) and made == []
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.Tensor, "is_pinned", lambda self: True)
+    out = backend.cast(x, "float16")
+    assert made == [((4, 2), torch.float16)]
+    assert out.dtype == torch.float16 and out.equal(x.to(torch.float16))
+    assert backend.cast(x, "float32") is x  # no cast, no copy

@@ -1,0 +1,367 @@
+"""Planned batches: each epoch cut into whole batches, dealt to the ranks one per step.
+
+For token budgets, length-grouped batches and packed rows the Loader's batches are not slices
+of a row order: [`UnitOrder`][looptoolkit.ragged._units.UnitOrder] plans each epoch with
+[`looptoolkit.ragged._plans`][looptoolkit.ragged._plans] (from the epoch's row order) into
+numbered batches, and a rectangular [`Order`][looptoolkit.Order] of one batch per step deals
+them to the ranks (in turn, the last ones repeated to even the ranks unless ``drop_last``). A
+state is ``(epoch, batches consumed)``: resumed in O(1), under any world size.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from looptoolkit._errors import check_int
+from looptoolkit._sources import generator
+from looptoolkit.order import Order
+from looptoolkit.ragged import _plans
+from looptoolkit.ragged._options import Options
+
+__all__ = ["Block", "Pieces", "UnitEpoch", "UnitOrder", "Units"]
+
+_STREAM_BATCHES = 7  # random stream of the shuffle of whole batches
+
+
+class Pieces(NamedTuple):
+    """One packed batch: pieces of rows and where they go in its ``rows * seq_len`` elements."""
+
+    row: np.ndarray  # the piece's row of the data
+    start: np.ndarray  # its first element within that row
+    length: np.ndarray
+    dst: np.ndarray  # its first position in the flattened batch
+    rows: int
+    truncated: int  # elements cut off by `long_rows="truncate"`
+
+
+class Block(NamedTuple):
+    """Several packed batches laid out as one: built at once, then split into its batches.
+
+    Batch ``j`` is rows ``[j * per, j * per + rows[j])`` of the block's ``pieces``.
+    """
+
+    pieces: Pieces
+    per: int  # rows between the starts of two batches
+    rows: list[int]
+    truncated: list[int]
+
+
+# Packed batches laid out together: one vectorised pass for this many batches.
+BLOCK_BATCHES = 16
+
+
+class Units:
+    """The batches of one epoch's plan; ``batch(u)`` is what ``RaggedRows`` gathers for ``u``.
+
+    ``block(us)``, where given, lays out the batches ``us`` as one ``Block``.
+    """
+
+    def __init__(
+        self,
+        count: int,
+        batch: Callable[[int], Any],
+        rows: Callable[[int], np.ndarray],
+        block: Callable[[np.ndarray], Block] | None = None,
+    ) -> None:
+        self.count = count
+        self.batch = batch
+        self.rows = rows  # the data rows of batch u, in order
+        self.block = block
+
+
+class UnitEpoch:
+    """One epoch of a [`UnitOrder`][looptoolkit.ragged._loader.UnitOrder] for one rank."""
+
+    def __init__(self, units: Units, inner: Any) -> None:
+        self.units = units
+        self._inner = inner
+        self.epoch = inner.epoch
+        self.offset = inner.offset
+        self.global_batch = inner.global_batch
+        self.samples_per_rank = inner.samples_per_rank
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def __iter__(self) -> Iterator[Any]:
+        batch, block = self.units.batch, self.units.block
+        if block is None:
+            return (batch(int(u[0])) for u in self._inner)
+        return self._blocks(block)
+
+    def _blocks(self, block: Callable[[np.ndarray], Block]) -> Iterator[Block]:
+        units = iter(self._inner)
+        while True:
+            chunk = [int(u[0]) for u in itertools.islice(units, BLOCK_BATCHES)]
+            if not chunk:
+                return
+            yield block(np.asarray(chunk, dtype=np.int64))
+
+    def batch(self, i: int) -> Any:
+        """What batch ``i`` of this rank gathers."""
+        return self.units.batch(int(self._inner.batch(i)[0]))
+
+    def padding_mask(self, i: int) -> np.ndarray | None:
+        """``[True]`` when batch ``i`` repeats an earlier batch to even the ranks, else None."""
+        return self._inner.padding_mask(i)
+
+    def indices(self) -> np.ndarray:
+        """The data rows of this rank's batches, in order, concatenated."""
+        units = self._inner.indices()
+        parts = [self.units.rows(int(u)) for u in units]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+class UnitOrder:
+    """Epoch orders of whole planned batches, dealt to the ranks one per step.
+
+    Presents the interface of [`Order`][looptoolkit.Order] that the Loader, its state and its
+    sampler use; offsets count batches (``batch_size`` is 1 here), so ``(epoch, offset)`` resumes
+    in O(1) and a state loads under another world size.
+    """
+
+    def __init__(
+        self,
+        lengths: np.ndarray,
+        padded: Callable[[np.ndarray], np.ndarray],
+        opts: Options,
+        docs: Order,
+        rank: int,
+        world_size: int,
+        drop_last: bool,
+    ) -> None:
+        self.lengths = lengths
+        self.padded = padded
+        self.opts = opts
+        self.docs = docs
+        self.n = docs.n
+        self.seed = docs.seed
+        self.shuffle = docs.shuffle
+        self.group_size = docs.group_size
+        self.run_size = docs.run_size
+        self.sampling = docs.sampling
+        self.length = docs.length
+        self.pad_shards = True
+        self.chunk_rows = None
+        self.rank = rank
+        self.world_size = world_size
+        self.drop_last = drop_last
+        self.batch_size = 1  # offsets count whole batches
+        self.plan_params = self.opts.params()
+        self.current_epoch: Callable[[], int] = lambda: 0
+        self._plans: dict[int, tuple[Units, Order]] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in self.plan_params.items() if v is not None)
+        return f"UnitOrder({self.docs!r}, {params}, rank={self.rank}, world_size={self.world_size})"
+
+    def plan(self, epoch: int) -> tuple[Units, Order]:
+        """The epoch's batches and the order that deals them to the ranks (two epochs cached)."""
+        with self._lock:
+            found = self._plans.get(epoch)
+            if found is None:
+                units = self._units(epoch)
+                if units.count == 0:
+                    raise ValueError(f"epoch {epoch} has no batch: the data has no elements.")
+                deal = Order(
+                    units.count,
+                    1,
+                    shuffle=False,
+                    rank=self.rank,
+                    world_size=self.world_size,
+                    drop_last=self.drop_last,
+                )
+                if len(self._plans) >= 2:
+                    self._plans.pop(next(iter(self._plans)))
+                found = self._plans[epoch] = (units, deal)
+            return found
+
+    def _units(self, epoch: int) -> Units:
+        opts, lengths = self.opts, self.lengths
+        seq = self.docs.global_order(epoch)
+        lens = lengths[seq]
+        shuffled = self.shuffle != "none"
+        rng = generator(self.seed, epoch, _STREAM_BATCHES) if shuffled else None
+        if opts.layout == "pack":
+            return _pack_units(seq, lens, opts, self.drop_last)
+        if opts.layout == "fit":
+            return _fit_units(seq, lens, opts, self.drop_last)
+        if opts.batch_tokens is None:  # length-grouped batches of batch_size rows
+            assert opts.batch_size is not None
+            order, bounds = _plans.length_grouped(lens, opts.batch_size, rng)
+            if self.drop_last and len(seq) % opts.batch_size:
+                bounds = bounds[:-1]
+            return _row_units(seq[order], bounds)
+        window = _plans.window_size(len(seq))
+        if opts.group_by_length:
+            seq, lens = _sort_windows(seq, lens, window)
+        mode = "max" if opts.layout == "pad" else "sum"
+        cost = self.padded(lens) if mode == "max" else lens
+        bounds = _plans.greedy_bounds(cost, opts.batch_tokens, mode=mode, window=window)
+        if opts.group_by_length and rng is not None:  # whole batches shuffled
+            count = len(bounds) - 1
+            perm = rng.permutation(count)
+            starts, stops = bounds[:-1][perm], bounds[1:][perm]
+            return _row_units(seq, None, starts, stops)
+        return _row_units(seq, bounds)
+
+    def epoch(self, epoch: int, offset: int = 0) -> UnitEpoch:
+        """This rank's batches of ``epoch`` from global batch ``offset`` on."""
+        epoch = check_int("epoch", epoch, minimum=0)
+        units, deal = self.plan(epoch)
+        return UnitEpoch(units, deal.epoch(0, offset))
+
+    def _deal(self) -> Order:
+        return self.plan(self.current_epoch())[1]
+
+    def num_batches(self, offset: int = 0) -> int:
+        """Batches of each rank in the current epoch from global batch ``offset`` on."""
+        return self._deal().num_batches(offset)
+
+    def __len__(self) -> int:
+        return self.num_batches(0)
+
+    def per_rank(self, offset: int = 0) -> int:
+        """Batches of this rank in the current epoch from ``offset`` on."""
+        return self._deal().per_rank(offset)
+
+    def last_batch_size(self, offset: int = 0) -> int:
+        """0: a rank's batches are whole planned batches."""
+        return 0
+
+    @property
+    def padded_length(self) -> int:
+        """Planned batches of the current epoch, after evening the ranks."""
+        return self._deal().padded_length
+
+    def global_order(self, epoch: int) -> np.ndarray:
+        """The epoch's order of the data's rows, before planning."""
+        return self.docs.global_order(epoch)
+
+
+def _sort_windows(seq: np.ndarray, lens: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
+    m = len(seq)
+    windows = -(-m // window)
+    grid = np.full(windows * window, -1, dtype=np.int64)
+    grid[:m] = lens
+    within = np.argsort(-grid.reshape(windows, window), axis=1, kind="stable")
+    order = (within + (np.arange(windows) * window)[:, None]).reshape(-1)
+    order = order[order < m]
+    return seq[order], lens[order]
+
+
+def _row_units(
+    seq: np.ndarray,
+    bounds: np.ndarray | None,
+    starts: np.ndarray | None = None,
+    stops: np.ndarray | None = None,
+) -> Units:
+    """Batches of whole rows: ``seq[starts[u]:stops[u]]``."""
+    if bounds is not None:
+        starts, stops = bounds[:-1], bounds[1:]
+    assert starts is not None and stops is not None
+    s, e = starts, stops
+
+    def rows(u: int) -> np.ndarray:
+        return seq[int(s[u]) : int(e[u])]
+
+    return Units(len(s), rows, rows)
+
+
+def _pack_units(seq: np.ndarray, lens: np.ndarray, opts: Options, drop_last: bool) -> Units:
+    """Concatenate-then-split: the epoch's rows as one stream cut into rows of ``seq_len``."""
+    seq_len, per = opts.seq_len or 1, opts.batch_size or 1
+    stream = np.zeros(len(seq) + 1, dtype=np.int64)
+    np.cumsum(lens, out=stream[1:])
+    total = int(stream[-1])
+    packed_rows = -(-total // seq_len)
+    count = packed_rows // per if drop_last else -(-packed_rows // per)
+    span = seq_len * per
+
+    def batch(u: int) -> Pieces:
+        start = u * span
+        stop = min(start + span, total)
+        at, first, length = _plans.pack_pieces(stream, start, stop, seq_len)
+        return Pieces(
+            seq[at], first, length, stream[at] + first - start, -(-(stop - start) // seq_len), 0
+        )
+
+    def rows(u: int) -> np.ndarray:
+        start = u * span
+        at = _plans.pack_pieces(stream, start, min(start + span, total), seq_len)[0]
+        return seq[_unique_in_order(at)]
+
+    def block(us: np.ndarray) -> Block:
+        starts = us * span
+        stops = np.minimum(starts + span, total)
+        at, first, length, k = _plans.pack_ranges(stream, starts, stops, seq_len)
+        dst = k * span + (stream[at] + first - starts[k])
+        rows_of = (-(-(stops - starts) // seq_len)).tolist()
+        pieces = Pieces(seq[at], first, length, dst, len(us) * per, 0)
+        return Block(pieces, per, rows_of, [0] * len(us))
+
+    return Units(count, batch, rows, block)
+
+
+def _fit_units(seq: np.ndarray, lens: np.ndarray, opts: Options, drop_last: bool) -> Units:
+    """Whole rows (or their pieces) fitted into rows of ``seq_len``, first fit decreasing."""
+    seq_len, per = opts.seq_len or 1, opts.batch_size or 1
+    keep = lens > 0
+    seq, lens = seq[keep], lens[keep]
+    cut = np.zeros(len(seq), dtype=np.int64)
+    if opts.long_rows == "split":
+        count = -(-lens // seq_len)
+        owner = np.repeat(np.arange(len(seq)), count)
+        first = (np.arange(len(owner)) - np.repeat(np.cumsum(count) - count, count)) * seq_len
+        length = np.minimum(seq_len, lens[owner] - first)
+        seq, lens, start, cut = seq[owner], length, first, np.zeros(len(owner), dtype=np.int64)
+    else:
+        cut = np.maximum(lens - seq_len, 0)
+        lens = np.minimum(lens, seq_len)
+        start = np.zeros(len(seq), dtype=np.int64)
+    piece, row, total_rows = _plans.fit_rows(lens, seq_len, opts.max_segments)
+    p_row, p_start, p_len, p_cut = seq[piece], start[piece], lens[piece], cut[piece]
+    row_first = np.searchsorted(row, np.arange(total_rows + 1))
+    within = np.cumsum(p_len) - p_len
+    within -= np.repeat(within[row_first[:-1]], np.diff(row_first))
+    batches = total_rows // per if drop_last else -(-total_rows // per)
+    cut_sum = np.concatenate([[0], np.cumsum(p_cut)])
+
+    def span(u: int) -> tuple[int, int, int, int]:
+        r0, r1 = u * per, min((u + 1) * per, total_rows)
+        return r0, r1, int(row_first[r0]), int(row_first[r1])
+
+    def batch(u: int) -> Pieces:
+        r0, r1, a, b = span(u)
+        dst = (row[a:b] - r0) * seq_len + within[a:b]
+        return Pieces(p_row[a:b], p_start[a:b], p_len[a:b], dst, r1 - r0, int(p_cut[a:b].sum()))
+
+    def rows(u: int) -> np.ndarray:
+        _, _, a, b = span(u)
+        return _unique_in_order(p_row[a:b])
+
+    def block(us: np.ndarray) -> Block:
+        r0 = us * per
+        r1 = np.minimum(r0 + per, total_rows)
+        a, b = row_first[r0], row_first[r1]
+        counts = b - a
+        at = np.repeat(a - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
+        k = np.repeat(np.arange(len(us)), counts)
+        dst = (k * per + row[at] - r0[k]) * seq_len + within[at]
+        truncated = (cut_sum[b] - cut_sum[a]).tolist()
+        pieces = Pieces(p_row[at], p_start[at], p_len[at], dst, len(us) * per, 0)
+        return Block(pieces, per, (r1 - r0).tolist(), truncated)
+
+    return Units(batches, batch, rows, block)
+
+
+def _unique_in_order(x: np.ndarray) -> np.ndarray:
+    """The distinct values of ``x`` in the order they first appear."""
+    _, first = np.unique(x, return_index=True)
+    return x[np.sort(first)]
