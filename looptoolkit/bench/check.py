@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
@@ -34,6 +34,7 @@ class Check:
     how: str
     batches: int
     detail: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)  # figures the check measured
 
 
 def _coverage(ids: np.ndarray, seen: np.ndarray, size: int, full: bool) -> str | None:

@@ -59,7 +59,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add, on_off = parser.add_argument, argparse.BooleanOptionalAction
     add("--preset", choices=sorted(PRESETS), help="classic: " + PRESETS["classic"][0])
     add("--device", help="cpu, cuda or cuda:N (default: the best one present)")
-    add("--workload", default="all", help="index, tabular, images, a comma list, or all (all)")
+    add("--workload", default="all", help="index, tabular, images, tokens, a comma list, or all")
     add("--backends", help="comma list of numpy, torch, jax, tf (default: every installed one)")
     add("--variants", help=f"comma list of variant names or globs ({BASELINE} always runs)")
     add("--skip", help="variant names or globs to leave out (e.g. '*-w2')")
@@ -73,6 +73,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--step-workload", default="tabular,images", help="its workloads (tabular,images)")
     add("--step-batches", type=int, default=100, help="its batches per round (100)")
     add("--transfer", action=on_off, help="transfer by batch size (default: on a GPU only)")
+    docs = "tokens workload: documents (20,000; 600 at --quick; the full corpus is 200,000)"
+    add("--docs", type=int, help=docs)
     add("--seed", type=int, default=0, help="seed of every order (0)")
     add("--out", type=Path, help="results directory (default: ./looptoolkit-results)")
     add("--reference", action="store_true", help=REFERENCE_HELP)
@@ -90,7 +92,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         caps = {"rounds": 2, "step_batches": 20, "slow_batches": 10, "max_epoch_s": 0.2}
         for key, cap in caps.items():
             setattr(args, key, min(getattr(args, key), cap))
-    for name in ("rounds", "warmup", "slow_batches", "step_batches", "epochs"):
+    for name in ("rounds", "warmup", "slow_batches", "step_batches", "epochs", "docs"):
         value, minimum = getattr(args, name), 0 if name == "warmup" else 1
         if value is not None and value < minimum:
             parser.error(f"--{name.replace('_', '-')} must be >= {minimum}")
@@ -165,7 +167,7 @@ def _intro(args: argparse.Namespace, device: str, out: Path, backends: list[str]
 
 # The flags of every workload's timing (Settings), then all the flags kept in the results.
 _TIMING = ("rounds", "epochs_per_round", "warmup", "seed", "max_epoch_s", "slow_batches")
-_RECORDED = (*_TIMING, "step_ms", "step_workload", "step_batches", "quick", "preset")
+_RECORDED = (*_TIMING, "step_ms", "step_workload", "step_batches", "quick", "preset", "docs")
 
 
 def _workload(
@@ -173,11 +175,18 @@ def _workload(
 ) -> None:
     """Check and time every variant on workload ``name``, then its step section when asked."""
     progress.stage(f"{name}: building the data")
-    w = make_workload(name, quick=args.quick, seed=args.seed)
+    w = make_workload(
+        name, quick=args.quick, seed=args.seed, rows=args.docs if name == "tokens" else None
+    )
     entries = run_workload(w, settings, progress)
-    title = f"{name} ({result.device}): {w.description}; {w.num_batches} batches/epoch"
+    rows = [e.row for e in entries]
     info = {"description": w.description, "n": w.n, "bytes": w.nbytes}
-    group = Group(name, title, [e.row for e in entries], "epoch", BASELINE, w.num_batches, info)
+    if w.kind == "rows":
+        title = f"{name} ({result.device}): {w.description}; {w.num_batches} batches/epoch"
+        group = Group(name, title, rows, "epoch", BASELINE, w.num_batches, info)
+    else:  # each row against its own batching's floor, batches per epoch its own
+        title = f"{name} ({result.device}): {w.description}; each row against its floor"
+        group = Group(name, title, rows, "epoch", None, 0, info | w.info)
     result.groups.append(group)
     if args.verbose and len(result.groups) == 1:
         progress.emit(f"\n{render.legend(result.groups)}\n{wrap(report.CHECK_LEGEND)}")
@@ -222,7 +231,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         progress.emit(wrap(f"backend {name} skipped: {why}"))
     timing = {key: getattr(args, key) for key in _TIMING}
     settings = Settings(device, backends, _split(args.variants), _split(args.skip), **timing)
-    steps = [w for w in _split(args.step_workload) or [] if w in names] or names[-1:]
+    fallback = [w for w in names[-1:] if w != "tokens"]  # no step section on documents
+    steps = [w for w in _split(args.step_workload) or [] if w in names] or fallback
     args.step_workload = ",".join(steps) if args.step_ms > 0 else None
     only = [] if gpu else [v.name for v in variants(backends) if v.accelerator]
     extras: dict[str, Any] = {"step": [], "skipped_backends": skipped, "accelerator_only": only}
@@ -238,8 +248,13 @@ def run(argv: Sequence[str] | None = None) -> int:
         extras["transfer"] = by_batch_size(device, args.quick, args.seed, progress)
         if args.verbose:
             progress.emit("\n" + sweep_table(extras["transfer"]).text())
-    if any(g.name == "tabular" for g in result.groups):  # the targets are set on tabular
-        values = {r.name: r.median_s for r in result.group("tabular").rows if r.timed}
+    if judged := {"tabular", "tokens"} & {g.name for g in result.groups}:  # the targets' workloads
+        values = {r.name: r.median_s for g in judged for r in result.group(g).rows if r.timed}
+        if "tokens" in judged:  # each tokens row over its floor: the faster hand loop
+            group = result.group("tokens")
+            for r in group.rows:
+                if r.timed and r.floor and (floor := group.fastest(r.floor)) is not None:
+                    values[f"floor:{r.name}"] = floor.median_s
         for row in extras["step"]:
             if "error" not in row and row["workload"] == "tabular":
                 values[f"wait:{row['name']}"] = row["wait_ms_per_batch"]

@@ -7,18 +7,19 @@ from pathlib import Path
 from looptoolkit.bench import render
 from looptoolkit.bench.charts import BACKEND_COLORS, FLOOR_COLOR
 from looptoolkit.bench.render import fmt_duration, fmt_ms
-from looptoolkit.bench.results import Group, Run
+from looptoolkit.bench.results import Group, Row, Run
 from looptoolkit.bench.tables import Table, wrap
 from looptoolkit.bench.targets import BASELINE, NOT_JUDGED
 
-__all__ = ["CHECK_LEGEND", "closing", "headline", "loader_table", "markdown", "plot"]
-__all__ += ["step_table", "summary", "tables"]
+__all__ = ["CHECK_LEGEND", "closing", "documents_headline", "headline", "loader_table"]
+__all__ += ["markdown", "plot", "step_table", "summary", "tables"]
 
 CHECK_LEGEND = (
     "check: exact = the Loader's batches for the same seed, compared batch for batch "
     "(values and dtypes); cover = its own order, checked for every row once, rows aligned "
-    "with their ids. Lower ms is better; 'vs best' is the ratio to the best manual loop "
-    f"({BASELINE}) in this run, 'vs floor' a Loader row's ratio to its floor."
+    "with their ids; docs = every document's tokens once (matched by content), the batch "
+    "layout's fields consistent. Lower ms is better; 'vs best' is the ratio to the best "
+    f"manual loop ({BASELINE}) in this run, 'vs floor' a Loader row's ratio to its floor."
 )
 
 
@@ -33,11 +34,35 @@ _IMAGES_NOTE = (
 )
 
 
+def documents_headline(group: Group) -> str:
+    """The tokens workload in a paragraph: each batching's floor, the other rows over theirs."""
+    timed, ratio, floors = group.timed(), group.ratio, dict[str, Row]()
+    for r in group.rows:
+        if r.floor and (best := group.fastest(r.floor)) is not None:
+            floors.setdefault(r.floor, best)
+    tokens = group.info.get("tokens", 1) / 1e6
+    named = ", ".join(
+        f"{r.name.removeprefix('floor-')} {fmt_ms(r.median_s * 1e3 / tokens)} "
+        f"({r.extra.get('padding_efficiency', 0):.2f})"
+        for r in floors.values()
+    )
+    text = f"{group.name}: the faster hand loop of each batching, ms per 1M real tokens "
+    text += f"(padding efficiency): {named or 'none timed'}."
+    rest = [r for r in timed.values() if r.floor and not r.name.startswith("floor-")]
+    over = {r.name: f"{r.name} {ratio(r, r.floor):.2f}x" for r in rest}
+    loaders = [text for name, text in over.items() if name.startswith("loader-")]
+    others = [text for name, text in over.items() if not name.startswith("loader-")]
+    text += f" Loader over its floor: {', '.join(loaders)}." if loaders else ""
+    return text + (f" Others over their floor: {', '.join(others)}." if others else "")
+
+
 def headline(group: Group, epochs: int | None = None, *, loaders: bool = True) -> str:
     """One paragraph: the fastest loop against the best manual loop, the floors, the Loader.
 
     ``loaders=False`` leaves the Loader rows out (the screen has them in its closing table).
     """
+    if group.baseline is None and "tokens" in group.info:
+        return documents_headline(group)
     timed, ratio = group.timed(), group.ratio
     if BASELINE not in timed:
         return f"{group.name}: the baseline {BASELINE} did not run; no ratios."
@@ -175,7 +200,8 @@ def plot(run: Run, out: str | Path, stem: str) -> list[Path]:
     """Write ``<stem>.png``: a panel per workload, a bar per variant (needs matplotlib)."""
     lines = {"floor-memcpy": ":", "floor-seq-take": "-."}
     legend = [*BACKEND_COLORS.items(), ("floor", FLOOR_COLOR)]
-    footer = "Bars past 4x the best manual loop are cut (hatched, '>'); * timed on the first "
+    footer = "Bars past 4x the best manual loop (tokens: 4x its floor) are cut (hatched, '>'); "
+    footer += "* timed on the first "
     footer += "batches of each epoch and scaled."
     path = render.plot(run, Path(out) / f"{stem}.png", lines=lines, legend=legend, footer=footer)
     return [path] if path else []

@@ -44,6 +44,11 @@ def _bandwidth(row: Row) -> str:
     return f"{x['gb_per_s']:.1f} ({x['of_reference']:.0%})" if "gb_per_s" in x else ""
 
 
+def _check_word(row: Row) -> str:
+    """How a row was checked, in a word: exact, cover, docs."""
+    return {"exact": "exact", "documents": "docs"}.get(row.check.split(":")[0], "cover")
+
+
 def group_table(
     group: Group, *, full: bool = False, epochs: int | None = None, bounded_note: bool = True
 ) -> Table:
@@ -53,21 +58,33 @@ def group_table(
     (they keep their ``*``).
     """
     (scale, unit), g, rows = _scale(group), group, group.rows
-    floors = any(r.floor for r in rows)
-    checked = any(r.check.startswith(("exact", "coverage")) for r in rows)
+    floors, tokens = any(r.floor for r in rows), g.info.get("tokens")
+    checked = any(r.check.startswith(("exact", "coverage", "documents")) for r in rows)
+    efficiency = any("padding_efficiency" in r.extra for r in rows)
     columns: list[tuple[str, object, Callable[[Row], str]]] = [  # header, shown, a timed cell
         ("variant", True, lambda r: r.name),
         (f"{unit}/{g.unit}", True, lambda r: fmt_ms(r.median_s * scale) + "*" * bool(r.bounded)),
         ("min-max", True, lambda r: f"{fmt_ms(r.min_s * scale)}-{fmt_ms(r.max_s * scale)}"),
         ("batches/s", full and g.batches, lambda r: f"{g.batches / r.median_s:,.0f}"),
-        ("vs best" if g.baseline else "vs first", True, lambda r: _ratio(g.ratio(r))),
+        ("ms/Mtok", tokens, lambda r: fmt_ms(r.median_s * 1e9 / (tokens or 1))),
+        ("eff", efficiency, lambda r: f"{r.extra.get('padding_efficiency', 0):.2f}"),
+        (
+            "vs best" if g.baseline else "vs first",
+            g.baseline or not all(r.floor for r in rows),  # else every row has its own floor
+            lambda r: _ratio(g.ratio(r)),
+        ),
         ("vs floor", floors, lambda r: _ratio(g.ratio(r, r.floor) if r.floor else None)),
         (f"{epochs} epochs", epochs, lambda r: fmt_duration(r.median_s * (epochs or 0))),
         ("GB/s", any("gb_per_s" in r.extra for r in rows), _bandwidth),
-        ("check", checked, lambda r: "exact" if r.check.startswith("exact") else "cover"),
+        ("check", checked, _check_word),
     ]
     shown = [(header, cell) for header, on, cell in columns if on]
     notes = [f"{epochs} epochs: the median epoch times {epochs}, not a timed run."] * bool(epochs)
+    if tokens:
+        notes.append(
+            "ms/Mtok: ms per 1M real tokens; eff: padding efficiency (real tokens / tokens in "
+            "the batches); vs floor: over the faster hand loop of the same batching."
+        )
     bounded = [f"{r.name} {r.bounded}" for r in rows if r.timed and r.bounded and bounded_note]
     if bounded:
         notes.append("Timed on the first batches of each epoch, scaled (*): " + ", ".join(bounded))
@@ -97,10 +114,22 @@ def targets_table(verdicts: Sequence[Verdict]) -> Table:
     return Table("Targets (ratios from this run)", header, rows, align=align, notes=notes)
 
 
+def _floor_text(row: Row) -> str:
+    """`` [floor: x]`` or `` [floor: the faster of x, y]`` (none on a floor's own row)."""
+    if not row.floor or row.name.startswith("floor-"):
+        return ""
+    names = row.floor.split("|")
+    return (
+        f" [floor: {names[0]}]"
+        if len(names) == 1
+        else f" [floor: the faster of {', '.join(names)}]"
+    )
+
+
 def _variants(groups: Sequence[Group]) -> Table:
     """Each variant of ``groups`` once: its backend, what it is, its floor."""
     seen = {r.name: r for g in groups for r in g.rows}.values()
-    rows = [[r.name, r.backend, r.label + f" [floor: {r.floor}]" * bool(r.floor)] for r in seen]
+    rows = [[r.name, r.backend, r.label + _floor_text(r)] for r in seen]
     title = "Variants (the floors bound what any loop can reach on the same data)"
     return Table(title, ["variant", "backend", "what it is"], rows, align="lll")
 
@@ -147,6 +176,9 @@ def plot(
     """A panel per group, a bar per timed row; lines: the baseline, ``lines`` (name -> style)."""
     epochs, panels = run.settings.get("project_epochs"), []
     for g in (g for g in run.groups if g.timed()):
+        if g.baseline is None and all(r.floor for r in g.rows):
+            panels.append(_floor_panel(g, color))
+            continue
         (scale, unit), timed, bars = _scale(g), g.timed(), []
         for r, before in zip(timed.values(), [None, *timed.values()], strict=False):
             note = f"{fmt_ms(r.median_s * scale):>6} {unit} {g.ratio(r) or 0:5.2f}x"
@@ -169,6 +201,25 @@ def plot(
         panels.append(Panel(g.title, bars, xlabel, marks, clip))
     title = f"looptoolkit {run.suite}, {run.device}"
     return bar_chart(panels, path, title=title, legend=legend, footer=footer) if panels else None
+
+
+def _floor_panel(g: Group, color: Callable[[Row], str]) -> Panel:
+    """A group whose rows each have their own floor: each bar its ratio to that floor."""
+    bars, timed = [], list(g.timed().values())
+    tokens = g.info.get("tokens")
+    for r, before in zip(timed, [None, *timed], strict=False):
+        ratio = g.ratio(r, r.floor) or 0.0
+        note = f"{ratio:6.2f}x  {fmt_ms(r.median_s * 1e3):>6} ms"
+        note += f"  {fmt_ms(r.median_s * 1e9 / tokens)} ms/Mtok" if tokens else ""
+        if "padding_efficiency" in r.extra:
+            note += f"  eff {r.extra['padding_efficiency']:.2f}"
+        bar = Bar(r.name + " *" * bool(r.bounded), ratio, note, color(r))
+        bar.hatch = ".." if r.name.startswith("floor-") else None
+        bar.gap_before = before is not None and r.backend != before.backend
+        bar.bold = r.name.startswith("loader-")
+        bars.append(bar)
+    xlabel = "times its floor, the fastest hand loop of the same batches (lower is better)"
+    return Panel(g.title, bars, xlabel, [Line(1.0, "floor", "-")], 4.0)
 
 
 def side_by_side(

@@ -93,10 +93,18 @@ class Group:
         """The timed rows by name."""
         return {r.name: r for r in self.rows if r.timed}
 
+    def fastest(self, names: str) -> Row | None:
+        """The timed row ``names`` names, or the fastest of ``"a|b"``; None if none is timed."""
+        timed = self.timed()
+        rows = [timed[n] for n in names.split("|") if n in timed]
+        return min(rows, key=lambda r: r.median_s) if rows else None
+
     def ratio(self, row: Row, to: str | None = None) -> float | None:
-        """``row``'s median over ``to``'s (default: the baseline); None unless both are timed."""
-        name = to or self.baseline or (self.rows[0].name if self.rows else "")
-        other = self.timed().get(name)
+        """``row``'s median over ``to``'s (default: the baseline); None unless both are timed.
+
+        ``to`` may name several rows, ``"a|b"``: the fastest of them.
+        """
+        other = self.fastest(to or self.baseline or (self.rows[0].name if self.rows else ""))
         return row.median_s / other.median_s if row.timed and other and other.median_s else None
 
 

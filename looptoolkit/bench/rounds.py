@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fnmatch
+import importlib.util
 import statistics
 import time
 from collections import deque
@@ -14,6 +15,7 @@ from itertools import islice
 from typing import Any
 
 from looptoolkit.bench.check import Check, check_batches, host_leaves
+from looptoolkit.bench.check_documents import check_documents
 from looptoolkit.bench.progress import Progress
 from looptoolkit.bench.results import Row
 from looptoolkit.bench.timing import CudaEventClock, interleave
@@ -184,6 +186,15 @@ class Entry:
     limit: int | None = None
     record: Record = field(default_factory=Record)
 
+    def batches(self, workload: Workload) -> int:
+        """Batches per epoch: the workload's; on documents the loop's ``len()`` (its batching)."""
+        if workload.kind == "rows":
+            return workload.num_batches
+        try:
+            return len(self.pipeline) or workload.num_batches
+        except TypeError:
+            return workload.num_batches
+
     def close(self) -> None:
         """Stop the pipeline's DataLoader workers now (not at exit) and drop it."""
         shutdown = getattr(getattr(self.pipeline, "_iterator", None), "_shutdown_workers", None)
@@ -202,10 +213,13 @@ def _check(entry: Entry, workload: Workload, settings: Settings, data: dict[str,
     entry.limit = settings.slow_batches if v.slow else None
     try:
         entry.pipeline = v.factory(ctx)
-        check = check_batches(v, entry.pipeline, ctx, data[v.backend][1], limit=entry.limit)
+        if workload.kind == "documents":
+            check = check_documents(v, entry.pipeline, ctx, limit=entry.limit)
+        else:
+            check = check_batches(v, entry.pipeline, ctx, data[v.backend][1], limit=entry.limit)
     except Exception as e:
         check = Check(False, "error while checking", 0, f"{type(e).__name__}: {e}")
-    row.check = check.how
+    row.check, row.extra = check.how, row.extra | check.extra
     if not check.ok:
         row.status, row.detail = "failed", check.detail
         entry.close()
@@ -225,7 +239,7 @@ def _check(entry: Entry, workload: Workload, settings: Settings, data: dict[str,
     except Exception as e:
         entry.record.error = f"{type(e).__name__}: {e}"
     _close(iterator)
-    if done < 0.75 * workload.num_batches:
+    if done < 0.75 * entry.batches(workload):
         entry.limit = max(settings.slow_batches, done)
 
 
@@ -237,7 +251,7 @@ def _time(
     calls = []
     for e in entries:
         b = e.variant.backend
-        args = (s.epochs_per_round, e.limit, w.num_batches, kit(b).ready, step, syncs[b])
+        args = (s.epochs_per_round, e.limit, e.batches(w), kit(b).ready, step, syncs[b])
         calls.append((e.variant.name, epoch_round(e.pipeline, e.record, *args)))
     label = f"{w.name}: timing" if step is None else f"{w.name}, step of {step.seconds * 1e3:g} ms"
     if progress is not None:
@@ -254,9 +268,10 @@ def run_workload(
         Entry(v, Row(v.name, v.label, v.backend, v.floor))
         for v in variants(s.backends)
         if selected(v.name, s.patterns, s.skip)
-        and (v.workloads is None or name in v.workloads)
+        and (name in v.workloads if v.workloads is not None else workload.kind == "rows")
         # Accelerator-only variants are not run on the CPU (listed once in the results instead).
         and not (v.accelerator and s.device == "cpu")
+        and all(importlib.util.find_spec(module) for module in v.needs)
     ]
     if progress is not None:
         progress.stage(f"{name}: checking {len(entries)} variants")

@@ -35,8 +35,9 @@ class Target:
     goal = property(lambda self: f"{self.op} {self.bound:g}x", doc='The bound: ``"<= 1.02x"``.')
 
 
-# key | suite | what | ratio op bound | floor; the quantities: compare's medians (tabular) and
-# wait:<v> / step:<v> per batch (step section), transfer's <section>:<name> values.
+# key | suite | what | ratio op bound | floor; the quantities: compare's medians (tabular, tokens),
+# wait:<v> / step:<v> per batch (step section), floor:<v> the median of the tokens row v's floor
+# (the faster of its two hand loops), transfer's <section>:<name> values.
 _TABLE = """
 loader-numpy | compare | Loader, NumPy data, full shuffle | loader-numpy / numpy-take <= 1.02 | numpy-take
 loader-grouped | compare | Loader, NumPy data, grouped shuffle | loader-grouped / numpy-take <= 0.65 | floor-seq-take
@@ -48,6 +49,11 @@ loader-tf | compare | Loader, tf data, over its floor (the chunked hand loop) | 
 gpu-resident-vs-dataloader | compare | device-resident Loader: batches/s over DataLoader + __getitems__ | dl-getitems / loader-torch-res >= 10 |
 gpu-resident-vs-gather | compare | device-resident Loader over the bare on-device gather | loader-torch-res / torch-res-gather <= 1.5 |
 gpu-prefetch-overlap | compare | prefetch: data wait per step over the step (loader-torch, step section) | wait:loader-torch / step:loader-torch < 0.05 |
+tokens-pad | compare | tokens: Loader, 32 documents padded (full shuffle), over the faster hand loop | loader-pad / floor:loader-pad <= 1.1 |
+tokens-group | compare | tokens: Loader, length-grouped padded batches, over the faster hand loop | loader-group / floor:loader-group <= 1.1 |
+tokens-budget | compare | tokens: Loader, padded token budget of 8,192, over the faster hand loop | loader-budget / floor:loader-budget <= 1.1 |
+tokens-pack | compare | tokens: Loader, concat-then-split rows of 2,048, over the faster hand loop | loader-pack / floor:loader-pack <= 1.1 |
+tokens-flat | compare | tokens: Loader, 32 documents padding-free, over the faster hand loop | loader-flat / floor:loader-flat <= 1.1 |
 nested-torch-optree | transfer | to_device over optree.tree_map (nested, torch leaves) | torch:to_device / torch:optree <= 1.2 |
 nested-torch-move-to | transfer | to_device over a hand-written move_to (nested, torch leaves) | torch:to_device / torch:move_to < 1.0 |
 nested-numpy-optree | transfer | to_device over optree.tree_map (nested, NumPy leaves to torch) | numpy:to_device / numpy:optree <= 1.2 |

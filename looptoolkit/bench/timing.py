@@ -119,7 +119,16 @@ def machine_info() -> dict[str, Any]:
     cpu = ""
     with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
         cpu = next((s.partition(":")[2] for s in f if s.startswith("model name")), "").strip()
-    names = ("numpy", "optree", "torch", "tensordict", "jax", "jaxlib", "tensorflow")
+    names = (
+        "numpy",
+        "optree",
+        "torch",
+        "tensordict",
+        "jax",
+        "jaxlib",
+        "tensorflow",
+        "transformers",
+    )
     info: dict[str, Any] = {
         "cpu": cpu or platform.processor() or platform.machine(),
         "cores": os.cpu_count(),

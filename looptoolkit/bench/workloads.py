@@ -1,11 +1,12 @@
-"""The workloads of ``looptoolkit compare``: NumPy pytrees with a row-id leaf.
+"""The workloads of ``looptoolkit compare``: NumPy pytrees with a row-id leaf, and documents.
 
-The id leaf holds each row's own index, so any batch can be checked (right rows, each once).
+The id leaf holds each row's own index, so any batch can be checked (right rows, each once). The
+``tokens`` workload is variable-length documents (``{"values", "offsets"}``), checked by content.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ WORKLOADS: dict[str, tuple[str, int, int, int, int]] = {
     "index": ("arange(N): sample ids", 300_000, 3_000, 300, 30),
     "tabular": ('{"x": float32 (N, 64), "y": int64 row id}', 300_000, 3_000, 300, 30),
     "images": ('{"image": uint8 (N, 3, 64, 64), "label": int64 row id}', 50_000, 512, 256, 32),
+    "tokens": ("N documents, lognormal lengths, median 250, int32", 20_000, 600, 32, 32),
 }
 
 
@@ -35,12 +37,19 @@ class Workload:
     n: int
     num_batches: int  # per epoch, the last partial batch counted
     nbytes: int
+    kind: str = "rows"  # "documents": variable-length rows, checked by content
+    info: dict[str, Any] = field(default_factory=dict)
 
 
-def make_workload(name: str, *, quick: bool = False, seed: int = 0) -> Workload:
-    """Build the ``name`` workload (its full size, or a tiny one with ``quick``)."""
-    description, rows, quick_rows, batch, quick_batch = WORKLOADS[name]
-    n, size = (quick_rows, quick_batch) if quick else (rows, batch)
+def make_workload(
+    name: str, *, quick: bool = False, seed: int = 0, rows: int | None = None
+) -> Workload:
+    """Build the ``name`` workload (its default size, a tiny one with ``quick``, or ``rows``)."""
+    description, default, quick_rows, batch, quick_batch = WORKLOADS[name]
+    n, size = (quick_rows, quick_batch) if quick else (default, batch)
+    n = rows or n
+    if name == "tokens":
+        return _documents(description, n, seed)
     rng, ids = np.random.default_rng(seed), np.arange(n, dtype=np.int64)
     data: Any = ids
     if name == "tabular":
@@ -51,6 +60,21 @@ def make_workload(name: str, *, quick: bool = False, seed: int = 0) -> Workload:
     nbytes = sum(int(leaf.nbytes) for leaf in _tree.flatten(data)[0])
     description = f"{description}, N = {n:_}, batch {size}"
     return Workload(name, description, data, size, id_path, n, batch_count(n, size), nbytes)
+
+
+def _documents(description: str, n: int, seed: int) -> Workload:
+    """The tokens workload: ``n`` documents as one token array and offsets."""
+    from looptoolkit.bench.variants.tokens import SETTINGS, batch_count, make_corpus
+
+    data = make_corpus(n, seed)
+    tokens, lengths = len(data["values"]), np.diff(data["offsets"])
+    nbytes = int(data["values"].nbytes + data["offsets"].nbytes)
+    description = description.replace("N", f"{n:_}") + f", {tokens / 1e6:.2f}M tokens"
+    info = {"tokens": tokens, "documents": n}
+    batches = batch_count("pad", lengths)
+    return Workload(
+        "tokens", description, data, SETTINGS.batch, "", n, batches, nbytes, "documents", info
+    )
 
 
 def host_array(x: Any) -> np.ndarray:

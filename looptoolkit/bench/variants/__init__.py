@@ -39,7 +39,11 @@ class Variant:
         slow: checked on its first batches and timed on a bounded number of them.
         accelerator: runs only when the device is an accelerator.
         convert: turns a batch into the workload's structure (pure Python yields lists).
-        floor: the variant that bounds it from below (Loader rows report their ratio to it).
+        floor: the variant that bounds it from below (Loader rows report their ratio to it);
+            ``"a|b"``: the faster of the two in the run.
+        batching: on the ``tokens`` workload, the batches it makes (``pad``, ``grouped``,
+            ``budget``, ``pack``, ``flat``; `looptoolkit.bench.variants.tokens`).
+        needs: modules it imports beyond its backend; left out where one is not installed.
     """
 
     name: str
@@ -52,6 +56,8 @@ class Variant:
     accelerator: bool = False
     convert: Callable[[Any], Any] | None = None
     floor: str | None = None
+    batching: str | None = None
+    needs: tuple[str, ...] = ()
 
     is_floor = property(lambda self: self.name.startswith("floor-"), doc="A floor, not a loop.")
 

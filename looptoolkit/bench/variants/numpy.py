@@ -12,7 +12,7 @@ import numpy as np
 
 from looptoolkit import Loader, tree
 from looptoolkit._rows import Rows
-from looptoolkit.bench.variants import BASELINE, Kit, loop, variant
+from looptoolkit.bench.variants import BASELINE, Kit, loop, tokens, variant
 from looptoolkit.bench.variants.epochs import EpochPipeline, batch_slices, split_batches
 from looptoolkit.order import batch_count
 
@@ -183,5 +183,6 @@ VARIANTS = (
     _v("loader-numpy-bg", loop(Loader, device="cpu", prefetch=2), floor=BASELINE),
     _v("loader-grouped", loop(Loader, shuffle="grouped"), shuffle="grouped", floor=_SEQ),
     _v("loader-runs", loop(Loader, shuffle="grouped", run_size=16), shuffle=None, floor=_SEQ),
+    *tokens.numpy_variants(NAME),
 )
 KIT = Kit(NAME, VARIANTS)

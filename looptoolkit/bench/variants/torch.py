@@ -8,12 +8,13 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset
 
 from looptoolkit import Loader, tree
 from looptoolkit._rows import Rows
 from looptoolkit.adapters.torch import from_numpy
-from looptoolkit.bench.variants import Context, Kit, images, loop, variant
+from looptoolkit.bench.variants import Context, Kit, images, loop, tokens, variant
 from looptoolkit.bench.variants.epochs import EpochPipeline, batch_slices, order_length
 from looptoolkit.bench.variants.numpy import each, numpy_manual
 from looptoolkit.order import batch_count, epoch_indices
@@ -111,6 +112,72 @@ def _workers(ctx: Context) -> DataLoader:
     return per_sample_dataloader(data, ctx.batch_size, order=ctx.order("full"), **options)
 
 
+# -- the tokens workload: what PyTorch and HF users write for variable-length documents ---------
+
+
+class DocumentDataset(Dataset):
+    """One document per ``__getitem__``: a zero-copy tensor of its tokens.
+
+    ``lists``: a dict of a list of ints instead, as an HF ``datasets`` row is.
+    """
+
+    def __init__(self, data: Any, *, lists: bool = False) -> None:
+        corpus = tokens.Corpus.of(data)
+        self._values, self._lists = corpus.values, lists
+        self._tensor, self._offsets = from_numpy(corpus.values), corpus.offsets.tolist()
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def __getitem__(self, i: int) -> Any:
+        a, b = self._offsets[i], self._offsets[i + 1]
+        return {"input_ids": self._values[a:b].tolist()} if self._lists else self._tensor[a:b]
+
+
+def pad_collate(docs: list[torch.Tensor]) -> tokens.PaddedBatch:
+    """The collate PyTorch users write: ``pad_sequence``, the lengths and the mask."""
+    lengths = torch.tensor([len(d) for d in docs])
+    values = pad_sequence(docs, batch_first=True, padding_value=0)
+    return tokens.PaddedBatch(values, torch.arange(values.shape[1]) < lengths[:, None], lengths)
+
+
+def documents_dataloader(data: Any, batch_size: int, *, collate: str, seed: int = 0) -> DataLoader:
+    """``DataLoader(shuffle=True)`` of 32 documents: ``pad_sequence``, or an HF collator.
+
+    ``collate``: ``"pad_sequence"`` (`pad_collate`), ``"hf-pad"`` (``DataCollatorWithPadding``
+    with a tokenizer whose pad id is 0) or ``"hf-flatten"`` (``DataCollatorWithFlattening``
+    with the flash-attention boundaries).
+    """
+    del batch_size  # the tokens workload's settings say how many documents a batch has
+    fn: Any = pad_collate
+    if collate == "hf-pad":
+        from tokenizers import Tokenizer, models
+        from transformers import DataCollatorWithPadding, PreTrainedTokenizerFast
+
+        vocab = models.WordLevel({"[PAD]": 0, "[UNK]": 1}, unk_token="[UNK]")
+        tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(vocab), pad_token="[PAD]")
+        fn = DataCollatorWithPadding(tokenizer)
+    elif collate == "hf-flatten":
+        from transformers import DataCollatorWithFlattening
+
+        fn = DataCollatorWithFlattening(return_flash_attn_kwargs=True)
+    dataset = DocumentDataset(data, lists=collate != "pad_sequence")
+    generator = torch.Generator().manual_seed(seed)
+    return DataLoader(dataset, tokens.SETTINGS.batch, True, generator=generator, collate_fn=fn)
+
+
+def hf_padded(batch: Any) -> tokens.PaddedBatch:
+    """``DataCollatorWithPadding``'s batch as a padded batch."""
+    mask = batch["attention_mask"]
+    return tokens.PaddedBatch(batch["input_ids"], mask.bool(), mask.sum(1))
+
+
+def hf_flat(batch: Any) -> tokens.FlatBatch:
+    """``DataCollatorWithFlattening``'s batch as a padding-free batch."""
+    ids, positions, cu = batch["input_ids"][0], batch["position_ids"][0], batch["cu_seq_lens_q"]
+    return tokens.FlatBatch(ids, cu, positions, int(batch["max_length_q"]))
+
+
 NAME = "torch"
 LABELS = {
     "floor-torch": "floor: best manual loop + torch.from_numpy per leaf",
@@ -123,7 +190,12 @@ LABELS = {
     "loader-torch": "Loader on torch data (on a GPU: pinned, non-blocking copies)",
     "loader-torch-res": "Loader, data resident on the GPU",
     "torch-res-gather": "bare on-device index_select (the GPU reference)",
+    "dl-pad-sequence": "DataLoader(shuffle=True) of tensor views, collate: pad_sequence + mask",
+    "hf-pad": "DataLoader of {'input_ids': list} + HF DataCollatorWithPadding",
+    "hf-flatten": "DataLoader of {'input_ids': list} + HF DataCollatorWithFlattening "
+    "(flash-attention boundaries)",
 }
+_HF = {"needs": ("transformers",), "slow": True}
 _v = partial(variant, NAME, LABELS)
 VARIANTS = (
     _v("floor-torch", loop(numpy_manual, host=True, wrap=each(torch.from_numpy)), shuffle=None),
@@ -142,6 +214,14 @@ VARIANTS = (
         floor="torch-res-gather",
     ),
     _v("torch-res-gather", loop(resident_gather, order=True, device_of=NAME), accelerator=True),
+    *(
+        tokens.on_tokens(_v(name, loop(documents_dataloader, host=True, collate=how), **kw), b)
+        for name, how, b, kw in (
+            ("dl-pad-sequence", "pad_sequence", "pad", {}),
+            ("hf-pad", "hf-pad", "pad", {"convert": hf_padded, **_HF}),
+            ("hf-flatten", "hf-flatten", "flat", {"convert": hf_flat, **_HF}),
+        )
+    ),
 )
 KIT = Kit(
     NAME,
