@@ -22,7 +22,15 @@ one epoch of batch ``--batch``, all variants of a store interleaved (median of
   ``Loader full`` beside them;
 - ``Loader full (sorted reads)``: a full shuffle, each batch read sorted and
   deduplicated; timed over its first ``--full-batches`` batches and scaled to
-  the epoch (a whole epoch takes minutes on compressed stores).
+  the epoch (a whole epoch takes minutes on compressed stores; Arrow's is timed
+  whole); for ``hf-arrow`` (``datasets`` saves record batches of 1,000 rows:
+  1,000 of them for 1,000,000 rows) beside the same Arrow data in one record
+  batch.
+
+And for a full shuffle with background reads (``prefetch=2``): the time to its
+first batch against one batch read in the loop's thread (``prefetch=0``), the
+time ``close()`` takes in the middle of the next batch's read, and the time
+until the reading thread has ended (median of ``--rounds``).
 
 Beside the speed, for each group size, the order's quality over an epoch:
 chunks touched per batch and per window of 8 batches, the probability that
@@ -42,6 +50,7 @@ import argparse
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -69,7 +78,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--stores",
         nargs="+",
-        default=["zarr-zstd", "zarr-raw", "hdf5-gzip", "hdf5-contiguous", "hf-arrow", "npy-memmap"],
+        default=[
+            "zarr-zstd",
+            "zarr-raw",
+            "hdf5-gzip",
+            "hdf5-lzf",
+            "hdf5-contiguous",
+            "hf-arrow",
+            "npy-memmap",
+        ],
     )
     parser.add_argument("--out", default=None, help="results directory")
     parser.add_argument("--reference", action="store_true", help=REFERENCE_HELP)
@@ -97,8 +114,9 @@ def build(kind: str, root: Path, x: np.ndarray, ids: np.ndarray, chunk: int) -> 
         path = root / f"{kind}.h5"
         with h5py.File(path, "w") as f:
             for name, a in (("x", x), ("ids", ids)):
-                if kind == "hdf5-gzip":
-                    f.create_dataset(name, data=a, chunks=(chunk, *a.shape[1:]), compression="gzip")
+                if kind in ("hdf5-gzip", "hdf5-lzf"):
+                    chunks = (chunk, *a.shape[1:])
+                    f.create_dataset(name, data=a, chunks=chunks, compression=kind[5:])
                 else:
                     f.create_dataset(name, data=a)
         f = h5py.File(path, "r")
@@ -160,6 +178,58 @@ def memory_take(x: np.ndarray, ids: np.ndarray, batch: int) -> Callable[[], None
     return run
 
 
+def one_record_batch(dataset: Any) -> Any:
+    """The table of a ``datasets.Dataset`` as one record batch in a memory-mapped Arrow file."""
+    import datasets
+    import pyarrow as pa
+
+    path = str(Path(dataset.cache_files[0]["filename"]).parent / "one.arrow")
+    table = dataset.data.table.combine_chunks()
+    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table, max_chunksize=len(table))
+    return datasets.Dataset(pa.ipc.open_file(pa.memory_map(path)).read_all())
+
+
+def _readers() -> int:
+    return sum(t.name == "looptoolkit-loader-prefetch" for t in threading.enumerate())
+
+
+def latency(data: Any, batch: int, rounds: int) -> dict[str, float]:
+    """A full shuffle's first batch and ``close()``, against one batch read in the loop's thread.
+
+    Each round reads the same batch both ways (one seed per round), then closes
+    the background pass half a batch's read into its next batch.
+    """
+    reads, firsts, closes, ends = [], [], [], []
+    for _ in Loader(data, batch, shuffle="full", seed=rounds, prefetch=2):  # warm-up
+        break
+    for r in range(rounds):
+        alone = iter(Loader(data, batch, shuffle="full", seed=r, prefetch=0))
+        t = time.perf_counter()
+        next(alone)
+        reads.append(time.perf_counter() - t)
+        alone.close()
+        it = iter(Loader(data, batch, shuffle="full", seed=r, prefetch=2))
+        t = time.perf_counter()
+        next(it)
+        firsts.append(time.perf_counter() - t)
+        time.sleep(reads[-1] / 2)
+        t = time.perf_counter()
+        it.close()
+        closes.append(time.perf_counter() - t)
+        while _readers():
+            time.sleep(0.001)
+        ends.append(time.perf_counter() - t)
+    read = float(np.median(reads))
+    return {
+        "batch_read_s": read,
+        "first_batch_s": float(np.median(firsts)),
+        "first_x_read": float(np.median(firsts)) / read,
+        "close_s": float(np.median(closes)),
+        "thread_end_s": float(np.median(ends)),
+    }
+
+
 # -- order quality ----------------------------------------------------------------
 
 
@@ -211,9 +281,10 @@ def memory(data: Any, batch: int) -> dict[str, Any]:
     store = loader._rows.store
     cache = None if store is None else store.last
     row = sum(np.asarray(leaf[:1]).nbytes for leaf in loader._rows.leaves)
-    # Batches in flight: blocks handed over (the queue's, the thread's, the loop's).
+    # Batches in flight: blocks handed over (the queue's, the thread's, the loop's,
+    # and the one the loop's last batch, a view of its block, keeps alive).
     block = 1 if store is None else store.block
-    flight = (-(-loader.prefetch // block) + 2) * block if store is not None else 1
+    flight = (-(-loader.prefetch // block) + 3) * block if store is not None else 1
     return {
         "cache_budget_bytes": None if cache is None else cache.budget,
         "cache_peak_bytes": None if cache is None else cache.peak,
@@ -245,11 +316,18 @@ def run_store(
         variants.append((f"Loader grouped {k}", epoch(loader)))
     if kind in ("npy-memmap", "hdf5-contiguous"):
         variants.append(("in-memory Loader full", epoch(Loader(ram, b, shuffle="full", seed=1))))
-    full_limit = min(args.full_batches, -(-n // b))
+    arrow = kind.startswith("hf-arrow")  # cheap sorted reads: a whole epoch
+    full_limit = -(-n // b) if arrow else min(args.full_batches, -(-n // b))
     # In the loop's thread: a pass left after `full_limit` batches leaves no read
     # running in a background thread to slow the next variant down.
     full = Loader(data, b, shuffle="full", seed=1, prefetch=0)
     variants.append(("Loader full (sorted reads)", epoch(full, full_limit)))
+    extra: dict[str, Any] = {}
+    if kind == "hf-arrow":  # the same Arrow data in one record batch, memory-mapped too
+        extra["record_batches"] = data.data.table.column("x").num_chunks
+        one = one_record_batch(data)
+        loader = Loader(one, b, shuffle="full", seed=1, prefetch=0)
+        variants.append(("Loader full, 1 record batch", epoch(loader)))
     timings = interleave(variants, rounds=args.rounds, warmup=1, label=kind)
     epochs = {t.name: t.median_s for t in timings}
     epochs["Loader full (sorted reads)"] *= len(full) / full_limit
@@ -267,7 +345,14 @@ def run_store(
     for row in rows:
         ratios = f"{row['x_memory_take']:9.1f}x take {row['x_sequential']:6.2f}x seq"
         print(f"{kind:16} {row['variant']:28} {row['epoch_s']:9.3f} s {ratios}", flush=True)
-    return {"store": kind, "rows": rows, "memory": memory(data, b)}
+    stats = latency(data, b, args.rounds)
+    print(
+        f"{kind:16} full shuffle: first batch {stats['first_batch_s'] * 1e3:.1f} ms "
+        f"({stats['first_x_read']:.2f}x one batch read, {stats['batch_read_s'] * 1e3:.1f} ms), "
+        f"close {stats['close_s'] * 1e3:.1f} ms, thread ended {stats['thread_end_s'] * 1e3:.1f} ms",
+        flush=True,
+    )
+    return {"store": kind, "rows": rows, "latency": stats, "memory": memory(data, b), **extra}
 
 
 def markdown(payload: dict[str, Any]) -> str:
@@ -287,6 +372,21 @@ def markdown(payload: dict[str, Any]) -> str:
                 f"| {store['store']} | {row['variant']} | {row['epoch_s']:.3f} | "
                 f"{row['x_memory_take']:.1f} | {row['x_sequential']:.2f} |"
             )
+    lines += ["", "A full shuffle with background reads (`prefetch=2`): its first batch, and "]
+    lines[-1] += "`close()` half a batch's read into the next batch:"
+    lines += ["", "| store | one batch read (loop's thread) | first batch | x one read "]
+    lines[-1] += "| close() | reading thread ended |"
+    lines += ["|---|---:|---:|---:|---:|---:|"]
+    for store in payload["stores"]:
+        t = store["latency"]
+        cells = [
+            f"{t['batch_read_s'] * 1e3:.1f} ms",
+            f"{t['first_batch_s'] * 1e3:.1f} ms",
+            f"{t['first_x_read']:.2f}",
+            f"{t['close_s'] * 1e3:.1f} ms",
+            f"{t['thread_end_s'] * 1e3:.1f} ms",
+        ]
+        lines.append(f"| {store['store']} | " + " | ".join(cells) + " |")
     lines += ["", "Memory over one epoch of `Loader grouped` (default group size):", ""]
     lines += ["| store | cache budget | cache peak | batches in flight | order alone "]
     lines[-1] += "| budget + batches + order | traced peak |"

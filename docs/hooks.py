@@ -8,12 +8,18 @@
   ``../benchmarks/results/...`` are pointed at them.
 - Every ``::: name`` block must name an object whose docstring has an Examples
   section; one that does not is a warning, so ``mkdocs build --strict`` fails.
+- The header shows the package's version, and ``CHANGELOG.md`` becomes the
+  ``changelog.md`` page (its links into ``docs/`` pointed at the site's pages).
+- The copy button of a ``pycon`` block (a ``>>>`` session) copies the code
+  only: the block carries it, without prompts and output, in a ``data-copy``
+  attribute, which Material's copy button takes instead of the block's text.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import html
 import io
 import logging
 import os
@@ -32,6 +38,19 @@ RESULTS_URI = "results"
 """Where they go in the site."""
 
 IDENTIFIER = re.compile(r"^:::\s+([\w.]+)", re.MULTILINE)
+
+SESSION = re.compile(r'<div class="language-pycon highlight">(.*?)</div>', re.DOTALL)
+"""A ``pycon`` block as pymdownx.highlight renders it (``pygments_lang_class``)."""
+
+PROMPTS = (">>> ", "... ")
+
+
+def on_config(config: Any) -> Any:
+    """Show the version in the header: the site's name is ``looptoolkit X.Y.Z``."""
+    from looptoolkit import __version__
+
+    config["site_name"] = f"{config['site_name']} {__version__}"
+    return config
 
 
 def _help(argv: list[str]) -> str:
@@ -106,7 +125,46 @@ def on_files(files: Files, config: Any) -> Files:
         )
     index = results_index([p.name for p in results])
     files.append(File.generated(config, f"{RESULTS_URI}/index.md", content=index))
+    files.append(File.generated(config, "changelog.md", content=changelog_page(root)))
     return files
+
+
+def changelog_page(root: Path) -> str:
+    """``CHANGELOG.md`` as a page of the site: its links into ``docs/`` lead to the pages."""
+    text = (root / "CHANGELOG.md").read_text()
+    return text.replace("](docs/", "](")
+
+
+def session_code(block: str) -> str:
+    """The code of a rendered ``pycon`` block, prompts and output removed.
+
+    A statement shown raising an error (its output a traceback) is left out, so
+    that the copied code runs as a script too.
+    """
+    text = html.unescape(re.sub(r"<[^>]+>", "", block))
+    statements: list[list[str]] = []
+    raises: list[bool] = []
+    for line in text.splitlines():
+        if line.startswith(PROMPTS[0]) or line == PROMPTS[0].strip():
+            statements.append([line[len(PROMPTS[0]) :]])
+            raises.append(False)
+        elif statements and (line.startswith(PROMPTS[1]) or line == PROMPTS[1].strip()):
+            statements[-1].append(line[len(PROMPTS[1]) :])
+        elif statements and line.startswith("Traceback (most recent call last):"):
+            raises[-1] = True
+    kept = [lines for lines, error in zip(statements, raises, strict=True) if not error]
+    # A blank line after a compound statement ends it when pasted into a REPL.
+    return "\n".join("\n".join(lines + [""] * (len(lines) > 1)) for lines in kept).rstrip()
+
+
+def on_page_content(content: str, page: Any, config: Any, files: Files) -> str:
+    """Give each ``pycon`` block the code its copy button copies (``data-copy``)."""
+
+    def with_copy(match: re.Match[str]) -> str:
+        code = html.escape(session_code(match.group(1)), quote=True).replace("\n", "&#10;")
+        return f'<div class="language-pycon highlight" data-copy="{code}">{match.group(1)}</div>'
+
+    return SESSION.sub(with_copy, content)
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:

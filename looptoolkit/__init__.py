@@ -35,6 +35,12 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
+# The public errors and warnings are shown where users import them from: a
+# traceback reads `looptoolkit.TransferError`, as the docs write it.
+for _public in (TransferError, ContainerRebuildWarning):
+    _public.__module__ = __name__
+del _public
+
 __all__ = [
     "ContainerRebuildWarning",
     "Flat",

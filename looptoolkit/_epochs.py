@@ -307,5 +307,10 @@ def parse_state(order: Order, state: dict[str, Any]) -> tuple[int, int]:
         raise ValueError(
             f"`state` offset {offset} is not a multiple of `world_size` {order.world_size}."
         )
-    order.num_batches(offset)  # raises for an offset past the end of the epoch
+    # Raises for an offset past the end of the state's epoch (planned batches: that epoch's plan).
+    in_epoch = getattr(order, "num_batches_in", None)
+    if in_epoch is not None:
+        in_epoch(epoch, offset)
+    else:
+        order.num_batches(offset)
     return epoch, offset

@@ -3,17 +3,22 @@
 Between the order and the user's loop: given the epoch's index batches, the
 [`Rows`][looptoolkit._rows.Rows] of the data and a [`Plan`][looptoolkit._pipeline.Plan] (where
 batches go, how they are cast, the user's transform), [`inline`][looptoolkit._pipeline.inline] does
-every step in the consumer's thread, and [`prefetched`][looptoolkit._pipeline.prefetched] does them
-in one background thread ([`looptoolkit._prefetch`][looptoolkit._prefetch]), through the backend's
-staged upload when it offers one (torch on CUDA: pinned buffers and a side stream). The transform
-runs right after the move, in the same thread, inside the staged upload's
-stream, so that it overlaps the consumer's step and is ordered before it.
+every step in the consumer's thread, [`ahead`][looptoolkit._pipeline.ahead] does them there too but
+issues the next batches' moves before handing one out (the copies run while the loop's step
+runs), and [`prefetched`][looptoolkit._pipeline.prefetched] does them in one background thread
+([`looptoolkit._prefetch`][looptoolkit._prefetch]);
+[`choose_mode`][looptoolkit._pipeline.choose_mode] picks the thread or the consumer's. Moves
+go through the backend's staged upload when it offers one (torch on CUDA: pinned buffers and a
+side stream). The transform runs right after the move, in the same thread, inside the staged
+upload's stream, so that it overlaps the consumer's step and is ordered before it.
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 import threading
+import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any
 
@@ -27,7 +32,21 @@ from looptoolkit.adapters import Stager, backend_of, get_backend
 from looptoolkit.device import mover, skipping
 from looptoolkit.order import EpochOrder
 
-__all__ = ["Plan", "Progress", "Transform", "inline", "prefetched", "stager_for", "with_masks"]
+__all__ = [
+    "MODES",
+    "Plan",
+    "Progress",
+    "Transform",
+    "ahead",
+    "choose_mode",
+    "inline",
+    "prefetched",
+    "stager_for",
+    "with_masks",
+]
+
+MODES = ("auto", "thread", "inline")
+"""The values of the Loader's ``prefetch_mode``."""
 
 
 class Progress:
@@ -184,13 +203,22 @@ def _finished(
 def _staged(
     rows: Rows, batches: Iterator[np.ndarray], progress: Progress, plan: Plan, stager: Stager
 ) -> Iterator[Any]:
-    """As ``inline``, through the backend's staged upload (background thread)."""
+    """As ``inline``, through the backend's staged upload; yields ``(batch, token)``.
+
+    The stager's context (its side stream) is entered for each batch's gather, move and
+    transform only, never across a ``yield``: run in the consumer's thread by ``ahead``,
+    the loop's own stream must be the current one while its step runs.
+    """
     gathered = rows.gather(batches, staged=(stager.positions, stager.staged))
     non_blocking = True if plan.non_blocking is None else plan.non_blocking
-    with stager.context():
-        for k, leaves in enumerate(gathered):
+    for k in itertools.count():
+        with stager.context():
+            leaves = next(gathered, None)
+            if leaves is None:
+                return
             batch = plan.finish(rows.build(leaves), progress, k, non_blocking)
-            yield batch, stager.record(k)
+            token = stager.record(k)
+        yield batch, token
 
 
 def stager_for(rows: Rows, batch_size: int, plan: Plan, depth: int) -> Stager | None:
@@ -211,6 +239,36 @@ def stager_for(rows: Rows, batch_size: int, plan: Plan, depth: int) -> Stager | 
     return get_backend(target.home).stager(leaves, batch_size, target, depth + 1)
 
 
+# A list of batches is handed to the consumer once making its batches took this long
+# (or it holds `block` of them): a hand-off costs tens of microseconds.
+HANDOFF_S = 0.002
+
+
+def _blocks(source: Iterator[Any], block: int) -> Generator[list[Any], None, None]:
+    """Lists of up to ``block`` batches of ``source``; no batch waits for a list to fill.
+
+    The first batch goes alone; after it a list goes as soon as it holds ``block``
+    batches or its batches took ``HANDOFF_S`` to make. A batch that is slow to make
+    (a store's sorted read) goes when it is made; cheap ones (from a chunk cache)
+    go together.
+    """
+    clock = time.perf_counter
+    try:
+        items = list(itertools.islice(source, 1))
+        while items:
+            yield items
+            items = []
+            start = clock()
+            for item in source:
+                items.append(item)
+                if len(items) == block or clock() - start >= HANDOFF_S:
+                    break
+    finally:
+        close = getattr(source, "close", None)
+        if close is not None:
+            close()
+
+
 def prefetched(
     rows: Rows,
     batches: Iterator[np.ndarray],
@@ -222,13 +280,13 @@ def prefetched(
 ) -> Generator[Any, None, None]:
     """Every step in one background thread, up to ``depth`` batches ahead.
 
-    ``block > 1`` (no stager): batches are handed over in lists of ``block``, and
-    the queue holds ``ceil(depth / block)`` of them: a hand-off between threads
-    costs tens of microseconds, more than a batch read from a store's cache.
+    ``block > 1`` (no stager): batches are handed over in lists of up to ``block``
+    (see ``_blocks``), and the queue holds ``ceil(depth / block)`` of them: a hand-off
+    between threads costs tens of microseconds, more than a batch read from a store's
+    cache.
     """
     if stager is None and block > 1:
-        source = inline(rows, batches, progress, plan)
-        blocks = iter(lambda: list(itertools.islice(source, block)), [])
+        blocks = _blocks(inline(rows, batches, progress, plan), block)
         prefetcher = Prefetcher(blocks, -(-depth // block))
         try:
             while True:
@@ -254,6 +312,75 @@ def prefetched(
             yield item
     finally:
         prefetcher.close()
+
+
+def choose_mode(requested: str, prefetch: int, store: bool) -> str:
+    """Where a Loader's batches are made: ``"thread"`` or ``"inline"`` (the consumer's thread).
+
+    ``"auto"`` takes the thread only where a batch is expensive to make and the
+    work releases the GIL: store reads and decoding (``store``). Everything
+    else is cheaper than a hand-off between threads (tens of microseconds): an
+    in-memory gather, and a move that is queued asynchronously (``ahead``
+    issues it early) or is a host copy the thread could not overlap anyway.
+    """
+    if requested == "auto":
+        return "thread" if store and prefetch > 0 else "inline"
+    return requested
+
+
+def ahead(
+    rows: Rows,
+    batches: Iterator[np.ndarray],
+    progress: Progress,
+    plan: Plan,
+    depth: int,
+    stager: Stager | None,
+) -> Iterator[Any]:
+    """Every step in the consumer's thread, each batch issued ``depth`` batches before it is due.
+
+    The gather, move and transform of batch ``k + depth`` are queued before batch ``k``
+    is handed out (apex's ``data_prefetcher``): an asynchronous move (a non-blocking
+    copy on a side stream, a JAX ``device_put``) then runs while the loop's step runs,
+    with no thread and no hand-off. ``depth == 0`` is [`inline`][looptoolkit._pipeline.inline]
+    itself. An error while issuing a batch is raised once the batches issued before
+    it have been handed out, as the background thread's would be.
+    """
+    if stager is None and depth == 0:
+        return inline(rows, batches, progress, plan)
+    if stager is None:
+        return _ahead(inline(rows, batches, progress, plan), depth, None)
+    return _ahead(_staged(rows, batches, progress, plan, stager), max(depth, 1), stager)
+
+
+def _ahead(source: Iterator[Any], depth: int, stager: Stager | None) -> Generator[Any, None, None]:
+    pending: collections.deque[Any] = collections.deque()
+    error: Exception | None = None
+    more = True
+    try:
+        while True:
+            while more and len(pending) <= depth:
+                try:
+                    pending.append(next(source))
+                except StopIteration:
+                    more = False
+                except Exception as e:  # raised in order, after the batches before it
+                    error, more = e, False
+            if not pending:
+                if error is not None:
+                    try:
+                        raise error
+                    finally:
+                        error = None  # no cycle through this frame's locals
+                return
+            item = pending.popleft()
+            if stager is not None:
+                item, token = item
+                stager.hand_over(_tree.flatten(item)[0], token)
+            yield item
+    finally:
+        close = getattr(source, "close", None)
+        if close is not None:
+            close()
 
 
 def with_masks(

@@ -5,7 +5,9 @@ pulls batches (gathered and moved) from a generator into a bounded queue, up
 to ``depth`` ahead. An exception in the thread reaches the consumer as a copy
 of the same type, arguments and attributes (a ``SystemExit`` keeps its code),
 with a note saying where it came from, chained to the original; leaving the
-loop early (``break``, an exception, dropping the iterator) stops the thread.
+loop early (``break``, an exception, dropping the iterator) stops the thread;
+a long read in the thread can ask [`stopping`][looptoolkit._prefetch.stopping]
+between its parts and end early, so that a stop waits for one part, not a batch.
 """
 
 from __future__ import annotations
@@ -18,12 +20,26 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["END", "Prefetcher"]
+__all__ = ["END", "Prefetcher", "Stopped", "stopping"]
 
 # How often a blocked queue operation wakes up to check for shutdown (seconds).
 _POLL_S = 0.05
 # How long shutting down waits for the background thread to finish its batch.
 _JOIN_S = 10.0
+
+
+# The stop event of the pass whose background thread is the current thread.
+_local = threading.local()
+
+
+class Stopped(Exception):
+    """Raised by a read in the background thread that was told to stop (never reaches a user)."""
+
+
+def stopping() -> bool:
+    """Whether the current thread is a Loader's background thread that was told to stop."""
+    stop: threading.Event | None = getattr(_local, "stop", None)
+    return stop is not None and stop.is_set()
 
 
 class _End:
@@ -55,6 +71,7 @@ def _put(q: queue.Queue[Any], stop: threading.Event, item: Any) -> bool:
 def _produce(batches: Iterator[Any], q: queue.Queue[Any], stop: threading.Event) -> None:
     # Runs in the background thread. It holds the queue, the event and the batch
     # source, never the consumer's iterator, so dropping that iterator frees it.
+    _local.stop = stop
     try:
         while not stop.is_set():
             try:

@@ -9,6 +9,7 @@ shape.
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 from looptoolkit import tree as _tree
@@ -84,12 +85,14 @@ def probe(
     dtype: Any,
     non_blocking: bool | None,
     skip_keys: Any = None,
-) -> int:
+) -> tuple[int, bool]:
     """Move a few rows of every leaf to ``target``, as a batch would be moved.
 
     Returns:
         The shards of ``target``'s batch axis (1 unless it is a sharding), for
-        [`check_shards`][looptoolkit._probe.check_shards] of a resumed epoch.
+        [`check_shards`][looptoolkit._probe.check_shards] of a resumed epoch; and
+        whether the move kept every leaf and container as it was (host arrays
+        to ``"cpu"``, no cast): then a batch's move is a no-op the Loader skips.
 
     Raises:
         TransferError: a leaf cannot be moved or cast (named as ``data[...]``).
@@ -101,12 +104,18 @@ def probe(
     leaves = [leaf[:shards] for leaf in rows.leaves]
     try:
         batch = rows.build(leaves)
-        to_device(batch, target, dtype=dtype, non_blocking=non_blocking, skip_keys=skip_keys)
+        moved = to_device(
+            batch, target, dtype=dtype, non_blocking=non_blocking, skip_keys=skip_keys
+        )
     except TransferError as e:
         if e.path is None or not e.path.startswith("batch"):
             raise
         raise _as_data_error(e, rows, leaves) from e.__cause__
-    return shards
+    # The route of a leaf depends on its type and dtype only, the same in every batch:
+    # a move that returns these rows as they were returns every batch as it was.
+    (out, spec), (given, given_spec) = _tree.flatten(moved), _tree.flatten(batch)
+    kept = spec == given_spec and len(out) == len(given) and all(map(operator.is_, out, given))
+    return shards, kept
 
 
 def resident(rows: Rows, data: Any, target: Target, dtype: Any, non_blocking: bool | None) -> Rows:

@@ -19,6 +19,7 @@ import numpy as np
 import optree
 
 from looptoolkit import tree as _tree
+from looptoolkit._mapped import MappedFiles
 from looptoolkit._records import find_records, kind_of
 from looptoolkit._store_reads import StoreReads
 from looptoolkit.adapters import backend_of, is_batched_node
@@ -96,6 +97,8 @@ class Rows:
             raise TypeError(records)
         self.n = self._check(leaves, spec)
         self.leaves: list[Any] = leaves
+        # The files of memmap leaves, checked at the start of each pass.
+        self.files = MappedFiles(leaves, lambda: _tree.leaf_paths(spec, "data"))
         self.spec: optree.PyTreeSpec = spec
         self._data_keys = tuple(data) if type(data) is dict else ()
         groups: dict[str, tuple[Any, list[int]]] = {}

@@ -32,6 +32,9 @@ class LoaderStats:
             for ``"pack"``/``"fit"``).
         truncated_tokens: elements cut off by ``long_rows="truncate"``.
         built: batches built with ragged leaves (prefetched ones included).
+        prefetch_mode: where the Loader makes its batches: ``"thread"`` (one
+            background thread, ahead of the loop) or ``"inline"`` (the loop's own
+            thread, moves issued ahead); see the Loader's ``prefetch_mode``.
 
     Examples:
         >>> import numpy as np
@@ -41,11 +44,14 @@ class LoaderStats:
         ...     pass
         >>> loader.stats.batches, 0.0 <= loader.stats.data_wait_fraction <= 1.0
         (2, True)
+        >>> loader.stats.prefetch_mode
+        'inline'
     """
 
     __slots__ = (
         "batches",
         "built",
+        "prefetch_mode",
         "rows",
         "step_s",
         "token_slots",
@@ -54,7 +60,8 @@ class LoaderStats:
         "wait_s",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, prefetch_mode: str = "inline") -> None:
+        self.prefetch_mode = prefetch_mode
         self.reset()
 
     @property
@@ -96,13 +103,14 @@ class LoaderStats:
         self.truncated_tokens = 0
         self.built = 0
 
-    def as_dict(self) -> dict[str, float]:
-        """The counters and the data-wait fraction as a dict (the token counts with ragged data)."""
-        out: dict[str, float] = {
+    def as_dict(self) -> dict[str, float | str]:
+        """The counters, the data-wait fraction, the prefetch mode (and ragged data's tokens)."""
+        out: dict[str, float | str] = {
             "batches": self.batches,
             "wait_s": self.wait_s,
             "step_s": self.step_s,
             "data_wait_fraction": self.data_wait_fraction,
+            "prefetch_mode": self.prefetch_mode,
         }
         if self.built:
             out.update(
@@ -123,7 +131,8 @@ class LoaderStats:
         )
         return (
             f"LoaderStats(batches={self.batches}, wait_s={self.wait_s:.6f}, "
-            f"step_s={self.step_s:.6f}, data_wait_fraction={self.data_wait_fraction:.3f}{tokens})"
+            f"step_s={self.step_s:.6f}, data_wait_fraction={self.data_wait_fraction:.3f}, "
+            f"prefetch_mode={self.prefetch_mode!r}{tokens})"
         )
 
 

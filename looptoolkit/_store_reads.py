@@ -7,11 +7,16 @@ Between the order and the batch, for the leaves that are
   grouped order): the chunks a batch needs that are not cached are read in one
   call (several ranges at once: zarr decodes them concurrently) into one
   segment, kept in a cache bounded in bytes, least recently used first out.
+  An order that uses one chunk at a time (sequential, groups of one chunk)
+  reads the chunks of the next ``READ_AHEAD_CHUNKS`` chunks' rows of the order
+  in the same call: one call per span of chunks, as a store is read fastest.
   A batch is then one gather from its segment. With an order that uses each
   chunk's rows while the chunk is cached, each chunk is read once per epoch.
 - Rows (a full shuffle, weights, any order that scatters): each batch's rows are
   read sorted and deduplicated (h5py takes increasing indices only), then put
-  back in the batch's order. Every chunk a batch touches is decoded for it.
+  back in the batch's order. Every chunk a batch touches is decoded for it;
+  a batch over many chunks is read in parts of ``PART_CHUNKS`` chunks, and a
+  background read that is told to stop ends after the part it is reading.
 
 The cache lives for one pass (a pass's reads run in its prefetch thread), so
 concurrent passes do not share it.
@@ -22,14 +27,16 @@ from __future__ import annotations
 import functools
 import itertools
 import threading
-from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
+from looptoolkit._prefetch import Stopped, stopping
+from looptoolkit._sources import chunk_shards
 from looptoolkit.adapters import gather_rows
-from looptoolkit.order import DEFAULT_GROUP_SIZE
+from looptoolkit.order import DEFAULT_GROUP_SIZE, Order, normalize_shuffle
 from looptoolkit.stores import StoreArray
 
 __all__ = ["ChunkCache", "StoreReads"]
@@ -38,6 +45,9 @@ __all__ = ["ChunkCache", "StoreReads"]
 # BLOCK_BATCHES batches): one gather per leaf per block, the batches views of it.
 GATHER_BYTES = 1 << 21
 BLOCK_BATCHES = 32
+# Chunks per part of a sorted read: zarr decodes a part's chunks concurrently, and a
+# stopped background thread waits for one part (not a whole batch over hundreds of chunks).
+PART_CHUNKS = 16
 
 
 class ChunkCache:
@@ -62,16 +72,24 @@ class ChunkCache:
         self.reads = 0
         self.chunks_read = [0] * len(self.leaves)
         self._next = 0
+        # The rows the order visits next (after the rows being taken), whose chunks
+        # a read that has to happen reads along; None: read only what is needed.
+        self.upcoming: Callable[[], np.ndarray] | None = None
 
     def take(self, j: int, idx: np.ndarray) -> np.ndarray:
         """Rows ``idx`` of leaf ``j``."""
         unit = self.units[j]
         chunk = idx // unit
-        seg = self.where[j][chunk]
+        where = self.where[j]
+        seg = where[chunk]
         missing = seg < 0
         if missing.any():
-            self._read(j, np.unique(chunk[missing]), np.unique(seg[~missing]))
-            seg = self.where[j][chunk]
+            need = _distinct(chunk[missing])
+            if self.upcoming is not None:
+                ahead = _distinct(self.upcoming() // unit)
+                need = np.union1d(need, ahead[where[ahead] < 0])
+            self._read(j, need, np.unique(seg[~missing]))
+            seg = where[chunk]
         pos = self.base[j][chunk] + (idx - chunk * unit)
         first = int(seg[0])
         segments = self.segments
@@ -129,14 +147,43 @@ class ChunkCache:
             self.used -= size
 
 
+def _distinct(chunks: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of ``chunks``, whose equal values mostly come in runs."""
+    if len(chunks) > 1:
+        chunks = chunks[np.concatenate(([True], chunks[1:] != chunks[:-1]))]
+    return np.unique(chunks)
+
+
 def sorted_take(leaf: StoreArray, idx: np.ndarray) -> np.ndarray:
     """Rows ``idx`` of ``leaf``: read sorted and deduplicated, then put in ``idx``'s order."""
     if len(idx) and (idx[1:] > idx[:-1]).all():
         if idx[-1] - idx[0] + 1 == len(idx):
             return leaf.read(int(idx[0]), int(idx[-1]) + 1)
-        return leaf.read_rows(idx)
+        return read_parts(leaf, idx)
     rows, back = np.unique(idx, return_inverse=True)
-    return leaf.read_rows(rows).take(back, axis=0)
+    return read_parts(leaf, rows).take(back, axis=0)
+
+
+def read_parts(leaf: StoreArray, rows: np.ndarray) -> np.ndarray:
+    """Rows ``rows`` (sorted, distinct) of ``leaf``, read in parts of ``PART_CHUNKS`` chunks.
+
+    Raises:
+        Stopped: the Loader's background thread running the read was told to stop.
+    """
+    unit = leaf.chunk_rows
+    if unit is None or len(rows) <= PART_CHUNKS:
+        return leaf.read_rows(rows)
+    chunk = rows // unit
+    firsts = np.flatnonzero(chunk[1:] != chunk[:-1]) + 1  # where each later chunk's rows start
+    if len(firsts) < PART_CHUNKS:
+        return leaf.read_rows(rows)
+    bounds = [0, *firsts[PART_CHUNKS - 1 :: PART_CHUNKS].tolist(), len(rows)]
+    out = np.empty((len(rows), *leaf.shape[1:]), dtype=leaf.dtype)
+    for a, b in itertools.pairwise(bounds):
+        if stopping():
+            raise Stopped
+        out[a:b] = leaf.read_rows(rows[a:b])
+    return out
 
 
 class StoreReads:
@@ -155,6 +202,7 @@ class StoreReads:
         self.unit = unit
         self.cache_bytes: int | None = None
         self.block = 1  # batches gathered at once from the cache (set by `plan_reads`)
+        self.ahead = 0  # rows of the order whose chunks a cache read reads along (`plan_reads`)
         self.last: ChunkCache | None = None  # the cache of the pass that started last
         self._shared: ChunkCache | None = None
         self._lock = threading.Lock()
@@ -197,7 +245,10 @@ class StoreReads:
     @staticmethod
     def _sorted(leaf: StoreArray, idx: np.ndarray) -> np.ndarray:
         view = leaf.view()
-        return sorted_take(leaf, idx) if view is None else gather_rows(view, idx)
+        if view is not None:
+            return gather_rows(view, idx)
+        gathered = leaf.gather(idx)
+        return sorted_take(leaf, idx) if gathered is None else gathered
 
     @staticmethod
     def _cached(cache: ChunkCache, leaf: StoreArray, idx: np.ndarray) -> np.ndarray:
@@ -222,6 +273,8 @@ class StoreReads:
             for leaf, view in zip(leaves, views, strict=True)
         ]
         batches = iter(batches)
+        if self.ahead:
+            batches = _looking_ahead(cache, batches, self.ahead)
         while True:
             block = list(itertools.islice(batches, self.block))
             if len(block) <= 1:
@@ -238,12 +291,58 @@ class StoreReads:
                 yield [x[start:stop] for x in gathered]
 
 
+def _looking_ahead(
+    cache: ChunkCache, batches: Iterator[np.ndarray], rows: int
+) -> Iterator[np.ndarray]:
+    """``batches``, with ``cache.upcoming`` giving the ``rows`` positions after those taken."""
+    pending: deque[np.ndarray] = deque()
+
+    def upcoming() -> np.ndarray:
+        have = sum(map(len, pending))
+        while have < rows:
+            idx = next(batches, None)
+            if idx is None:
+                break
+            pending.append(idx)
+            have += len(idx)
+        return np.concatenate(pending) if pending else np.empty(0, dtype=np.intp)
+
+    cache.upcoming = upcoming
+    while True:
+        if pending:
+            yield pending.popleft()
+            continue
+        idx = next(batches, None)
+        if idx is None:
+            return
+        yield idx
+
+
 # -- how a Loader reads its stores -------------------------------------------------
 
 # Default group of the grouped order over a store: this many chunks, fewer when a
 # group of all store leaves would pass STORE_GROUP_BYTES.
 STORE_GROUP_CHUNKS = 16
 STORE_GROUP_BYTES = 1 << 28
+# An order that uses one chunk at a time reads this many chunks ahead per call,
+# fewer when they would pass READ_AHEAD_BYTES (all store leaves together).
+READ_AHEAD_CHUNKS = 8
+READ_AHEAD_BYTES = 1 << 25
+
+
+def fit_ranks(store: StoreReads, world_size: int) -> None:
+    """Blocks of a store without chunks of its own small enough for every rank to get some.
+
+    Arrow columns and contiguous HDF5 datasets are read in blocks of the
+    Loader's choosing (``BLOCK_ROWS`` rows or fewer). When ``world_size`` ranks
+    would not each get a block, blocks of ``n // world_size`` rows are used, so
+    that the grouped order gives every rank whole blocks for any ``world_size
+    <= n``. A store with chunks of its own keeps them.
+    """
+    if any(leaf.chunk_rows is not None for leaf in store.leaves):
+        return
+    if min(chunk_shards(store.n, store.unit, world_size)) == 0:
+        store.unit = max(1, store.n // world_size)
 
 
 def default_group_size(store: StoreReads) -> int:
@@ -273,6 +372,9 @@ def plan_reads(store: StoreReads, order: Any, cache_bytes: int | None) -> None:
     holds, by default, two groups of chunks of every store leaf (plus a chunk
     on each side of a group for leaves whose chunks are not aligned with it, and
     the buffers a read decodes into), so that the reads' memory stays within it.
+    An order that uses one chunk at a time (sequential, groups of one chunk)
+    reads ``READ_AHEAD_CHUNKS`` chunks ahead, its cache sized for them; with a
+    ``cache_bytes`` too small for them, as many as fit.
 
     Raises:
         ValueError: ``cache_bytes`` with an order that reads rows, or too small
@@ -291,12 +393,22 @@ def plan_reads(store: StoreReads, order: Any, cache_bytes: int | None) -> None:
         store.block = block_batches(sum(leaf.row_bytes for leaf in store.leaves), order.batch_size)
         return
     group = order.group_size if order.chunk_rows is not None else store.unit
-    need = sum(
-        (group + 2 * (leaf.chunk_rows or store.unit)) * leaf.row_bytes + leaf.transient_bytes()
-        for leaf in store.leaves
-    )
+    unit, row_bytes = store.unit, sum(leaf.row_bytes for leaf in store.leaves)
+
+    def needed(ahead: int) -> int:
+        return sum(
+            (group + ahead + 2 * (leaf.chunk_rows or unit)) * leaf.row_bytes
+            + leaf.transient_bytes()
+            for leaf in store.leaves
+        )
+
+    need = needed(0)
+    ahead = 0
+    own = any(leaf.chunk_rows is not None for leaf in store.leaves)
+    if own and group == unit:  # one chunk of a store's own at a time: read ahead
+        ahead = max(1, min(READ_AHEAD_CHUNKS, READ_AHEAD_BYTES // max(1, unit * row_bytes))) * unit
     if cache_bytes is None:
-        cache_bytes = 2 * need
+        cache_bytes = 2 * needed(ahead)
     elif not isinstance(cache_bytes, int) or isinstance(cache_bytes, bool):
         raise TypeError(f"`cache_bytes` must be an int, got {type(cache_bytes).__name__}.")
     elif cache_bytes < need:
@@ -304,7 +416,41 @@ def plan_reads(store: StoreReads, order: Any, cache_bytes: int | None) -> None:
             f"`cache_bytes` ({cache_bytes}) must hold one group of chunks of every store leaf "
             f"({need} bytes for groups of {group} rows); pass more, or a smaller `group_size`."
         )
+    if ahead and cache_bytes < 2 * needed(ahead):  # as many chunks ahead as fit in half
+        ahead = max(0, (cache_bytes // 2 - need) // max(1, row_bytes)) // unit * unit
     store.cache_bytes = cache_bytes
+    store.ahead = ahead
     # A block within a group's rows touches at most two groups' chunks: what the cache holds.
     block = block_batches(sum(leaf.row_bytes for leaf in store.leaves), order.batch_size)
     store.block = max(1, min(block, group // order.batch_size))
+
+
+ORDER_ARGS = (
+    "shuffle", "seed", "group_size", "run_size", "drop_last", "weights", "replacement",
+    "num_samples", "indices", "order_fn", "pad_shards",
+)  # fmt: skip
+
+
+def loader_order(
+    n: int, batch_size: int, args: dict[str, Any], rank: int, world_size: int, store: Any
+) -> Order:
+    """The epoch order of a Loader (or ``make_dataloader``) over ``n`` rows.
+
+    Args:
+        n: rows of the data.
+        batch_size: rows per batch.
+        args: the order's options by name (``ORDER_ARGS``), as the Loader's ``_args`` holds them.
+        rank: this process's rank, resolved.
+        world_size: the number of ranks, resolved.
+        store: the data's [`StoreReads`][looptoolkit._store_reads.StoreReads], or None: its
+            blocks are fitted to the ranks, its grouped order takes whole chunks (default
+            group size: ``default_group_size``).
+    """
+    options = {k: args[k] for k in ORDER_ARGS}
+    if store is not None:
+        fit_ranks(store, world_size)
+        grouped = normalize_shuffle(options["shuffle"]) == "grouped"
+        if options["group_size"] is None and grouped:
+            options["group_size"] = default_group_size(store)
+    chunk_rows = None if store is None else store.unit
+    return Order(n, batch_size, rank=rank, world_size=world_size, chunk_rows=chunk_rows, **options)

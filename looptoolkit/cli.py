@@ -1,10 +1,12 @@
-"""Command line: ``looptoolkit compare | transfer | report | env``.
+"""Command line: ``looptoolkit compare | transfer | report | doctor | env``.
 
 ``compare`` times every loop variant on the device at hand (the project's main
 job, ``make compare``); ``transfer`` times ``to_device``; ``env`` reports what
-is installed and which devices each framework sees; ``report`` re-renders
-saved results, or sets several side by side. ``looptoolkit`` alone lists
-the commands; ``looptoolkit --version`` prints the version.
+is installed and which devices each framework sees; ``doctor`` checks that
+looptoolkit is right on this machine (host checks, and every GPU backend
+present); ``report`` re-renders saved results, or sets several side by side.
+``looptoolkit`` alone lists the commands; ``looptoolkit --version`` prints the
+version.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ COMMANDS = {
     "transfer": "time to_device on a nested tree of 1000 leaves and a batch of images",
     "report": "re-render saved results; with two or more files, side by side with ratios "
     "(--fail-above R: exit 1 on a ratio above R)",
+    "doctor": "check looptoolkit on this machine: versions and devices, host checks, and "
+    "short correctness checks of every GPU backend present (exit 1 if one fails)",
     "env": "installed backends, their devices, pinned memory, Pillow's JPEG decoder",
 }
 
@@ -159,7 +163,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"looptoolkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, text in COMMANDS.items():
-        # compare, transfer and report parse their own flags.
+        # compare, transfer, report and doctor parse their own flags.
         command = sub.add_parser(name, help=text, add_help=name == "env")
         if name == "env":
             command.add_argument("--json", action="store_true", help="print JSON")
@@ -169,7 +173,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``looptoolkit`` command."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ("compare", "transfer", "report"):
+    if argv and argv[0] in ("compare", "transfer", "report", "doctor"):
         module = importlib.import_module(f"looptoolkit.bench.{argv[0]}")
         result: int = module.run(argv[1:])
         return result

@@ -253,11 +253,14 @@ def to_device(
             packed into one pinned buffer, copied once and split on the device.
             True packs whatever the device (used to test the packed path on CPU);
             False never packs.
-        skip_keys: key names (a str or a collection of them) or key paths (tuples
-            of keys, e.g. ``("meta", "ids")``) whose leaves stay exactly as they
-            are, wherever they sit in the tree: a name matches any key, index or
-            field of a leaf's path, a tuple a path's start (as TensorDict's and
-            accelerate's ``skip_keys``).
+        skip_keys: the leaves that stay exactly as they are: a key name (a str),
+            or a collection of names (a list, a set, or a tuple, as accelerate's
+            ``skip_keys``: ``("meta", "ids")`` is two names) whose items may also
+            be key paths, written as tuples inside the collection
+            (``[("meta", "ids")]``). A name matches any key, index or field of a
+            leaf's path, wherever it sits in the tree; a key path matches the
+            leaves under it. A tuple holding an item that is neither a name nor a
+            key path (``("meta", 0)``) is refused as ambiguous.
         strict: raise instead of warning when a container that cannot be rebuilt
             as its own type (a dict subclass with its own ``__init__``) would have to
             be, because a leaf inside it changed. One whose leaves all stay as they
@@ -292,18 +295,32 @@ def to_device(
 def skipping(skip_keys: Any) -> Callable[[Any], list[bool]] | None:
     """For ``skip_keys``: a function of a pytree spec to which leaves stay (None: none do).
 
+    ``skip_keys`` is a name, or a collection of names and key paths (tuples). A
+    tuple is a collection of names, as accelerate's ``skip_keys`` is.
+
     Raises:
-        TypeError: ``skip_keys`` is not a str, a tuple path or a collection of them.
+        TypeError: ``skip_keys`` is not a str or a collection of names and key paths.
+        ValueError: a tuple holding an item that is neither a str nor a tuple (a
+            key path written without its list, ``("meta", 0)``).
     """
     if skip_keys is None:
         return None
-    items = [skip_keys] if isinstance(skip_keys, str | tuple) else skip_keys
+    if isinstance(skip_keys, tuple):
+        odd = [item for item in skip_keys if not isinstance(item, str | tuple)]
+        if odd:
+            raise ValueError(
+                f"`skip_keys` {skip_keys!r} is ambiguous: a tuple is a collection of key "
+                f"names (as accelerate's `skip_keys`), and {odd[0]!r} is not a name. Write a "
+                f"key path as a tuple inside a list, `skip_keys=[{skip_keys!r}]`, or the "
+                f"names as a list, `skip_keys={list(skip_keys)!r}`."
+            )
+    items = [skip_keys] if isinstance(skip_keys, str) else skip_keys
     try:
         items = list(items)
     except TypeError:
         raise TypeError(
-            "`skip_keys` must be a key name, a tuple key path or a collection of them, "
-            f"got {type(skip_keys).__name__}."
+            "`skip_keys` must be a key name or a collection of names and key paths "
+            f"(tuples inside a list), got {type(skip_keys).__name__}."
         ) from None
     names = {item for item in items if not isinstance(item, tuple)}
     prefixes = [item for item in items if isinstance(item, tuple)]

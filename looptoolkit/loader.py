@@ -7,17 +7,21 @@ torch, JAX and tf gather a chunk of batches at once and split it, so their
 per-call cost is paid per chunk), rebuilds the data's containers around the
 gathered leaves, moves the batch with [`looptoolkit.to_device`][looptoolkit.to_device] when a
 ``device`` is given, applies the ``transform``, and hands it to the user's
-step, optionally prefetched by one background thread
+step, prefetched in the loop's own thread or by one background thread
 ([`looptoolkit._pipeline`][looptoolkit._pipeline] builds the epoch's stream).
 
 Where the work runs:
 
-- No ``device``: gather in the consumer's thread. A background hand-off costs
-  more than a host gather of a batch (tens of microseconds), so ``prefetch`` is
-  not used.
-- ``device`` and ``prefetch > 0``: one background thread gathers and moves up to
-  ``prefetch`` batches ahead through a bounded queue; for torch on CUDA the
-  copies run on a side stream from pinned staging buffers reused across batches.
+- In-memory data (``prefetch_mode="auto"``): gather, move and transform in the
+  consumer's thread. A background hand-off costs more than a host gather of a
+  batch (tens of microseconds); with a ``device`` and ``prefetch > 0`` the moves
+  of the next ``prefetch`` batches are issued before a batch is handed out, so an
+  asynchronous copy (for torch on CUDA on a side stream, from pinned staging
+  buffers reused across batches) runs during the loop's step. A move that keeps
+  every leaf as it is (host arrays to ``"cpu"``) is skipped.
+- Store data, or ``prefetch_mode="thread"``: one background thread reads (or
+  gathers), moves and transforms up to ``prefetch`` batches ahead through a
+  bounded queue.
 - ``resident=True``: the dataset is put on the device once; each batch is a
   gather on the device, queued in the consumer's thread (the device's own queue
   is the overlap).
@@ -45,21 +49,23 @@ from looptoolkit._errors import check_int
 from looptoolkit._pass import CLOSED as _CLOSED
 from looptoolkit._pass import LoaderIterator
 from looptoolkit._pipeline import (
+    MODES,
     Plan,
     Progress,
     Transform,
-    inline,
+    ahead,
+    choose_mode,
     prefetched,
     stager_for,
     with_masks,
 )
 from looptoolkit._rows import Rows
 from looptoolkit._stats import LoaderStats, timed
-from looptoolkit._store_reads import default_group_size, plan_reads
+from looptoolkit._store_reads import loader_order, plan_reads
 from looptoolkit._target import Target
 from looptoolkit.adapters import process_group
 from looptoolkit.device import parse_device
-from looptoolkit.order import Order, normalize_shuffle, resolve_rank
+from looptoolkit.order import normalize_shuffle, resolve_rank
 from looptoolkit.ragged._column import find_ragged
 from looptoolkit.ragged._loader import ragged_probe
 from looptoolkit.ragged._loader import setup as ragged_setup
@@ -97,7 +103,9 @@ class Loader:
         data: a pytree (dicts, lists, tuples, namedtuples, dataclasses, TensorDict)
             of NumPy (``np.memmap`` too), torch, JAX or tf arrays sharing the
             leading dimension N. Batches have the same structure and leaf
-            frameworks (a memmap leaf yields in-memory ndarrays). Chunked stores
+            frameworks (a memmap leaf yields in-memory ndarrays; a pass over a
+            memmap whose file was replaced or changed size since the Loader was
+            made raises ``RuntimeError`` naming the file). Chunked stores
             may stand for arrays or containers: zarr arrays and groups, HDF5
             datasets and files, Arrow tables and HF ``datasets.Dataset``s (their
             batches are NumPy; a group, file, table or dataset is a dict; see
@@ -123,11 +131,19 @@ class Loader:
             ``torch.device``, a ``jax.Device``...), through
             [`looptoolkit.to_device`][looptoolkit.to_device].
             None: batches stay where the data is.
-        prefetch: with a ``device``, batches prepared ahead by one background
-            thread (0: none, everything in the consumer's thread). Without a
-            device it is used only for store data (reads and decoding run ahead,
-            handed over in blocks of up to 32 batches); for in-memory data the
-            host gather is faster than a hand-off.
+        prefetch: batches prepared ahead of the one the loop is given (0: none,
+            every step when the batch is asked for). Where, ``prefetch_mode`` says.
+        prefetch_mode: ``"auto"`` (the default): store data is read, moved and
+            transformed ahead by one background thread (handed over in blocks of
+            up to 32 batches; decoding releases the GIL); in-memory data is
+            gathered in the loop's thread, where a gather costs less than a
+            hand-off between threads, and with a ``device`` the moves of the next
+            ``prefetch`` batches are issued before a batch is handed out, so
+            asynchronous copies overlap the step. ``"thread"``: the background
+            thread for any data (a heavy transform that releases the GIL, a
+            memmap on a slow disk); needs ``prefetch >= 1``. ``"inline"``: the
+            loop's thread for any data. [`LoaderStats`][looptoolkit.LoaderStats]
+            and the ``prefetch_mode`` attribute say which one runs.
         rank: this process's shard; with ``world_size``, None for the values of
             an initialised ``torch.distributed`` (else 0 of 1).
         world_size: number of shards. Each rank gets the same number of batches;
@@ -166,7 +182,9 @@ class Loader:
             built-in shuffles; it gets the Loader's sharding, resume and prefetch.
         pad_shards: False: with ``world_size``, each rank gets its own rows of the
             epoch and no padding (ranks' batch counts may differ by one).
-        skip_keys: key names or key paths (as [`to_device`][looptoolkit.to_device]'s)
+        skip_keys: a key name, or a collection of names and key paths (a tuple
+            is a collection of names, ``("meta", "ids")``; a key path is a tuple
+            inside a list, ``[("meta", "ids")]``; as [`to_device`][looptoolkit.to_device]'s)
             whose leaves are gathered like every leaf but not moved, cast or
             transformed: they are held out of ``transform`` and put back in
             place (the transform must then return the batch's structure).
@@ -198,7 +216,8 @@ class Loader:
         ValueError: a wrong value: leaves of different leading dimensions (both
             named, with their sizes), a 0-d leaf, an empty pytree, ``batch_size < 1``,
             an unknown ``shuffle``, ``group_size < 1``, ``rank`` outside
-            ``[0, world_size)``, an unknown device string, ``prefetch < 0``,
+            ``[0, world_size)``, an unknown device string, ``prefetch < 0``, an
+            unknown ``prefetch_mode``, ``prefetch_mode="thread"`` with ``prefetch=0``,
             ``resident``, ``dtype`` or ``non_blocking`` without a ``device``;
             ``drop_last=True`` with a shard of fewer rows than ``batch_size``;
             negative, NaN or all-zero ``weights``, ``num_samples`` above the rows
@@ -253,6 +272,7 @@ class Loader:
         run_size: int = 1,
         device: Any = None,
         prefetch: int = 2,
+        prefetch_mode: str = "auto",
         rank: int | None = None,
         world_size: int | None = None,
         resident: bool = False,
@@ -300,6 +320,7 @@ class Loader:
             "run_size": run_size,
             "device": device,
             "prefetch": prefetch,
+            "prefetch_mode": prefetch_mode,
             "rank": rank,
             "world_size": world_size,
             "resident": resident,
@@ -322,6 +343,15 @@ class Loader:
         normalize_shuffle(shuffle)
         rank, world_size = resolve_rank(rank, world_size, process_group())
         prefetch = check_int("prefetch", prefetch, minimum=0)
+        if not isinstance(prefetch_mode, str):
+            raise TypeError(f"`prefetch_mode` must be a str, got {type(prefetch_mode).__name__}.")
+        if prefetch_mode not in MODES:
+            raise ValueError(
+                f"`prefetch_mode` must be one of {', '.join(map(repr, MODES))}, "
+                f"got {prefetch_mode!r}."
+            )
+        if prefetch_mode == "thread" and prefetch == 0:
+            raise ValueError("`prefetch_mode='thread'` needs `prefetch >= 1`, got 0.")
         if transform is not None and not callable(transform):
             raise TypeError(f"`transform` must be callable, got {type(transform).__name__}.")
         if skip_keys is not None and (device is None or resident):
@@ -349,65 +379,23 @@ class Loader:
             check_unused(ragged_args, batch_size)
             rows = Rows(data)
         else:
-            refused = {"resident": resident, "return_mask": return_mask, "cache_bytes": cache_bytes}
-            sampling = {
-                "weights": weights,
-                "replacement": replacement,
-                "num_samples": num_samples,
-                "indices": indices,
-                "order_fn": order_fn,
-            }
-            rows, self._order = ragged_setup(
-                ragged,
-                batch_size,
-                ragged_args,
-                shuffle=shuffle,
-                seed=seed,
-                group_size=group_size,
-                run_size=run_size,
-                rank=rank,
-                world_size=world_size,
-                drop_last=drop_last,
-                sampling=sampling,
-                pad_shards=pad_shards,
-                refused=refused,
-            )
+            # The Loader's arguments (`_args`) say the order; rank and world size are resolved.
+            rows, self._order = ragged_setup(ragged, self._args, ragged_args, rank, world_size)
         self._expanded = rows.data  # store objects as StoreArrays: what pickles
         store = rows.store
-        if self._ragged:
-            pass
-        elif store is not None:
+        if store is not None:
             if resident:
                 raise ValueError(
                     "`resident=True` puts in-memory data on the device; for a store, read it "
                     "first (`np.asarray(array)`) or let the Loader read it a batch at a time."
                 )
-            if group_size is None and normalize_shuffle(shuffle) == "grouped":
-                group_size = default_group_size(store)
         elif cache_bytes is not None:
             raise ValueError(
                 "`cache_bytes` sizes the chunk cache of store data (zarr, HDF5, Arrow)."
             )
         if not self._ragged:
             assert batch_size is not None  # checked with the ragged options
-            self._order = Order(
-                rows.n,
-                batch_size,
-                shuffle=shuffle,
-                seed=seed,
-                group_size=group_size,
-                run_size=run_size,
-                rank=rank,
-                world_size=world_size,
-                drop_last=drop_last,
-                weights=weights,
-                replacement=replacement,
-                num_samples=num_samples,
-                indices=indices,
-                order_fn=order_fn,
-                pad_shards=pad_shards,
-                chunk_rows=None if store is None else rows.chunk_rows,
-            )
+            self._order = loader_order(rows.n, batch_size, self._args, rank, world_size, store)
         if not self._ragged:
             _probe.check_not_empty(self._order)
         if store is not None:
@@ -421,15 +409,16 @@ class Loader:
         self.resident: bool = bool(resident)
         self.device: Any = device
         self._shards = 1  # of the device's batch axis: what a resumed epoch must split into
+        kept = True  # whether moving a batch keeps it as it is (then it is not moved)
         if self._target is not None:
             # The dataset goes to the device once and batches are gathered there;
             # or a few rows go, to fail here rather than in the middle of an epoch.
             if resident:
                 rows = _probe.resident(rows, data, self._target, dtype, non_blocking)
             elif self._ragged:
-                ragged_probe(rows, self._target, dtype, non_blocking, skip_keys)
+                kept = ragged_probe(rows, self._target, dtype, non_blocking, skip_keys)
             else:
-                self._shards = _probe.probe(
+                self._shards, kept = _probe.probe(
                     rows, self._target, self._order, dtype, non_blocking, skip_keys
                 )
         self._rows = rows
@@ -438,10 +427,12 @@ class Loader:
             dtype,
             non_blocking,
             None if transform is None else Transform(transform, bool(jit_transform), skip_keys),
-            move=self._target is not None and not self.resident,
+            move=not kept,
             skip_keys=skip_keys,
         )
-        self._stats: LoaderStats | None = LoaderStats() if stats else None
+        # Where batches are made: "thread" or "inline" (the loop's own thread).
+        self.prefetch_mode: str = choose_mode(prefetch_mode, prefetch, store is not None)
+        self._stats: LoaderStats | None = LoaderStats(self.prefetch_mode) if stats else None
         if self._ragged:
             rows.stats = self._stats
         self.return_mask = bool(return_mask)
@@ -465,6 +456,8 @@ class Loader:
 
     def _bind(self, iterator: LoaderIterator) -> None:
         """Start ``iterator``'s pass at the cursor's epoch and offset."""
+        if self._rows.files:
+            self._rows.files.check()  # a memmap's file cut shorter would crash the reads
         epoch, offset, token = self._cursor.bind()
         schedule = self._order.epoch(epoch, offset)
         first = offset // schedule.global_batch
@@ -473,18 +466,22 @@ class Loader:
         # N-long index array for a grouped or sequential order.
         batches = iter(schedule)
         source: Iterator[Any]
-        if (self._plan.move or self._rows.store is not None) and self.prefetch > 0:
-            # Moves, and a store's reads (decoding releases the GIL), run ahead.
-            stager = None
-            if self._plan.move and not self._ragged:
-                assert self._target is not None
-                stager = stager_for(self._rows, self.batch_size, self._plan, self.prefetch)
-            block = 1 if self._plan.move or self._ragged else self._rows.store.block
+        stager = None
+        if self._plan.move and self.prefetch > 0 and not self._ragged:
+            assert self._target is not None
+            stager = stager_for(self._rows, self.batch_size, self._plan, self.prefetch)
+        if self.prefetch_mode == "thread":
+            # A store's reads (decoding releases the GIL) are handed over in blocks.
+            store = self._rows.store
+            block = 1 if self._plan.move or store is None else store.block
             source = prefetched(
                 self._rows, batches, progress, self._plan, self.prefetch, stager, block
             )
         else:
-            source = inline(self._rows, batches, progress, self._plan)
+            # Only a move can run asynchronously; a host gather or transform has nothing
+            # to overlap with, so nothing is made ahead of time.
+            depth = self.prefetch if self._plan.move else 0
+            source = ahead(self._rows, batches, progress, self._plan, depth, stager)
         if self.return_mask:
             source = with_masks(source, schedule, self.batch_size)
         if self._stats is not None:
@@ -609,5 +606,7 @@ class Loader:
     def __repr__(self) -> str:
         rows = self._rows
         data = f"<{len(rows.leaves)} {'/'.join(rows.backends)} leaves of {self.n} rows>"
+        if self._ragged:  # which leaves were read as ragged columns
+            data = data[:-1] + f", ragged: {', '.join(rows.ragged_paths)}>"
         args = ", ".join(f"{k}={v!r}" for k, v in self._args.items())
         return f"Loader({data}, {args})"

@@ -11,6 +11,8 @@ This module imports tensorflow.
 
 from __future__ import annotations
 
+import itertools
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +24,9 @@ from looptoolkit._rows import Rows
 from looptoolkit._store_reads import default_group_size, plan_reads
 from looptoolkit.loader import Loader
 from looptoolkit.order import Order, batch_count, epoch_indices, normalize_shuffle
+from looptoolkit.ragged._column import find_ragged
+from looptoolkit.ragged._layouts import Padded
+from looptoolkit.ragged._units import UnitOrder
 
 __all__ = ["as_structure", "gpu_present", "loader_dataset"]
 
@@ -105,10 +110,21 @@ def loader_dataset(
     pass counts as done when its last batch reaches that buffer). The
     cardinality is known, so Keras shows progress.
 
+    Ragged data (variable-length rows, see [`Ragged`][looptoolkit.Ragged]) comes as a Loader
+    over it, with its layout and plan: each batch is built by the Loader's code on the host
+    (``tf.numpy_function``) and equals the Loader's; the layout's NamedTuple
+    ([`Padded`][looptoolkit.Padded], [`Flat`][looptoolkit.Flat],
+    [`Packed`][looptoolkit.Packed]) is kept in the element spec, with ``None`` for the rows
+    and for the padded or token dimension, and ``max_seqlen`` as an int64 scalar. Planned
+    batches whose count changes from epoch to epoch (``batch_tokens``, ``group_by_length``,
+    ``"fit"``) leave the cardinality unknown; a Loader's loaded mid-epoch state is resumed.
+    Ragged data given directly is padded (``layout="pad"``) in batches of ``batch_size``.
+
     Args:
         data: a tensor / NumPy array, or a dict, tuple or namedtuple of them
             (``(x, y)`` for ``model.fit``); or a [`looptoolkit.Loader`][looptoolkit.Loader], whose
-            data, batch size, order and epoch cursor are used.
+            data, batch size, order and epoch cursor are used (its layout too, over ragged
+            data).
         batch_size: rows per batch (default: the Loader's, when ``data`` or
             ``order`` is one).
         order: an ``Order``, a ``Loader`` or a function of the epoch; default:
@@ -133,7 +149,9 @@ def loader_dataset(
     Raises:
         ValueError: ``batch_size < 1``; when a pass starts (as a tf error), the
             given Loader's cursor points into the middle of an epoch (a loaded
-            mid-epoch state: tf.data passes run whole epochs).
+            mid-epoch state: tf.data passes of rectangular data run whole epochs).
+        TypeError: ``order`` with ragged data, or ``order`` or another ``batch_size``
+            with a Loader over ragged data (it brings its own).
 
     Examples:
         >>> import numpy as np
@@ -141,6 +159,26 @@ def loader_dataset(
         >>> [b["x"].numpy().tolist() for b in ds]
         [[0, 1], [2, 3], [4]]
     """
+    if not isinstance(data, Loader) and find_ragged(data) is not None:
+        if order is not None:
+            raise TypeError(
+                "`order` is not offered with ragged data; pass a Loader with the order "
+                "and layout: `loader_dataset(Loader(data, batch_size, layout=...))`."
+            )
+        if batch_size is None:
+            raise ValueError("`batch_size` is required (or pass a Loader with `batch_tokens`).")
+        data = Loader(data, batch_size, shuffle=shuffle, seed=seed, group_size=group_size,
+                      drop_last=drop_last)  # fmt: skip
+    if isinstance(data, Loader) and data._ragged:
+        if order is not None or batch_size not in (None, data.batch_size):
+            raise TypeError(
+                "a Loader over ragged data brings its own order and batch size; pass neither."
+            )
+        if start_epoch is not None:
+            data.set_epoch(start_epoch)
+        return _ragged_dataset(
+            data, data.transform if transform is None else transform, prefetch, device
+        )
     cursor: EpochCursor | None = None
     if isinstance(data, Loader):
         if transform is None:
@@ -213,20 +251,37 @@ def loader_dataset(
     def produce(i: tf.Tensor, token: tf.Tensor, idx: tf.Tensor) -> Any:
         batch = gather(idx)
         # The transform takes the batch as one argument, as the Loader's does.
-        return i, token, batch if transform is None else transform(batch)
+        last = tf.equal(i, length - 1)
+        return last, token, batch if transform is None else transform(batch)
 
-    def delivered(i: tf.Tensor, token: tf.Tensor, batch: Any) -> Any:
+    ds = tf.data.Dataset.range(1).flat_map(epoch_batches).map(produce)
+    return _deliver(ds, complete, prefetch, device, length)
+
+
+def _deliver(
+    ds: tf.data.Dataset,
+    complete: Callable[[np.int64], np.bool_],
+    prefetch: bool,
+    device: str | None,
+    length: int | None,
+) -> tf.data.Dataset:
+    """``(last, token, batch)`` elements as batches; a pass completes when its last is taken.
+
+    ``last`` tells the last batch of a pass, ``token`` is the pass's cursor token; ``length``
+    is the cardinality (None: unknown, each epoch's count is known when its pass starts).
+    """
+
+    def delivered(last: tf.Tensor, token: tf.Tensor, batch: Any) -> Any:
         # Runs when the consumer takes the batch (after the prefetch buffer): the
         # pass is done when its last batch is taken, not when it is produced.
         done = tf.cond(
-            tf.equal(i, length - 1),
+            last,
             lambda: tf.numpy_function(complete, [token], tf.bool, stateful=True),
             lambda: tf.constant(False),
         )
         with tf.control_dependencies([done]):
             return tf.nest.map_structure(tf.identity, batch)
 
-    ds = tf.data.Dataset.range(1).flat_map(epoch_batches).map(produce)
     to_gpu = prefetch and device is not None and "GPU" in device.upper() and gpu_present()
     if prefetch and not to_gpu:
         ds = ds.prefetch(tf.data.AUTOTUNE)
@@ -234,7 +289,8 @@ def loader_dataset(
     if to_gpu:
         assert device is not None
         ds = ds.apply(tf.data.experimental.prefetch_to_device(device))
-    ds = ds.apply(tf.data.experimental.assert_cardinality(length))
+    if length is not None:
+        ds = ds.apply(tf.data.experimental.assert_cardinality(length))
     # No prefetch may follow the `delivered` map: tf.data's default `inject_prefetch`
     # would add one after it, and a pass would then count as done when its last
     # batch was produced, not taken. (A `.prefetch()` of the user's after this
@@ -242,3 +298,99 @@ def loader_dataset(
     options = tf.data.Options()
     options.experimental_optimization.inject_prefetch = False
     return ds.with_options(options)
+
+
+def _ragged_dataset(
+    loader: Loader, transform: Callable[[Any], Any] | None, prefetch: bool, device: str | None
+) -> tf.data.Dataset:
+    """The batches of a Loader over ragged data, built on the host inside tf.data.
+
+    A pass binds the Loader's cursor, and each batch is built by the Loader's own code
+    (``tf.numpy_function``), so its values are the Loader's. The padded and token dimensions
+    are ``None`` in the specs; a layout's NamedTuple keeps its structure, ``max_seqlen`` is
+    an int64 scalar.
+    """
+    rows: Any = loader._rows
+    order: Any = loader._order
+    cursor = loader._cursor
+    example = _host_batch(rows.first_rows(2))
+    flat = tf.nest.flatten(example)
+    dtypes = [tf.as_dtype(x.dtype) for x in flat]
+    shapes = tf.nest.flatten(_ragged_shapes(example))
+    passes: dict[int, Any] = {}  # the schedules of passes begun, by pass number
+    counter = itertools.count()
+    lock = threading.Lock()
+
+    def bind() -> tuple[np.int64, np.int64, np.int64]:
+        epoch, offset, token = cursor.bind()
+        schedule = order.epoch(epoch, offset)
+        with lock:
+            key = next(counter)
+            passes[key] = schedule
+            for old in [k for k in passes if k < key - 3]:  # passes ended early
+                del passes[old]
+        return np.int64(key), np.int64(len(schedule)), np.int64(token)
+
+    def read(key: np.int64, i: np.int64) -> list[np.ndarray]:
+        with lock:
+            schedule = passes[int(key)]
+        batch = rows.build(rows._leaves(schedule.batch(int(i))))
+        return tf.nest.flatten(_host_batch(batch))
+
+    def complete(token: np.int64) -> np.bool_:
+        return np.bool_(cursor.complete(int(token)))
+
+    def epoch_batches(_: tf.Tensor) -> tf.data.Dataset:
+        key, count, token = tf.numpy_function(bind, [], (tf.int64,) * 3, stateful=True)
+        return tf.data.Dataset.range(count).map(lambda i: (i, count, key, token))
+
+    def produce(i: tf.Tensor, count: tf.Tensor, key: tf.Tensor, token: tf.Tensor) -> Any:
+        out = tf.numpy_function(read, [key, i], dtypes, stateful=True)
+        for tensor, shape in zip(out, shapes, strict=True):
+            tensor.set_shape(shape)
+        batch = tf.nest.pack_sequence_as(example, out)
+        last = tf.equal(i, count - 1)
+        return last, token, batch if transform is None else transform(batch)
+
+    ds = tf.data.Dataset.range(1).flat_map(epoch_batches).map(produce)
+    fixed = not isinstance(order, UnitOrder) or order.opts.layout == "pack"
+    return _deliver(ds, complete, prefetch, device, len(order) if fixed else None)
+
+
+def _host_batch(batch: Any) -> Any:
+    """A batch's leaves as NumPy arrays (Python ints as int64 scalars)."""
+    return tf.nest.map_structure(
+        lambda x: np.int64(x) if isinstance(x, int) else np.asarray(x), batch
+    )
+
+
+def _ragged_shapes(example: Any) -> Any:
+    """The static shape of each leaf: ``None`` for the rows and the padded / token dimensions."""
+
+    def unknown(x: Any, padded: bool = False) -> tf.TensorShape:
+        shape: list[int | None] = list(x.shape)
+        if shape:
+            shape[0] = None
+        if padded and len(shape) > 1:
+            shape[1] = None
+        return tf.TensorShape(shape)
+
+    def walk(x: Any) -> Any:
+        if isinstance(x, Padded):
+            return Padded(unknown(x.values, True), unknown(x.mask, True), unknown(x.lengths))
+        return unknown(x)
+
+    return _map_layouts(walk, example)
+
+
+def _map_layouts(fn: Callable[[Any], Any], tree: Any) -> Any:
+    """``fn`` of each layout NamedTuple and each other leaf of ``tree``."""
+    if isinstance(tree, Padded):
+        return fn(tree)
+    if isinstance(tree, dict):
+        return type(tree)((k, _map_layouts(fn, v)) for k, v in tree.items())
+    if isinstance(tree, tuple) and hasattr(tree, "_fields"):
+        return type(tree)(*(_map_layouts(fn, v) for v in tree))
+    if isinstance(tree, (tuple, list)):
+        return type(tree)(_map_layouts(fn, v) for v in tree)
+    return fn(tree)

@@ -23,14 +23,19 @@ import torch.utils.data
 from looptoolkit._epochs import EpochCursor, EpochSampler, parse_state, position, state_of
 from looptoolkit._probe import check_not_empty
 from looptoolkit._rows import Rows
-from looptoolkit._store_reads import default_group_size, plan_reads
+from looptoolkit._store_reads import loader_order, plan_reads
+from looptoolkit._torch_ragged import as_tensor, ragged_parts
 from looptoolkit.adapters import process_group
-from looptoolkit.order import Order, normalize_shuffle, resolve_rank
+from looptoolkit.order import Order, resolve_rank
+from looptoolkit.ragged._column import find_ragged
+from looptoolkit.ragged._hf import hf_inputs
+from looptoolkit.ragged._options import check_unused
 
 __all__ = [
     "EpochDataLoader",
     "GetItemsDataset",
     "OrderBatchSampler",
+    "hf_inputs",
     "keep_batch",
     "make_dataloader",
 ]
@@ -74,7 +79,7 @@ class GetItemsDataset(torch.utils.data.Dataset[Any]):
         self._rows = Rows(data)
         self._data = data
         self.tensors = bool(tensors)
-        self._leaf_fn = _as_tensor if self.tensors else None
+        self._leaf_fn = as_tensor if self.tensors else None
 
     def __len__(self) -> int:
         return self._rows.n
@@ -346,22 +351,12 @@ def keep_batch(batch: Any) -> Any:
     return batch
 
 
-def _as_tensor(leaf: Any) -> Any:
-    if isinstance(leaf, np.ndarray) and leaf.dtype.kind in _TENSOR_KINDS:
-        # Shares the gathered batch's memory; a read-only view is copied once.
-        return torch.from_numpy(leaf if leaf.flags.writeable else leaf.copy())
-    return leaf
-
-
-_TENSOR_KINDS = frozenset("biufc")
-
-
 _OWN_ARGUMENTS = ("sampler", "batch_sampler", "batch_size")
 
 
 def make_dataloader(
     data: Any,
-    batch_size: int,
+    batch_size: int | None,
     *,
     shuffle: bool | str = True,
     seed: int = 0,
@@ -380,6 +375,15 @@ def make_dataloader(
     order_fn: Callable[[int, int], Any] | None = None,
     pad_shards: bool = True,
     cache_bytes: int | None = None,
+    layout: str | None = None,
+    pad_value: Any = None,
+    pad_to_multiple_of: int | None = None,
+    buckets: Any = None,
+    seq_len: int | None = None,
+    batch_tokens: int | None = None,
+    group_by_length: bool = False,
+    max_segments: int | None = None,
+    long_rows: str = "error",
     **kwargs: Any,
 ) -> EpochDataLoader:
     """A ``torch.utils.data.DataLoader`` that fetches each batch with one gather per leaf.
@@ -418,6 +422,18 @@ def make_dataloader(
         pad_shards: False: each rank gets its own rows, no padding, as for the Loader.
         cache_bytes: the chunk cache of store data (zarr, HDF5, Arrow), as for
             the Loader; each worker has its own.
+        layout: with ragged leaves (variable-length rows): ``"pad"`` (default),
+            ``"flat"``, ``"pack"`` or ``"fit"``, as for the Loader; the batches are the
+            Loader's, their NamedTuples holding torch tensors.
+        pad_value: as for the Loader (ragged leaves).
+        pad_to_multiple_of: as for the Loader (ragged leaves).
+        buckets: as for the Loader (ragged leaves).
+        seq_len: as for the Loader (ragged leaves, ``"pack"`` and ``"fit"``).
+        batch_tokens: a token budget per batch in place of ``batch_size`` (pass
+            ``batch_size=None``), as for the Loader.
+        group_by_length: as for the Loader (ragged leaves).
+        max_segments: as for the Loader (ragged leaves, ``"fit"``).
+        long_rows: as for the Loader (ragged leaves, ``"fit"``).
         **kwargs: passed to ``DataLoader`` (``pin_memory``, ``persistent_workers``,
             ``multiprocessing_context``, ``prefetch_factor``...).
 
@@ -453,29 +469,57 @@ def make_dataloader(
         )
     if collate_fn is not None and not callable(collate_fn):
         raise TypeError(f"`collate_fn` must be callable, got {type(collate_fn).__name__}.")
-    dataset = GetItemsDataset(data, tensors=tensors)
     rank, world_size = resolve_rank(rank, world_size, process_group())
+    ragged_args = {
+        "layout": layout,
+        "pad_value": pad_value,
+        "pad_to_multiple_of": pad_to_multiple_of,
+        "buckets": buckets,
+        "seq_len": seq_len,
+        "batch_tokens": batch_tokens,
+        "group_by_length": group_by_length,
+        "max_segments": max_segments,
+        "long_rows": long_rows,
+    }
+    args = {
+        "batch_size": batch_size,
+        "shuffle": shuffle,
+        "seed": seed,
+        "group_size": group_size,
+        "run_size": run_size,
+        "drop_last": drop_last,
+        "weights": weights,
+        "replacement": replacement,
+        "num_samples": num_samples,
+        "indices": indices,
+        "order_fn": order_fn,
+        "pad_shards": pad_shards,
+        "cache_bytes": cache_bytes,
+        "resident": False,
+        "return_mask": False,
+    }
+    ragged = find_ragged(data)
+    if ragged is not None:
+        items, order, cursor = ragged_parts(
+            ragged,
+            args,
+            ragged_args,
+            rank,
+            world_size,
+            tensors=tensors,
+        )
+        return EpochDataLoader(
+            items,
+            batch_sampler=OrderBatchSampler(order, cursor),  # type: ignore[arg-type]
+            collate_fn=keep_batch if collate_fn is None else collate_fn,
+            num_workers=num_workers,
+            **kwargs,
+        )
+    check_unused(ragged_args, batch_size)
+    assert batch_size is not None  # checked with the ragged options
+    dataset = GetItemsDataset(data, tensors=tensors)
     store = dataset._rows.store
-    if store is not None and group_size is None and normalize_shuffle(shuffle) == "grouped":
-        group_size = default_group_size(store)
-    order = Order(
-        len(dataset),
-        batch_size,
-        shuffle=shuffle,
-        seed=seed,
-        group_size=group_size,
-        run_size=run_size,
-        rank=rank,
-        world_size=world_size,
-        drop_last=drop_last,
-        weights=weights,
-        replacement=replacement,
-        num_samples=num_samples,
-        indices=indices,
-        order_fn=order_fn,
-        pad_shards=pad_shards,
-        chunk_rows=None if store is None else dataset._rows.chunk_rows,
-    )
+    order = loader_order(len(dataset), batch_size, args, rank, world_size, store)
     check_not_empty(order)
     if store is not None:
         plan_reads(store, order, cache_bytes)

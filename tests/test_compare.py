@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import re
 import sys
 
 import numpy as np
@@ -21,12 +23,67 @@ from looptoolkit.bench.workloads import make_workload
 
 
 @pytest.fixture(scope="module")
-def quick_run(tmp_path_factory):
+def quick(tmp_path_factory):
     out = tmp_path_factory.mktemp("compare")
+    screen = io.StringIO()
     # The 2-worker DataLoader starts worker processes: its own test below.
-    code = compare.run(["--quick", "--out", str(out), "--skip", "*-w2"])
+    with contextlib.redirect_stdout(screen):
+        code = compare.run(["--quick", "--out", str(out), "--skip", "*-w2"])
     assert code == 0
-    return out, Run.load(out / "compare-cpu.json")
+    return out, Run.load(out / "compare-cpu.json"), screen.getvalue()
+
+
+@pytest.fixture(scope="module")
+def quick_run(quick):
+    out, run, _ = quick
+    return out, run
+
+
+def test_screen_has_the_headlines_once_then_a_short_closing_summary(quick):
+    out, run, screen = quick
+    lines = screen.splitlines()
+    # Here the 2-worker DataLoader's row is skipped on every workload; a GPU adds its
+    # accelerator-only rows (two per workload, one in the closing table): room for both.
+    assert len(lines) + 3 * len(run.groups) + 1 <= 150, len(lines)
+    assert max(map(len, lines)) <= 80
+    for group in run.groups:
+        assert screen.count(f"{group.name}: fastest loop ") == 1, group.name
+        assert screen.count(f"\n{group.title.split(':')[0]}: ") == 1
+    # The closing summary: the Loader against the baseline and its floors, the targets, the files.
+    closing = screen[screen.index("The Loader over the best manual loop") :]
+    assert all(f"\n{name} " in closing for name in ("loader-numpy", "loader-torch", "loader-jax"))
+    assert "Targets: not judged at --quick" in closing
+    for name in ("compare-cpu.json", "compare-cpu.md", "compare-cpu.png"):
+        assert str(out / name) in closing, name  # a path is never broken across lines
+    assert "--verbose prints every table here" in closing
+    # The per-variant detail is in the files only.
+    for detail in ("Variants (the floors", "with a model step", "Targets (ratios", "check: exact"):
+        assert detail not in screen, detail
+        assert detail.removeprefix("check: ") in (out / "compare-cpu.md").read_text(), detail
+
+
+def test_verbose_prints_every_table(tmp_path, capsys):
+    argv = ["--quick", "--verbose", "--workload", "tabular", "--variants", "loader-numpy"]
+    assert compare.run([*argv, "--out", str(tmp_path), "--no-plot"]) == 0
+    screen = capsys.readouterr().out
+    for detail in ("Variants (the floors", "check: exact", "with a model step", "Targets (ratios"):
+        assert detail in screen, detail
+    assert screen.count("tabular: fastest loop ") == 1
+    assert "Loader: loader-numpy " in screen  # the full headline
+    assert max(map(len, screen.splitlines())) <= 80
+
+
+def test_closing_summary_states_the_verdicts_in_short():
+    rows = [
+        Row(BASELINE, rounds_s=[1.0], check="exact"),
+        Row("loader-numpy", floor=BASELINE, rounds_s=[0.5], check="exact"),
+    ]
+    group = Group("tabular", "t", rows, baseline=BASELINE)
+    run = Run("compare", "cpu", "looptoolkit compare", {}, {}, [group])
+    run.verdicts = targets.evaluate("compare", {BASELINE: 1.0, "loader-numpy": 0.5}, gpu=False)
+    text = compare_report.closing(run, [], 1.0)
+    assert "loader-numpy" in text and "0.50x (0.50)" in text
+    assert re.search(r"Targets: \d+ of \d+ met", text), text
 
 
 def test_quick_run_writes_json_markdown_and_chart(quick_run):

@@ -1,8 +1,13 @@
-"""The documentation's examples run as written, and the docs stand alone.
+"""The documentation's examples run as pasted, each block on its own, and the docs stand alone.
 
-- Every ```python block marked ``<!-- example: NAME -->`` in docs/*.md runs (NAME
-  says which framework it needs: torch, jax or tf).
-- Every ``>>>`` example in docs/*.md runs as a doctest.
+- Every fenced block of docs/*.md and README.md names its language. A
+  ```python block is a script and a ```pycon block a doctest (``>>>`` prompts);
+  each runs alone, in a fresh namespace, as a reader pasting only that block
+  would run it. Sketches that cannot run are fenced as ```text.
+- ``<!-- example: NAME -->`` before a block says which frameworks it needs
+  (NAME is a key of ``NEEDS``; a block without one needs only NumPy); it is
+  skipped when they are not installed.
+- The check has teeth: a block that uses a name an earlier block defined fails.
 - No page sends the reader to a file outside the repository.
 """
 
@@ -10,12 +15,14 @@ from __future__ import annotations
 
 import doctest
 import re
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
-EXAMPLE = re.compile(r"<!-- example: (\w+) -->\n```python\n(.*?)```", re.DOTALL)
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
 NEEDS = {
     "torch": ["torch"],
     "jax": ["jax"],
@@ -26,33 +33,88 @@ NEEDS = {
     "transformers": ["torch", "accelerate", "transformers"],
     "stores": ["zarr", "h5py"],
 }
-PAGES = sorted(DOCS.glob("*.md"))
-BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
+LANGUAGES = {"python", "pycon", "sh", "bash", "text"}
+PAGES = [*sorted(DOCS.glob("*.md")), ROOT / "README.md"]
+FENCE = re.compile(r"^(?:<!-- example: (\w+) -->\n)?```(\S*)[^\n]*\n(.*?)^```\n", re.M | re.S)
 
 
-def examples() -> list[tuple[str, str, str]]:
+@dataclass(frozen=True)
+class Block:
+    """One fenced block of a page."""
+
+    page: str
+    line: int
+    language: str
+    needs: str
+    code: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.page}:{self.line}"
+
+
+def blocks(text: str, page: str) -> list[Block]:
     found = []
-    for page in PAGES:
-        for name, code in EXAMPLE.findall(page.read_text()):
-            found.append((page.name, name, code))
+    for match in FENCE.finditer(text):
+        needs, language, code = match.groups()
+        line = text.count("\n", 0, match.start()) + 1 + (needs is not None)
+        found.append(Block(page, line, language, needs or "numpy", code))
     return found
 
 
-EXAMPLES = examples()
+ALL = [block for page in PAGES for block in blocks(page.read_text(), page.name)]
+RUNNABLE = [block for block in ALL if block.language in {"python", "pycon"}]
+
+
+def run(block: Block) -> None:
+    """Run one block alone, in a fresh namespace; raise if it fails."""
+    if block.language == "pycon":
+        globs = {"__name__": "__main__"}
+        test = doctest.DocTestParser().get_doctest(block.code, globs, block.id, block.page, 0)
+        runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+        out: list[str] = []
+        runner.run(test, out=out.append)
+        assert runner.summarize(verbose=False).failed == 0, "".join(out)
+        assert test.examples, f"{block.id}: a pycon block without >>> examples"
+    else:
+        exec(compile(block.code, block.id, "exec"), {"__name__": f"example_{block.needs}"})
 
 
 def test_each_framework_has_its_examples():
-    names = {(page, name) for page, name, _ in EXAMPLES}
+    names = {(block.page, block.needs) for block in RUNNABLE}
     for page in ("adapters.md", "transform.md"):
         assert {(page, fw) for fw in ("torch", "jax", "tf")} <= names
-    assert {name for _, name, _ in EXAMPLES} <= set(NEEDS)
+    assert {block.needs for block in ALL} <= set(NEEDS)
 
 
-@pytest.mark.parametrize(
-    ("page", "name", "code"), EXAMPLES, ids=[f"{p}:{n}" for p, n, _ in EXAMPLES]
-)
-def test_example_runs(page, name, code):
-    for module in NEEDS[name]:
+def test_every_block_names_a_known_language():
+    assert len(RUNNABLE) > 30
+    for block in ALL:
+        assert block.language in LANGUAGES, block.id
+        if block.language == "python":
+            # a session with prompts is a pycon block: its copy button copies the code only
+            assert not re.search(r"^>>> ", block.code, re.M), block.id
+        if block.language == "pycon":
+            assert block.code.startswith(">>> "), block.id
+
+
+def test_a_block_that_relies_on_an_earlier_one_fails():
+    page = (
+        "```pycon\n>>> import numpy as np\n>>> data = np.arange(3)\n```\n\n"
+        "```pycon\n>>> data.sum()\n3\n```\n\n"
+        "```python\nprint(data)\n```\n"
+    )
+    first, second, third = blocks(page, "planted.md")
+    run(first)
+    with pytest.raises(AssertionError, match="NameError: name 'data' is not defined"):
+        run(second)
+    with pytest.raises(NameError, match="'data'"):
+        run(third)
+
+
+@pytest.mark.parametrize("block", RUNNABLE, ids=[block.id for block in RUNNABLE])
+def test_block_runs_alone(block):
+    for module in NEEDS[block.needs]:
         pytest.importorskip(module)
     # An example may register a backend and its variants: the registries are put back after it.
     from looptoolkit.adapters import _registry
@@ -60,34 +122,21 @@ def test_example_runs(page, name, code):
 
     saved = [(r, dict(r)) for r in (_registry.BACKENDS, _registry._loaded, variants._KITS)]
     try:
-        exec(compile(code, f"{page}:{name}", "exec"), {"__name__": f"example_{name}"})
+        run(block)
     finally:
-        if "accelerate" in NEEDS[name]:
+        if "accelerate" in NEEDS[block.needs]:
             # accelerate keeps its state in process-wide singletons: the next
             # example or test starts from none.
             from helpers import reset_accelerate
 
             reset_accelerate()
+        distributed = sys.modules.get("torch.distributed")
+        if distributed is not None and distributed.is_initialized():
+            distributed.destroy_process_group()  # a failed example leaves no process group
         for registry, before in saved:
             registry.clear()
             registry.update(before)
         _registry._owners.clear()  # leaf types seen while the example's backend was registered
-
-
-@pytest.mark.parametrize(
-    "page", [p for p in PAGES if ">>> " in p.read_text()], ids=lambda p: p.name
-)
-def test_interactive_examples_run(page):
-    # Each ```python block with >>> lines is a doctest; the blocks of a page share
-    # their names, as a reader typing them in one session would.
-    text = "\n".join(b for b in BLOCK.findall(page.read_text()) if ">>> " in b)
-    globs = {"__name__": "__main__"}
-    test = doctest.DocTestParser().get_doctest(text, globs, page.name, str(page), 0)
-    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
-    runner.run(test)
-    result = runner.summarize(verbose=False)
-    assert result.attempted > 0
-    assert result.failed == 0
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
@@ -98,5 +147,51 @@ def test_pages_stand_alone(page):
     for target in re.findall(r"\]\(([^)#]+)", text):
         if "://" in target:
             continue
-        assert (page.parent / target).resolve().is_relative_to(DOCS.parent), target
+        assert (page.parent / target).resolve().is_relative_to(ROOT), target
         assert (page.parent / target).exists(), f"{page.name} links to a missing {target}"
+
+
+@pytest.mark.parametrize(("page", "name"), [("loader.md", "Loader"), ("to_device.md", "to_device")])
+def test_hand_written_signatures_are_the_real_ones(page, name):
+    import inspect
+
+    import looptoolkit
+
+    (sketch,) = [
+        b.code for b in blocks((DOCS / page).read_text(), page) if b.code.startswith(f"{name}(")
+    ]
+    written = re.findall(r"(\w+)(?:=[^,)]*)?[,)]", sketch.replace("*,", ""))
+    real = list(inspect.signature(getattr(looptoolkit, name)).parameters)
+    assert written == real
+
+
+@pytest.mark.parametrize("page", [*PAGES, ROOT / "CHANGELOG.md"], ids=lambda p: p.name)
+def test_link_texts_are_titles_not_file_names(page):
+    pages = {p.name for p in DOCS.glob("*.md")} | {"README.md", "CHANGELOG.md"}
+    texts = re.findall(r"\[`?([^\]`]+?)`?\]\(", page.read_text())
+    named = [
+        text
+        for text in texts
+        if text.rpartition("/")[2] in pages or re.fullmatch(r"[\w./-]*\.(md|json)", text)
+    ]
+    assert named == []
+
+
+def test_the_integrations_page_names_the_extra_that_brings_its_stacks():
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extra = project["optional-dependencies"]["integrations"]
+    names = {re.split(r"[<>=\[ ]", requirement)[0] for requirement in extra}
+    needed = {m for block in ALL if block.page == "integrations.md" for m in NEEDS[block.needs]}
+    assert needed and needed - {"torch"} <= names
+    assert "looptoolkit[torch]" in extra
+    pinned = {
+        line.split("==")[0]
+        for line in (ROOT / "constraints.txt").read_text().splitlines()
+        if "==" in line
+    }
+    assert names - {"looptoolkit"} <= pinned
+    assert (
+        'pip install -c constraints.txt ".[integrations]"' in (DOCS / "integrations.md").read_text()
+    )

@@ -8,6 +8,10 @@
   and a docstring naming a parameter that does not exist fails to build, with
   each fault named.
 - Each guide links the reference entry of every public name it mentions.
+- The site opens from disk: every internal link and asset of every page
+  resolves to a file (and the anchor it names); the header shows the version;
+  the changelog is a page; the home page links the chooser's pages.
+- The copy button of a ``>>>`` session copies its code only, and that code runs.
 
 mkdocs comes with the docs extra, which ``make install`` installs: without it
 this module fails to import rather than skipping.
@@ -16,12 +20,15 @@ this module fails to import rather than skipping.
 from __future__ import annotations
 
 import ast
+import doctest
+import html as htmllib
 import os
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import mkdocs  # noqa: F401  (the docs extra is required, not optional)
 import pytest
@@ -84,7 +91,7 @@ def entries(html: str) -> dict[str, str]:
 
 
 def test_reference_has_every_public_name_with_signature_and_examples(site):
-    html = (site / "reference" / "index.html").read_text()
+    html = (site / "reference.html").read_text()
     found = entries(html)
     for name in looptoolkit.__all__:
         if name == "__version__":
@@ -119,7 +126,7 @@ def test_reference_has_every_public_name_with_signature_and_examples(site):
 
 
 def test_extending_documents_the_backend_protocol(site):
-    html = (site / "extending" / "index.html").read_text()
+    html = (site / "extending.html").read_text()
     assert 'id="looptoolkit.adapters.Backend"' in html
     # The required surface and each optional capability, with their methods.
     assert 'id="looptoolkit.adapters.Required.take"' in html
@@ -132,7 +139,7 @@ def test_cli_page_has_every_subcommand(site):
 
     parser = _parser()
     (subparsers,) = [a for a in parser._actions if a.choices and a.dest == "command"]
-    html = (site / "cli" / "index.html").read_text()
+    html = (site / "cli.html").read_text()
     assert "usage: looptoolkit [-h]" in html
     assert list(subparsers.choices)
     for name in subparsers.choices:
@@ -140,8 +147,8 @@ def test_cli_page_has_every_subcommand(site):
 
 
 def test_results_the_guides_link_are_in_the_site(site):
-    html = (site / "benchmarks" / "index.html").read_text()
-    assert 'src="../results/compare-cpu.png"' in html
+    html = (site / "benchmarks.html").read_text()
+    assert 'src="results/compare-cpu.png"' in html
     assert (site / "results" / "compare-cpu.png").read_bytes() == (
         ROOT / "benchmarks" / "results" / "compare-cpu.png"
     ).read_bytes()
@@ -152,7 +159,7 @@ def test_strict_build_fails_on_broken_links_and_docstrings(tmp_path):
     ignore = shutil.ignore_patterns("__pycache__")
     for part in ("docs", "looptoolkit", "benchmarks/results"):
         shutil.copytree(ROOT / part, project / part, ignore=ignore)
-    for part in ("mkdocs.yml", "README.md"):
+    for part in ("mkdocs.yml", "README.md", "CHANGELOG.md"):
         shutil.copy(ROOT / part, project / part)
 
     def edit(relative: str, old: str, new: str) -> None:
@@ -211,3 +218,81 @@ def test_every_public_name_is_linked_from_a_guide():
         if name != "__version__" and f"][looptoolkit.{name}]" not in linked
     ]
     assert unlinked == []
+
+
+def internal_links(page: Path) -> list[str]:
+    """The ``href`` and ``src`` targets of a built page that stay inside the site."""
+    targets = re.findall(r'(?:href|src)="([^"]*)"', page.read_text())
+    return [t for t in targets if not re.match(r"[a-z][a-z0-9+.-]*:", t) and t]
+
+
+def test_every_internal_link_of_the_site_opens_a_file(site):
+    # 404.html is for a web server (its links are absolute); every other page opens from disk
+    pages = sorted(p for p in site.rglob("*.html") if p.name != "404.html")
+    assert len(pages) > 15
+    ids: dict[Path, set[str]] = {}
+    checked = 0
+    for page in pages:
+        for target in internal_links(page):
+            parts = urlsplit(target)
+            path = (page.parent / unquote(parts.path)).resolve() if parts.path else page
+            assert path.is_file(), f"{page.relative_to(site)} links {target}: no such file"
+            if parts.fragment and path.suffix == ".html":
+                if path not in ids:
+                    ids[path] = set(re.findall(r'id="([^"]+)"', path.read_text()))
+                assert unquote(parts.fragment) in ids[path], f"{page.name} links {target}"
+            checked += 1
+    assert checked > 500
+
+
+def test_a_broken_link_of_the_site_is_found(tmp_path):
+    page = tmp_path / "index.html"
+    page.write_text('<a href="loader/">The Loader</a><a href="https://example.org/">x</a>')
+    (tmp_path / "loader").mkdir()
+    (target,) = internal_links(page)
+    assert not (page.parent / target).resolve().is_file()  # a folder opens a listing
+
+
+def test_header_shows_the_version_and_the_changelog_is_a_page(site):
+    index = (site / "index.html").read_text()
+    assert f"looptoolkit {looptoolkit.__version__}" in index
+    assert 'href="changelog.html' in index
+    changelog = (site / "changelog.html").read_text()
+    assert "Unreleased" in changelog
+    assert 'href="loader.html#which-epoch-a-loop-runs"' in changelog
+
+
+def test_home_page_links_the_chooser_pages(site):
+    index = (site / "index.html").read_text()
+    for page in ("from-dataloader.html", "faq.html"):
+        assert f'href="{page}"' in index, page
+
+
+def copied(page: Path) -> list[str]:
+    """What the copy button of each ``>>>`` session of a built page copies."""
+    found = re.findall(
+        r'<div class="language-pycon highlight" data-copy="([^"]*)"', page.read_text()
+    )
+    return [htmllib.unescape(code) for code in found]
+
+
+def test_session_copy_buttons_copy_only_code_that_runs(site):
+    sessions = 0
+    for page in sorted(site.glob("*.html")):
+        codes = copied(page)
+        assert len(codes) == page.read_text().count("language-pycon"), page.name
+        assert not any(">>>" in code for code in codes), page.name
+        source = DOCS / page.with_suffix(".md").name
+        if not source.exists() or ":::" in source.read_text():
+            continue  # generated, or with docstring examples (test_doctests runs those)
+        blocks = re.findall(r"^```pycon\n(.*?)^```\n", source.read_text(), re.M | re.S)
+        assert len(codes) == len(blocks), source.name
+        for block, code in zip(blocks, codes, strict=True):
+            examples = doctest.DocTestParser().get_examples(block)
+            kept = [e.source for e in examples if not e.exc_msg]
+            assert [line for line in code.splitlines() if line] == [
+                line for source_code in kept for line in source_code.splitlines() if line
+            ]
+            exec(compile(code, page.name, "exec"), {"__name__": "__main__"})
+            sessions += 1
+    assert sessions > 10

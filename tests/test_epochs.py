@@ -193,11 +193,20 @@ def _looptoolkit_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("looptoolkit")]
 
 
-@pytest.mark.parametrize("prefetch", [0, 2])
+@pytest.mark.parametrize(("prefetch", "mode"), [(0, "auto"), (2, "inline"), (2, "thread")])
 @pytest.mark.parametrize("where", ["transform", "gather", "transfer"])
-def test_an_error_ends_the_pass_and_the_next_runs_the_whole_epoch(monkeypatch, prefetch, where):
+def test_an_error_ends_the_pass_and_the_next_runs_the_whole_epoch(
+    monkeypatch, prefetch, mode, where
+):
     loader = Loader(
-        _data(), B, seed=SEED, device="cpu", prefetch=prefetch, transform=_failing_once(3)
+        _data(),
+        B,
+        seed=SEED,
+        device="cpu",
+        dtype=np.float64,  # a real move, through `_move_tree` (one that keeps leaves is skipped)
+        prefetch=prefetch,
+        prefetch_mode=mode,
+        transform=_failing_once(3),
     )
     if where != "transform":
         import looptoolkit._rows as rows_module

@@ -58,16 +58,25 @@ LAYERS: list[tuple[str, set[str]]] = [
             "looptoolkit._records",
             "looptoolkit._rows",
             "looptoolkit._store_reads",
+            "looptoolkit._mapped",
             "looptoolkit._probe",
             "looptoolkit._prefetch",
             "looptoolkit._stats",
             "looptoolkit.transforms",
         },
     ),
-    ("loader", {"looptoolkit._pipeline", "looptoolkit.loader"}),
+    # Variable-length data: the column, its plans and layouts (its sources are recognised by
+    # their modules' names, as the store formats are: not a core layer).
+    ("ragged", {"looptoolkit.ragged"}),  # and every module under it
+    ("loader", {"looptoolkit._pipeline", "looptoolkit._pass", "looptoolkit.loader"}),
     (
         "integrations",
-        {"looptoolkit.torch_data", "looptoolkit.tf_data", "looptoolkit.distributed"},
+        {
+            "looptoolkit.torch_data",
+            "looptoolkit._torch_ragged",
+            "looptoolkit.tf_data",
+            "looptoolkit.distributed",
+        },
     ),
     ("bench", {"looptoolkit.bench"}),  # and every module under it
     ("entry", {"looptoolkit.cli", "looptoolkit.__main__", "looptoolkit"}),

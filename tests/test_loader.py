@@ -270,7 +270,9 @@ def test_state_dict_counts_consumed_not_prefetched_batches():
             ahead.set()
         return batch
 
-    loader = Loader(make_data(100), 10, device="cpu", prefetch=4, transform=count)
+    loader = Loader(
+        make_data(100), 10, device="cpu", prefetch=4, prefetch_mode="thread", transform=count
+    )
     it = iter(loader)
     next(it)
     next(it)
@@ -519,7 +521,7 @@ def test_no_thread_without_device():
 
 def test_break_stops_the_background_thread():
     baseline = threading.active_count()
-    loader = Loader(make_data(1000), 10, device="cpu", prefetch=2)
+    loader = Loader(make_data(1000), 10, device="cpu", prefetch=2, prefetch_mode="thread")
     for i, _ in enumerate(loader):
         if i == 0:
             assert threading.active_count() == baseline + 1
@@ -530,7 +532,7 @@ def test_break_stops_the_background_thread():
 
 def test_exception_in_the_loop_stops_the_background_thread():
     baseline = threading.active_count()
-    loader = Loader(make_data(1000), 10, device="cpu", prefetch=2)
+    loader = Loader(make_data(1000), 10, device="cpu", prefetch=2, prefetch_mode="thread")
 
     def run() -> None:
         for i, _ in enumerate(loader):
@@ -544,7 +546,7 @@ def test_exception_in_the_loop_stops_the_background_thread():
 
 def test_abandoned_iterator_stops_the_background_thread():
     baseline = threading.active_count()
-    loader = Loader(make_data(1000), 10, device="cpu", prefetch=2)
+    loader = Loader(make_data(1000), 10, device="cpu", prefetch=2, prefetch_mode="thread")
     it = iter(loader)
     next(it)
     cycle: list[Any] = [it]
@@ -558,7 +560,7 @@ def test_abandoned_iterator_stops_the_background_thread():
 
 def test_close_and_full_epoch_stop_the_background_thread():
     baseline = threading.active_count()
-    loader = Loader(make_data(100), 10, device="cpu", prefetch=1)
+    loader = Loader(make_data(100), 10, device="cpu", prefetch=1, prefetch_mode="thread")
     it = iter(loader)
     next(it)
     it.close()
@@ -572,7 +574,10 @@ def test_background_exception_is_raised_in_the_consumer(monkeypatch):
     import looptoolkit.device as device_module  # every batch moves through its _move_tree
 
     baseline = threading.active_count()
-    loader = Loader(make_data(100), 10, device="cpu", prefetch=2)
+    # A cast makes the move real: a move that keeps every leaf as it is is skipped.
+    loader = Loader(
+        make_data(100), 10, device="cpu", dtype=np.float64, prefetch=2, prefetch_mode="thread"
+    )
     real = device_module._move_tree
     calls = {"n": 0}
 
@@ -600,7 +605,7 @@ def test_background_exception_of_an_unusual_type_keeps_its_type(monkeypatch):
         def __init__(self, a: int, b: int) -> None:
             super().__init__(a, b)
 
-    loader = Loader(make_data(30), 10, device="cpu")
+    loader = Loader(make_data(30), 10, device="cpu", dtype=np.float64, prefetch_mode="thread")
 
     def failing(*args: Any, **kwargs: Any) -> Any:
         raise Odd(1, 2)
@@ -628,7 +633,13 @@ def test_stats():
     assert stats.batches == 5
     assert stats.step_s >= 0.009
     assert 0 < stats.data_wait_fraction < 1
-    assert set(stats.as_dict()) == {"batches", "wait_s", "step_s", "data_wait_fraction"}
+    assert set(stats.as_dict()) == {
+        "batches",
+        "wait_s",
+        "step_s",
+        "data_wait_fraction",
+        "prefetch_mode",
+    }
     stats.reset()
     assert stats.batches == 0 and stats.data_wait_fraction == 0
     with pytest.raises(ValueError, match="`stats` is off"):

@@ -196,7 +196,10 @@ def test_drop_last_with_a_batch_larger_than_the_shard_raises_at_construction():
 def _failing_loader(monkeypatch: Any, error: BaseException) -> Loader:
     import looptoolkit.device as device_module  # every batch moves through its _move_tree
 
-    loader = Loader(_data(30), 10, device="cpu", prefetch=2)
+    # A cast makes the move real (a move that keeps every leaf as it is is skipped).
+    loader = Loader(
+        _data(30), 10, device="cpu", dtype=np.float64, prefetch=2, prefetch_mode="thread"
+    )
 
     def failing(*args: Any, **kwargs: Any) -> Any:
         raise error

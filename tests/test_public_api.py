@@ -50,6 +50,24 @@ def test_public_names_live_where_the_layout_says():
         assert getattr(looptoolkit, name) is getattr(importlib.import_module(module), name)
 
 
+def test_public_errors_are_shown_under_looptoolkit():
+    import pickle
+    import traceback
+
+    errors = [
+        value
+        for value in vars(looptoolkit).values()
+        if isinstance(value, type) and issubclass(value, BaseException)
+    ]
+    assert {e.__name__ for e in errors} == {"TransferError", "ContainerRebuildWarning"}
+    for error in errors:
+        assert error.__module__ == "looptoolkit", error
+        shown = "".join(traceback.format_exception_only(error("boom")))
+        assert shown.startswith(f"looptoolkit.{error.__name__}: boom"), shown
+        # pickling finds the class under its shown name
+        assert type(pickle.loads(pickle.dumps(error("boom")))) is error
+
+
 def test_unknown_attribute_raises():
     import pytest
 

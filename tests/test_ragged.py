@@ -249,6 +249,8 @@ def test_resume_at_any_batch_gives_the_rest(
 def test_batch_tokens_is_never_exceeded(lengths, budget, layout, grouped, multiple):
     col, lens = corpus(lengths)
     kwargs = {} if layout == "flat" or multiple is None else {"pad_to_multiple_of": multiple}
+    longest = int(lens.max())
+    budget = max(budget, -(-longest // multiple) * multiple if kwargs else longest)
     loader = lt.Loader(
         {"ids": col}, layout=layout, batch_tokens=budget, group_by_length=grouped, **kwargs
     )

@@ -49,7 +49,9 @@ def test_from_rows_refuses_mixed_rows():
 def test_list_of_variable_length_arrays_is_a_ragged_column():
     loader = lt.Loader(list(ROWS), 8, shuffle=False)
     assert tokens_of(loader) == expected()
-    assert "1 " in repr(loader)
+    assert "ragged: data>" in repr(loader)  # says which leaf it read as a ragged column
+    nested = lt.Loader({"ids": list(ROWS), "y": np.arange(3)}, 2)
+    assert "ragged: data['ids']>" in repr(nested)
 
 
 def test_list_of_equal_length_arrays_stays_columns():
@@ -70,9 +72,17 @@ def test_object_array_of_arrays_is_ragged_never_objects():
     assert tokens_of(lt.Loader({"ids": obj}, 3, shuffle=False), "ids") == expected()
 
 
-def test_object_array_of_other_objects_is_refused():
-    with pytest.raises(TypeError, match="object array"):
-        lt.Loader({"s": np.array(["a", "bb", None], dtype=object)}, 2)
+def test_object_array_mixing_arrays_and_objects_is_refused():
+    mixed = np.empty(3, dtype=object)
+    mixed[:] = [np.arange(2), "text", np.arange(3)]
+    with pytest.raises(TypeError, match="holds arrays and other objects"):
+        lt.Loader({"s": mixed}, 2)
+
+
+def test_object_array_of_python_objects_stays_a_column_of_objects():
+    names = np.array(["a", "bb", None], dtype=object)
+    batch = next(iter(lt.Loader({"s": names}, 3, shuffle=False)))
+    assert batch["s"].tolist() == ["a", "bb", None]
 
 
 def test_arrow_list_columns_and_hf_datasets():
@@ -208,3 +218,27 @@ def test_values_in_a_chunked_store_are_read_by_whole_chunks(tmp_path, kind):
     np.testing.assert_array_equal(np.sort(got), values)
     chunks = -(-len(values) // 4096)
     assert col.values.reads <= 2 * chunks, "each chunk decoded about once per epoch"
+
+
+@pytest.mark.parametrize("mode", ["inline", "thread"])
+def test_transform_device_and_prefetch_take_ragged_batches(mode):
+    torch = pytest.importorskip("torch")
+    col = lt.Ragged.from_rows([np.arange(n, dtype=np.float32) for n in range(1, 30)])
+    plain = list(lt.Loader({"ids": col}, 4, seed=3, layout="flat"))
+
+    def double(batch):
+        ids = batch["ids"]
+        return {"ids": ids._replace(values=ids.values * 2)}
+
+    loader = lt.Loader(
+        {"ids": col}, 4, seed=3, layout="flat", device=torch.device("cpu"), transform=double,
+        prefetch=2, prefetch_mode=mode, dtype=torch.float64,
+    )  # fmt: skip
+    got = list(loader)
+    assert len(got) == len(plain)
+    for a, b in zip(got, plain, strict=True):
+        assert isinstance(a["ids"], lt.Flat) and isinstance(a["ids"].values, torch.Tensor)
+        assert a["ids"].values.dtype == torch.float64
+        np.testing.assert_array_equal(a["ids"].values.numpy(), b["ids"].values * 2)
+        np.testing.assert_array_equal(a["ids"].cu_seqlens.numpy(), b["ids"].cu_seqlens)
+        assert a["ids"].max_seqlen == b["ids"].max_seqlen

@@ -23,3 +23,21 @@ def test_readme_tour_runs():
     assert batch["id"] == "a"
     loader = namespace["loader"]
     assert loader.state_dict()["epoch"] == 0
+
+
+def test_install_routes_name_this_version_and_the_python_floor():
+    import tomllib
+
+    import looptoolkit
+
+    text = (ROOT / "README.md").read_text()
+    floor = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert floor.startswith(">=")
+    assert f"Python {floor.removeprefix('>=')} or newer" in text
+    assert "not on the package index" in text
+    # the routes that work: a clone (torch's CPU build first) and the wheel `make dist` builds
+    assert "--index-url https://download.pytorch.org/whl/cpu" in text
+    assert 'pip install -c constraints.txt ".[torch]"' in text
+    wheel = f"dist/looptoolkit-{looptoolkit.__version__}-py3-none-any.whl"
+    assert text.count(wheel) >= 2 and "make dist" in text
+    assert 'pip install "looptoolkit[torch]"' not in text  # the index has no such package

@@ -98,3 +98,46 @@ def test_make_dataloader_refuses_skip_keys_it_could_not_honour():
 
     with pytest.raises(TypeError, match="takes no `skip_keys`"):
         make_dataloader({"x": np.ones((4, 2))}, 2, skip_keys="x")
+
+
+def test_a_tuple_of_names_is_a_collection_of_names():
+    # As accelerate's `skip_keys`: ("meta", "ids") is two names, matched at any depth.
+    ids = np.array([1.0, 2.0])  # cast to float16 unless skipped
+    tree = {"x": np.ones(2), "ids": ids, "inner": {"meta": np.ones(2), "ids": ids}}
+    for skip in (("meta", "ids"), ["meta", "ids"], {"meta", "ids"}):
+        out = to_device(tree, "cpu", dtype=np.float16, skip_keys=skip)
+        assert out["ids"] is ids and out["inner"]["ids"] is ids
+        assert out["inner"]["meta"] is tree["inner"]["meta"]  # nested: skipped too
+        assert out["x"].dtype == np.float16
+    # A key path is a tuple inside a list: only the leaves under it.
+    out = to_device(tree, "cpu", dtype=np.float16, skip_keys=[("inner", "meta")])
+    assert out["inner"]["meta"] is tree["inner"]["meta"]
+    assert out["ids"].dtype == np.float16  # not skipped
+    # Names and paths mix, in a list or a tuple.
+    for skip in (["x", ("inner", "meta")], ("x", ("inner", "meta"))):
+        out = to_device(tree, "cpu", dtype=np.float16, skip_keys=skip)
+        assert out["x"] is tree["x"] and out["inner"]["meta"] is tree["inner"]["meta"]
+        assert out["ids"].dtype == np.float16
+
+
+def test_an_ambiguous_tuple_is_refused_with_both_spellings():
+    tree = {"meta": [np.ones(2), np.ones(2)]}
+    with pytest.raises(ValueError, match=r"ambiguous.*\[\('meta', 0\)\]"):
+        to_device(tree, "cpu", skip_keys=("meta", 0))
+    out = to_device(tree, "cpu", dtype=np.float16, skip_keys=[("meta", 0)])
+    assert out["meta"][0] is tree["meta"][0] and out["meta"][1].dtype == np.float16
+    with pytest.raises(ValueError, match="ambiguous"):
+        Loader({"x": np.ones((4, 2))}, 2, device="cpu", skip_keys=("x", 1))
+
+
+def test_the_loader_skips_nested_keys_named_in_a_tuple():
+    data = {
+        "x": np.arange(20.0).reshape(10, 2),
+        "meta": {"ids": np.arange(10.0), "w": np.ones(10)},
+        "ids": np.arange(10.0),
+    }
+    loader = Loader(data, 4, shuffle=False, device="cpu", dtype=np.float16, skip_keys=("ids",))
+    batch = next(iter(loader))
+    assert batch["x"].dtype == np.float16 and batch["meta"]["w"].dtype == np.float16
+    assert batch["ids"].dtype == np.float64 and batch["meta"]["ids"].dtype == np.float64
+    np.testing.assert_array_equal(batch["meta"]["ids"], np.arange(4.0))

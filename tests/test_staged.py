@@ -79,7 +79,8 @@ class HostStager:
         self.handed.append(token)
 
 
-def test_staged_and_plain_leaves_merge_into_the_right_batches(monkeypatch):
+@pytest.mark.parametrize("mode", ["inline", "thread"])
+def test_staged_and_plain_leaves_merge_into_the_right_batches(monkeypatch, mode):
     rng = np.random.default_rng(0)
     data = {
         "a": rng.standard_normal((97, 3)).astype(np.float32),
@@ -99,8 +100,23 @@ def test_staged_and_plain_leaves_merge_into_the_right_batches(monkeypatch):
         made[-1].transform_inside.append(bool(getattr(made[-1].inside, "on", False)))
         return {**batch, "sum": batch["a"].sum(axis=1)}
 
-    loader = Loader(data, 10, seed=2, device="cpu", prefetch=2, transform=transform)
-    got = list(loader)
+    # A cast makes the move real (a move that keeps every leaf as it is is skipped).
+    cast = {np.int64: np.int32}
+    loader = Loader(
+        data,
+        10,
+        seed=2,
+        device="cpu",
+        dtype=cast,
+        prefetch=2,
+        prefetch_mode=mode,
+        transform=transform,
+    )
+    got = []
+    for batch in loader:
+        # The loop's step never runs inside the stager's context (on CUDA: its side stream).
+        assert not getattr(made[-1].inside, "on", False)
+        got.append(batch)
     (stager,) = made
     assert len(got) == len(loader) == 10
     order = loader.indices(0)
@@ -114,7 +130,8 @@ def test_staged_and_plain_leaves_merge_into_the_right_batches(monkeypatch):
     assert stager.transform_inside == [True] * 10  # the transform ran in the stager's context
 
 
-def test_staged_path_resumes_exactly(monkeypatch):
+@pytest.mark.parametrize("mode", ["inline", "thread"])
+def test_staged_path_resumes_exactly(monkeypatch, mode):
     data = {"x": np.arange(50.0), "y": np.arange(50)}
     made: list[HostStager] = []
 
@@ -123,12 +140,13 @@ def test_staged_path_resumes_exactly(monkeypatch):
         return made[-1]
 
     monkeypatch.setattr(loader_module, "stager_for", stager_for)
-    loader = Loader(data, 7, seed=1, device="cpu", prefetch=3)
+    kwargs = {"device": "cpu", "dtype": {np.int64: np.int32}, "prefetch": 3, "prefetch_mode": mode}
+    loader = Loader(data, 7, seed=1, **kwargs)
     it = iter(loader)
     first = [next(it)["y"] for _ in range(3)]
     state = loader.state_dict()
     it.close()
-    resumed = Loader(data, 7, seed=1, device="cpu", prefetch=3)
+    resumed = Loader(data, 7, seed=1, **kwargs)
     resumed.load_state_dict(state)
     rest = [b["y"] for b in resumed]
     np.testing.assert_array_equal(np.concatenate(first + rest), loader.indices(0))

@@ -437,8 +437,9 @@ def test_unreadable_dtypes_and_columns(tmp_path):
         Loader({"s": strings}, 2)
     with pytest.raises(TypeError, match="string"):
         Loader(pa.table({"s": ["a", "b"]}), 1)
-    with pytest.raises(ValueError, match="different lengths"):
-        Loader(pa.table({"v": [[1.0], [1.0, 2.0]]}), 1)
+    # A list column of different lengths is a ragged column (docs/ragged.md).
+    batch = next(iter(Loader(pa.table({"v": [[1.0], [1.0, 2.0]]}), 2, shuffle=False)))
+    assert batch["v"].values.tolist() == [[1.0, 0.0], [1.0, 2.0]]
     with pytest.raises(ValueError, match="missing values"):
         Loader(pa.table({"v": [1.0, None]}), 1)
 
@@ -450,11 +451,12 @@ def test_leaves_of_different_lengths(tmp_path, arrays):
 
 
 def test_cache_bytes(stores):
-    loader = Loader(stores["zarr3"], 64, shuffle="grouped", group_size=128)
+    # Groups of two chunks: no read-ahead, the default is twice the minimum.
+    loader = Loader(stores["zarr3"], 64, shuffle="grouped", group_size=256)
     need = loader._rows.store.cache_bytes // 2
-    Loader(stores["zarr3"], 64, shuffle="grouped", group_size=128, cache_bytes=need)
+    Loader(stores["zarr3"], 64, shuffle="grouped", group_size=256, cache_bytes=need)
     with pytest.raises(ValueError, match="must hold one group"):
-        Loader(stores["zarr3"], 64, shuffle="grouped", group_size=128, cache_bytes=need - 1)
+        Loader(stores["zarr3"], 64, shuffle="grouped", group_size=256, cache_bytes=need - 1)
     with pytest.raises(ValueError, match="sorted rows"):
         Loader(stores["zarr3"], 64, shuffle="full", cache_bytes=need)
     with pytest.raises(ValueError, match="store data"):
@@ -511,7 +513,8 @@ def test_store_benchmark_runs_small(tmp_path):
     payload = json.loads((tmp_path / "stores-cpu.json").read_text())
     stores = {s["store"]: s for s in payload["stores"]}
     assert set(stores) == {
-        "zarr-zstd", "zarr-raw", "hdf5-gzip", "hdf5-contiguous", "hf-arrow", "npy-memmap"
+        "zarr-zstd", "zarr-raw", "hdf5-gzip", "hdf5-lzf", "hdf5-contiguous", "hf-arrow",
+        "npy-memmap",
     }  # fmt: skip
     for store in stores.values():
         names = [row["variant"] for row in store["rows"]]
@@ -523,7 +526,13 @@ def test_store_benchmark_runs_small(tmp_path):
         <= (stores["zarr-zstd"]["memory"]["cache_budget_bytes"])
     )
     assert [row["order"] for row in payload["quality"]] == ["full", "grouped 1", "grouped 4"]
-    assert "| hdf5-gzip | Loader grouped 16 |" in (tmp_path / "stores-cpu.md").read_text()
+    text = (tmp_path / "stores-cpu.md").read_text()
+    assert "| hdf5-gzip | Loader grouped 16 |" in text
+    assert "| hf-arrow | Loader full, 1 record batch |" in text
+    for store in stores.values():  # a full shuffle's first batch and close(), timed
+        latency = store["latency"]
+        assert latency["first_batch_s"] > 0 and latency["close_s"] >= 0
+        assert latency["thread_end_s"] >= latency["close_s"]
 
 
 @pytest.mark.parametrize("fmt", ["zarr", "hdf5", "arrow"])
@@ -554,8 +563,25 @@ def test_epoch_memory_within_cache_and_batches_in_flight(tmp_path, fmt):
 
     order = traced(lambda: [None for _ in loader.order.epoch(1)])
     peak = traced(lambda: [None for _ in loader])
-    in_flight = (-(-loader.prefetch // store.block) + 2) * store.block * batch * dim * 4
+    # Blocks in the queue, the one being made, the one being handed out, and the
+    # one the loop's last batch (a view of its block) keeps alive.
+    in_flight = (-(-loader.prefetch // store.block) + 3) * store.block * batch * dim * 4
     assert store.last.chunks_read == [-(-n // store.last.units[0])]
     bound = store.cache_bytes + in_flight + order
     assert peak <= bound, (peak, store.cache_bytes, in_flight, order)
     assert store.cache_bytes < x.nbytes  # the cache holds a part of the data
+
+
+def test_make_dataloader_fits_a_small_chunkless_store_to_the_ranks():
+    pytest.importorskip("torch")
+    from looptoolkit import make_dataloader
+
+    table = pa.table({"x": np.arange(50, dtype=np.int64)})
+    seen = []
+    counts = set()
+    for rank in range(3):
+        dl = make_dataloader(table, 4, shuffle="grouped", rank=rank, world_size=3, drop_last=True)
+        batches = [b["x"].tolist() for b in dl]
+        counts.add(len(batches))
+        seen += [x for b in batches for x in b]
+    assert len(counts) == 1 and len(seen) == len(set(seen))

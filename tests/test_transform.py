@@ -39,7 +39,15 @@ class Recorder:
 @pytest.mark.parametrize("prefetch", [1, 3])
 def test_transform_runs_once_per_batch_in_the_prefetch_thread(prefetch):
     rec = Recorder()
-    loader = Loader(make_data(), 8, seed=1, device="cpu", prefetch=prefetch, transform=rec)
+    loader = Loader(
+        make_data(),
+        8,
+        seed=1,
+        device="cpu",
+        prefetch=prefetch,
+        prefetch_mode="thread",
+        transform=rec,
+    )
     got = list(loader)
     assert len(got) == len(loader) == 7
     assert len(rec.threads) == 7
@@ -54,7 +62,9 @@ def test_transform_runs_once_per_batch_in_the_prefetch_thread(prefetch):
         np.testing.assert_allclose(image[:, 0, 0, 0], label.astype(np.float32) / 255.0)
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"device": "cpu", "prefetch": 0}])
+@pytest.mark.parametrize(
+    "kwargs", [{}, {"device": "cpu", "prefetch": 0}, {"device": "cpu", "prefetch": 2}]
+)
 def test_without_prefetch_the_transform_runs_in_the_consumers_thread(kwargs):
     rec = Recorder()
     loader = Loader(make_data(), 8, seed=1, transform=rec, **kwargs)

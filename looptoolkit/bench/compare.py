@@ -1,6 +1,8 @@
 """``looptoolkit compare``: every loop variant x backend x workload, checked, then timed.
 
-Per workload a table, then the step and transfer sections and the targets; the results in ``--out``.
+On screen, per workload its headline and table, then a closing summary: the Loader against the
+best manual loop and its floors, the targets' verdicts, the files written. The files in ``--out``
+hold every table, the step and transfer sections and the targets; ``--verbose`` prints them too.
 """
 
 from __future__ import annotations
@@ -78,6 +80,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--reference", action="store_true", help=REFERENCE_HELP)
     add("--plot", action=on_off, default=True, help="write the PNG chart (needs matplotlib)")
     add("--quick", action="store_true", help="tiny sizes, few rounds: a smoke test")
+    verbose = "print every table on screen too: the variants, the step and transfer sections, "
+    verbose += "the targets with their notes (default: in the files only)"
+    add("--verbose", action="store_true", help=verbose)
     parser.set_defaults(project_epochs=None)
     args = parser.parse_args(argv)
     if args.preset:  # its flags as defaults: a flag given wins
@@ -148,11 +153,10 @@ def _intro(args: argparse.Namespace, device: str, out: Path, backends: list[str]
     """What the run does, where its results go."""
     n = args.project_epochs
     lines = [
-        f"looptoolkit compare on {device}: backends {', '.join(backends)}; results go to {out}/.",
+        f"looptoolkit compare on {device} ({', '.join(backends)}); results go to {out}/.",
         f"Preset {args.preset}: {PRESETS[args.preset][0]}." if args.preset else "",
-        f"Each loop is timed on {args.epochs or args.rounds} epoch(s) after {args.warmup} warm-up "
-        f"round(s); loops slower than {args.max_epoch_s:g} s per epoch on their first batches "
-        "only, scaled to an epoch (marked *).",
+        f"Each loop: {args.epochs or args.rounds} timed epoch(s), interleaved; slower than "
+        f"{args.max_epoch_s:g} s per epoch: timed on its first batches, scaled (marked *).",
         f"The {n}-epoch figures multiply the median epoch (add --epochs {n} --max-epoch-s 0 to "
         "time them all; that takes hours)."
         if n
@@ -184,16 +188,19 @@ def _workload(
         title = f"{name} ({result.device}): {w.description}; each row against its floor"
         group = Group(name, title, rows, "epoch", None, 0, info | w.info)
     result.groups.append(group)
-    if len(result.groups) == 1:
+    if args.verbose and len(result.groups) == 1:
         progress.emit(f"\n{render.legend(result.groups)}\n{wrap(report.CHECK_LEGEND)}")
-    progress.emit("\n" + wrap(report.headline(group, args.project_epochs)))
-    progress.emit("\n" + render.group_table(group, epochs=args.project_epochs).text())
+    head = report.headline(group, args.project_epochs, loaders=args.verbose)
+    progress.emit("\n" + wrap(head))
+    table = render.group_table(group, epochs=args.project_epochs, bounded_note=args.verbose)
+    progress.emit("\n" + table.text())
     if name in (args.step_workload or "").split(","):
         focus = STEP_FOCUS.get(name) if settings.patterns is None else None
         step = Step(args.step_ms, result.device)
         steps = run_step(w, entries, settings, step, args.step_batches, progress, focus)
         result.extras["step"] += [{"workload": name, **row} for row in steps]
-        progress.emit("\n" + report.step_table(result, name).text())
+        if args.verbose:
+            progress.emit("\n" + report.step_table(result, name).text())
     for entry in entries:
         entry.close()
     del entries, w
@@ -239,7 +246,8 @@ def run(argv: Sequence[str] | None = None) -> int:
 
         progress.stage("transfer of an images batch by batch size")
         extras["transfer"] = by_batch_size(device, args.quick, args.seed, progress)
-        progress.emit("\n" + sweep_table(extras["transfer"]).text())
+        if args.verbose:
+            progress.emit("\n" + sweep_table(extras["transfer"]).text())
     if judged := {"tabular", "tokens"} & {g.name for g in result.groups}:  # the targets' workloads
         values = {r.name: r.median_s for g in judged for r in result.group(g).rows if r.timed}
         if "tokens" in judged:  # each tokens row over its floor: the faster hand loop
@@ -252,7 +260,8 @@ def run(argv: Sequence[str] | None = None) -> int:
                 values[f"wait:{row['name']}"] = row["wait_ms_per_batch"]
                 values[f"step:{row['name']}"] = row["step_ms_per_batch"]
         result.verdicts = evaluate("compare", values, gpu=gpu, judged=not args.quick)
-        progress.emit("\n" + render.targets_table(result.verdicts).text())
+        if args.verbose:
+            progress.emit("\n" + render.targets_table(result.verdicts).text())
     result.machine = machine_info()
     # A preset's results sit beside the default run's, not over them.
     stem = "-".join(["compare", *([args.preset] if args.preset else []), device.replace(":", "")])
@@ -265,9 +274,7 @@ def run(argv: Sequence[str] | None = None) -> int:
             progress.emit(f"no chart: {e}")
     result.charts, result.wall_s = [p.name for p in charts], progress.elapsed()
     files = result.save(out, stem, report.markdown(result))
-    progress.emit("\n" + "\n".join(wrap(line, indent="  ") for line in report.summary(result)))
-    wrote = ", ".join(str(p) for p in [*files, *charts])
-    progress.emit("\n" + wrap(f"Wrote {wrote} ({progress.elapsed():.0f} s)."))
+    progress.emit("\n" + report.closing(result, [*files, *charts], progress.elapsed()))
     return 0
 
 

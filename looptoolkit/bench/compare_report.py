@@ -8,19 +8,11 @@ from looptoolkit.bench import render
 from looptoolkit.bench.charts import BACKEND_COLORS, FLOOR_COLOR
 from looptoolkit.bench.render import fmt_duration, fmt_ms
 from looptoolkit.bench.results import Group, Row, Run
-from looptoolkit.bench.tables import Table
+from looptoolkit.bench.tables import Table, wrap
 from looptoolkit.bench.targets import BASELINE, NOT_JUDGED
 
-__all__ = [
-    "CHECK_LEGEND",
-    "documents_headline",
-    "headline",
-    "markdown",
-    "plot",
-    "step_table",
-    "summary",
-    "tables",
-]
+__all__ = ["CHECK_LEGEND", "closing", "documents_headline", "headline", "loader_table"]
+__all__ += ["markdown", "plot", "step_table", "summary", "tables"]
 
 CHECK_LEGEND = (
     "check: exact = the Loader's batches for the same seed, compared batch for batch "
@@ -64,8 +56,11 @@ def documents_headline(group: Group) -> str:
     return text + (f" Others over their floor: {', '.join(others)}." if others else "")
 
 
-def headline(group: Group, epochs: int | None = None) -> str:
-    """One paragraph: the fastest loop against the best manual loop, the floors, the Loader."""
+def headline(group: Group, epochs: int | None = None, *, loaders: bool = True) -> str:
+    """One paragraph: the fastest loop against the best manual loop, the floors, the Loader.
+
+    ``loaders=False`` leaves the Loader rows out (the screen has them in its closing table).
+    """
     if group.baseline is None and "tokens" in group.info:
         return documents_headline(group)
     timed, ratio = group.timed(), group.ratio
@@ -84,13 +79,13 @@ def headline(group: Group, epochs: int | None = None) -> str:
     text += f"{ratio(best):.2f}x the best manual loop ({BASELINE}, {when(base.median_s)})."
     named = ", ".join(f"{r.name.removeprefix('floor-')} {ratio(r):.2f}x" for r in floors)
     text += f" Floors: {named}." if floors else ""
-    loaders = [
+    rows = [
         r for r in timed.values() if r.name.startswith("loader-") and r.floor and ratio(r, r.floor)
     ]
     named = ", ".join(
-        f"{r.name} {ratio(r):.2f}x ({ratio(r, r.floor):.2f}x its floor)" for r in loaders
+        f"{r.name} {ratio(r):.2f}x ({ratio(r, r.floor):.2f}x its floor)" for r in rows
     )
-    text += f" Loader: {named}." if loaders else ""
+    text += f" Loader: {named}." if rows and loaders else ""
     slowest = ", ".join(f"{r.name} {when(r.median_s)}" for r in loops[-3:])
     return text + (f" Slowest: {slowest}." if epochs else "")
 
@@ -111,6 +106,49 @@ def summary(run: Run) -> list[str]:
     """The run in a few lines: each workload's headline, then the targets."""
     epochs = run.settings.get("project_epochs")
     return [headline(g, epochs) for g in run.groups] + [x for x in [targets_line(run)] if x]
+
+
+def loader_table(run: Run) -> Table | None:
+    """Each Loader row's ratio to the best manual loop, and to its floor, workloads side by side."""
+    groups = [g for g in run.groups if BASELINE in g.timed()]
+    names = dict.fromkeys(r.name for g in groups for r in g.rows if r.name.startswith("loader-"))
+    if not names:
+        return None
+    rows = []
+    for name in names:
+        cells = [name]
+        for g in groups:
+            r = g.timed().get(name)
+            floor = g.ratio(r, r.floor) if r is not None and r.floor else None
+            cells.append(
+                "-" if r is None else f"{g.ratio(r):.2f}x" + (f" ({floor:.2f})" if floor else "")
+            )
+        rows.append(cells)
+    title = f"The Loader over the best manual loop ({BASELINE}), and over its floor"
+    return Table(title, ["variant", *(g.name for g in groups)], rows)
+
+
+_CONTENTS = {
+    ".md": "every table with its notes, the step section, the targets, the variants",
+    ".json": "every round; `looptoolkit report` prints it again",
+    ".png": "the chart",
+}
+
+
+def closing(run: Run, files: list[Path], seconds: float) -> str:
+    """The end of the screen: where the Loader stands, the targets' verdicts, the files written."""
+    parts = [table.text()] if (table := loader_table(run)) is not None else []
+    measured = [v for v in run.verdicts if v.status in ("met", "not met")]
+    if any(v.status == NOT_JUDGED for v in run.verdicts) or not measured:
+        parts += [wrap(line) for line in [targets_line(run)] if line]
+    else:  # the verdicts in short; the targets table is in the files
+        missed = [f"{v.key} {v.shown} ({v.goal})" for v in measured if v.status == "not met"]
+        met = len(measured) - len(missed)
+        text = f"Targets: {met} of {len(measured)} met"
+        parts.append(wrap(text + (f"; not met: {', '.join(missed)}." if missed else ".")))
+    wrote = "; ".join(f"{path} ({_CONTENTS.get(path.suffix, 'results')})" for path in files)
+    parts.append(wrap(f"Wrote {wrote} in {seconds:.0f} s. --verbose prints every table here."))
+    return "\n\n".join(parts)
 
 
 def step_table(run: Run, workload: str) -> Table:

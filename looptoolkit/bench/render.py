@@ -49,8 +49,14 @@ def _check_word(row: Row) -> str:
     return {"exact": "exact", "documents": "docs"}.get(row.check.split(":")[0], "cover")
 
 
-def group_table(group: Group, *, full: bool = False, epochs: int | None = None) -> Table:
-    """A group's table (``full``: with batches/s, for Markdown; ``epochs``: the epoch times it)."""
+def group_table(
+    group: Group, *, full: bool = False, epochs: int | None = None, bounded_note: bool = True
+) -> Table:
+    """A group's table (``full``: with batches/s, for Markdown; ``epochs``: the epoch times it).
+
+    ``bounded_note=False`` leaves out the note naming the rows timed on their first batches
+    (they keep their ``*``).
+    """
     (scale, unit), g, rows = _scale(group), group, group.rows
     floors, tokens = any(r.floor for r in rows), g.info.get("tokens")
     checked = any(r.check.startswith(("exact", "coverage", "documents")) for r in rows)
@@ -79,7 +85,8 @@ def group_table(group: Group, *, full: bool = False, epochs: int | None = None) 
             "ms/Mtok: ms per 1M real tokens; eff: padding efficiency (real tokens / tokens in "
             "the batches); vs floor: over the faster hand loop of the same batching."
         )
-    if bounded := [f"{r.name} {r.bounded}" for r in rows if r.timed and r.bounded]:
+    bounded = [f"{r.name} {r.bounded}" for r in rows if r.timed and r.bounded and bounded_note]
+    if bounded:
         notes.append("Timed on the first batches of each epoch, scaled (*): " + ", ".join(bounded))
     cells = []
     for r in rows:

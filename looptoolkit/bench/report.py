@@ -1,4 +1,8 @@
-"""``looptoolkit report FILE [FILE ...]``: a saved run printed again, or runs side by side."""
+"""``looptoolkit report FILE [FILE ...]``: a saved run printed again, or runs side by side.
+
+Runs of ``compare`` and ``transfer`` are set side by side by their medians; runs of
+``doctor`` by the status of each check (a GPU machine's beside a CPU reference).
+"""
 
 from __future__ import annotations
 
@@ -16,8 +20,10 @@ __all__ = ["run", "screen"]
 
 def screen(run: Run) -> str:
     """What the run printed: each group's table, the suite's other tables, the targets, summary."""
-    from looptoolkit.bench import compare_report, transfer
+    from looptoolkit.bench import compare_report, doctor, transfer
 
+    if run.suite == "doctor":
+        return doctor.screen(run)
     compare = run.suite == "compare"
     lines = compare_report.summary(run) if compare else [transfer.headline(run)]
     tables = [render.group_table(g) for g in run.groups]
@@ -38,8 +44,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     """Run ``looptoolkit report``; return the exit code (1: a ratio above ``--fail-above``)."""
     parser = argparse.ArgumentParser(
         prog="looptoolkit report",
-        description="Re-render saved results of looptoolkit compare or transfer; with two or "
-        "more files, their medians side by side and each later file's ratio to the first.",
+        description="Re-render saved results of looptoolkit compare, transfer or doctor; with "
+        "two or more files, their medians side by side and each later file's ratio to the "
+        "first (doctor: each check's status in every file).",
     )
     parser.add_argument("files", nargs="+", type=Path, metavar="FILE", help="results JSON")
     fail = "exit 1 when a variant's ratio of a later file to the first exceeds R"
@@ -60,6 +67,11 @@ def run(argv: Sequence[str] | None = None) -> int:
     labels = _labels(args.files)
     for label, r in zip(labels, runs, strict=True):
         print(wrap(f"{label}: {r.device}, {r.command or 'command not recorded'}", indent="  "))
+    if runs[0].suite == "doctor":
+        from looptoolkit.bench import doctor
+
+        print("\n" + "\n\n".join(t.text() for t in doctor.side_by_side(runs, labels)))
+        return 0
     tables, ratios = render.side_by_side(runs, labels)
     print("\n" + "\n\n".join(table.text() for table in tables))
     if args.fail_above is None:

@@ -125,7 +125,11 @@ class Verdict:
 
 @dataclass
 class Run:
-    """One run of a suite (``compare``, ``transfer``); ``extras``: its other sections by name."""
+    """One run of a suite (``compare``, ``transfer``, ``doctor``); ``extras``: its other sections.
+
+    A ``doctor`` run has a group per section of checks, a row per check (its
+    ``status``, ``detail`` and seconds), and the environment it saw in ``extras``.
+    """
 
     suite: str
     device: str
@@ -166,7 +170,7 @@ class Run:
                 f"{path}: results schema version {schema}; this looptoolkit reads version "
                 f"{SCHEMA}. Run the benchmark again to write it in version {SCHEMA}."
             )
-        if payload.get("suite") not in ("compare", "transfer"):
+        if payload.get("suite") not in ("compare", "transfer", "doctor"):
             raise ResultsError(f"{path}: not a looptoolkit results file (no known `suite`).")
         groups = [Group(**{**g, "rows": [Row(**r) for r in g["rows"]]}) for g in payload["groups"]]
         verdicts = [Verdict(**v) for v in payload["verdicts"]]

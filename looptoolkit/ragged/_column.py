@@ -286,11 +286,14 @@ def _convert(x: Any, path: str) -> Any:
         return Ragged.from_rows(x)
     if isinstance(x, np.ndarray) and x.dtype == object:
         items = x.ravel().tolist()
-        if x.ndim != 1 or not items or not all(backend_of(i) is not None for i in items):
+        arrays = [backend_of(i) is not None for i in items]
+        if not any(arrays):
+            return x  # Python objects (strings, ids): batched as they are, never moved
+        if x.ndim != 1 or not all(arrays):
             raise TypeError(
-                f"{path} is a NumPy object array{'' if x.ndim == 1 else f' of shape {x.shape}'}; "
-                "the Loader batches numeric arrays. An object array of variable-length arrays "
-                "is read as a ragged column; for anything else, convert to numbers first."
+                f"{path} is a NumPy object array{'' if x.ndim == 1 else f' of shape {x.shape}'} "
+                "that holds arrays and other objects; a 1-D object array of arrays is read as "
+                "a ragged column: make every item an array (or none of them)."
             )
         host = [np.asarray(_host_view(i)) for i in items]
         _check_rows(host, path)

@@ -23,9 +23,11 @@ import optree
 
 from looptoolkit import _probe
 from looptoolkit import tree as _tree
+from looptoolkit._mapped import MappedFiles
 from looptoolkit._rows import Rows
+from looptoolkit._store_reads import loader_order
 from looptoolkit.adapters._wrap import from_host
-from looptoolkit.order import Order, normalize_shuffle
+from looptoolkit.order import Order
 from looptoolkit.ragged._column import Ragged
 from looptoolkit.ragged._layouts import (
     flat_batch,
@@ -61,6 +63,7 @@ class RaggedRows:
         self.spec: optree.PyTreeSpec = spec
         paths = _tree.leaf_paths(spec, "data")
         self.ragged = [(i, x) for i, x in enumerate(leaves) if isinstance(x, Ragged)]
+        self.ragged_paths = [paths[i] for i, _ in self.ragged]
         self.fixed_at = [i for i, x in enumerate(leaves) if not isinstance(x, Ragged)]
         first_at, first = self.ragged[0]
         self.n = len(first)
@@ -81,6 +84,9 @@ class RaggedRows:
                 )
         self.store = None
         self.chunk_rows = None
+        # The files of memmap values and leaves, checked at the start of each pass.
+        mapped = [x.values if isinstance(x, Ragged) else x for x in leaves]
+        self.files = MappedFiles(mapped, lambda: paths)
         self.backends = sorted(
             {x.backend for _, x in self.ragged}
             | ({b for b in self.fixed.backends} if self.fixed else set())
@@ -88,6 +94,16 @@ class RaggedRows:
         self.lengths = self._lengths(paths)
         self._check_fits(paths)
         self.stats: Any = None
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickled and deep-copied without its lock.
+        state = self.__dict__.copy()
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
         self._lock = threading.Lock()
 
     def _lengths(self, paths: list[str]) -> np.ndarray:
@@ -265,78 +281,64 @@ def _framework(col: Ragged, arrays: tuple[Any, ...]) -> Any:
 
 def ragged_probe(
     rows: RaggedRows, target: Any, dtype: Any, non_blocking: bool | None, skip_keys: Any
-) -> None:
+) -> bool:
     """Move a batch of the first rows to ``target``, as every batch will be moved.
+
+    Returns:
+        Whether the move kept every leaf as it was (host arrays to ``"cpu"``, no cast): then
+        the Loader skips the move of every batch.
 
     Raises:
         TransferError: a leaf cannot be moved or cast.
     """
     from looptoolkit.device import to_device
 
-    to_device(
-        rows.first_rows(2), target, dtype=dtype, non_blocking=non_blocking, skip_keys=skip_keys
-    )
+    batch = rows.first_rows(2)
+    moved = to_device(batch, target, dtype=dtype, non_blocking=non_blocking, skip_keys=skip_keys)
+    (out, spec), (given, given_spec) = _tree.flatten(moved), _tree.flatten(batch)
+    return spec == given_spec and all(a is b for a, b in zip(out, given, strict=True))
 
 
 def setup(
-    data: Any,
-    batch_size: int | None,
-    ragged_args: dict[str, Any],
-    *,
-    shuffle: Any,
-    seed: int,
-    group_size: int | None,
-    run_size: int,
-    rank: int,
-    world_size: int,
-    drop_last: bool,
-    sampling: dict[str, Any],
-    pad_shards: bool,
-    refused: dict[str, Any],
+    data: Any, args: dict[str, Any], ragged_args: dict[str, Any], rank: int, world_size: int
 ) -> tuple[RaggedRows, Order | UnitOrder]:
     """The rows and the epoch order of ``data`` with ragged leaves.
+
+    Args:
+        data: the data, its ragged inputs as [`Ragged`][looptoolkit.Ragged] leaves.
+        args: the Loader's arguments (``batch_size``, the order's options, ...).
+        ragged_args: the ragged options.
+        rank: this process's rank, resolved.
+        world_size: the number of ranks, resolved.
 
     Raises:
         ValueError: as [`options`][looptoolkit.ragged._options.options] and
             [`RaggedRows`][looptoolkit.ragged._loader.RaggedRows]; ``pad_shards=False`` with
-            planned batches; an epoch without batches; an option in ``refused`` given (a
-            Loader option the ragged path does not offer).
+            planned batches; an epoch without batches; a Loader option the ragged path does
+            not offer (``resident``, ``return_mask``, ``cache_bytes``).
     """
-    for name, value in refused.items():
+    for name in ("resident", "return_mask", "cache_bytes"):
+        value = args[name]
         if value is not None and value is not False:
             raise ValueError(
                 f"`{name}` is not offered with ragged leaves (batches are laid out on the host, "
                 "then moved by `device=`)."
             )
-    opts = options(batch_size, **ragged_args)
+    opts = options(args["batch_size"], **ragged_args)
     rows = RaggedRows(data, opts)
-    normalize_shuffle(shuffle)
     if not opts.units:
         assert opts.batch_size is not None
-        order = Order(
-            rows.n,
-            opts.batch_size,
-            shuffle=shuffle,
-            seed=seed,
-            group_size=group_size,
-            run_size=run_size,
-            rank=rank,
-            world_size=world_size,
-            drop_last=drop_last,
-            pad_shards=pad_shards,
-            **sampling,
-        )
+        order = loader_order(rows.n, opts.batch_size, args, rank, world_size, None)
         _probe.check_not_empty(order)
         return rows, order
-    if not pad_shards:
+    if not args["pad_shards"]:
         raise ValueError(
             "`pad_shards=False` is not offered with planned batches (`batch_tokens`, "
             '`group_by_length`, `layout="pack"` or `"fit"`): ranks get whole batches in turn.'
         )
-    docs = Order(
-        rows.n, 1, shuffle=shuffle, seed=seed, group_size=group_size, run_size=run_size, **sampling
-    )
-    planned = UnitOrder(rows.lengths, rows.padded, opts, docs, rank, world_size, drop_last)
+    # The epoch's order of the rows, on one rank: the plan deals whole batches to the ranks.
+    docs = loader_order(rows.n, 1, {**args, "drop_last": False}, 0, 1, None)
+    planned = UnitOrder(rows.lengths, rows.padded, opts, docs, rank, world_size, args["drop_last"])
     if len(planned) == 0:
         raise ValueError(
             f"`drop_last=True` leaves rank {rank} of {world_size} no batch of epoch 0."

@@ -157,6 +157,17 @@ class UnitOrder:
         self._plans: dict[int, tuple[Units, Order]] = {}
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickled and deep-copied without its lock and cached plans (made again when asked).
+        state = self.__dict__.copy()
+        state["_plans"] = {}
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in self.plan_params.items() if v is not None)
         return f"UnitOrder({self.docs!r}, {params}, rank={self.rank}, world_size={self.world_size})"
@@ -223,6 +234,10 @@ class UnitOrder:
     def num_batches(self, offset: int = 0) -> int:
         """Batches of each rank in the current epoch from global batch ``offset`` on."""
         return self._deal().num_batches(offset)
+
+    def num_batches_in(self, epoch: int, offset: int = 0) -> int:
+        """Batches of each rank in ``epoch`` from global batch ``offset`` on (a loaded state)."""
+        return self.plan(epoch)[1].num_batches(offset)
 
     def __len__(self) -> int:
         return self.num_batches(0)

@@ -134,6 +134,14 @@ class StoreArray:
         """
         return None
 
+    def gather(self, idx: np.ndarray) -> np.ndarray | None:
+        """Rows ``idx`` (any order, repeats allowed) in one call where the format can, else None.
+
+        None (the default): the reader reads the rows sorted and deduplicated
+        ([`read_rows`][looptoolkit.stores.StoreArray.read_rows]) and puts them in order.
+        """
+        return None
+
     def length_now(self) -> int:
         """The array's rows as the store says now (a store can change under the Loader)."""
         return self.shape[0]

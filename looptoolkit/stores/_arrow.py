@@ -133,6 +133,42 @@ class ArrowColumn(StoreArray):
         first = self.views[0]
         self.shape = (int(self.starts[-1]), *first.shape[1:])
         self.dtype = first.dtype
+        self._rows_at: np.ndarray | None = None
+        self._offsets: np.ndarray | None = None
+        if len(self.views) > 1:
+            self._byte_rows()
+
+    def _byte_rows(self) -> None:
+        """One array whose row ``k`` is the ``row_bytes`` bytes from byte ``k`` of the span.
+
+        The span runs from the lowest Arrow chunk's first byte to the highest's
+        last; row ``i`` of chunk ``c`` is the row at byte ``offsets[c] + (i -
+        starts[c]) * row_bytes``. A gather of sorted rows over many chunks is then
+        one ``take`` on it, not a loop over chunks. Only the rows of the chunks are
+        ever read (the bytes between chunks, maybe not memory of this process, never
+        are), and the chunks are kept alive by ``views``.
+        """
+        views, width = self.views, self.row_bytes
+        if width == 0 or not all(v.flags.c_contiguous and v.dtype == self.dtype for v in views):
+            return
+        self._width = width
+        # Record batches of one length (the last may be shorter), as `datasets` and
+        # `to_batches(max_chunksize)` write them: a row's batch is a division.
+        lengths = np.diff(self.starts)
+        uniform = bool((lengths[:-1] == lengths[0]).all() and lengths[-1] <= lengths[0])
+        self._uniform = int(lengths[0]) if uniform else 0
+        at = np.array([v.__array_interface__["data"][0] for v in views], dtype=np.int64)
+        low = int(np.argmin(at))
+        span = int(max(a + v.nbytes for a, v in zip(at.tolist(), views, strict=True)) - at[low])
+        raw = views[low].reshape(-1).view(np.uint8)
+        # One element per byte of the span, each `width` bytes wide.
+        self._rows_at = np.lib.stride_tricks.as_strided(
+            raw[:width].view(np.dtype((np.void, width))),
+            shape=(span - width + 1,),
+            strides=(1,),
+            writeable=False,
+        )
+        self._offsets = at - at[low] - self.starts[:-1] * width
 
     def __getstate__(self) -> dict[str, Any]:
         return {"column": self.column, "path": self.path}
@@ -171,9 +207,24 @@ class ArrowColumn(StoreArray):
                 start += step
                 c += 1
 
+    def gather(self, idx: np.ndarray) -> np.ndarray | None:
+        if self._rows_at is None:
+            return None
+        assert self._offsets is not None
+        if self._uniform:
+            chunk = idx // self._uniform
+        else:
+            chunk = np.searchsorted(self.starts, idx, side="right") - 1
+        where = self._offsets[chunk] + idx * self._width
+        gathered = self._rows_at[where]  # indexing, not `take`: that copies the span
+        return gathered.view(self.dtype).reshape(len(idx), *self.shape[1:])
+
     def read_rows(self, rows: np.ndarray) -> np.ndarray:
         if len(self.views) == 1:
             return self.views[0].take(rows, axis=0)
+        gathered = self.gather(rows)
+        if gathered is not None:
+            return gathered
         chunk = np.searchsorted(self.starts, rows, side="right") - 1
         out = np.empty((len(rows), *self.shape[1:]), dtype=self.dtype)
         for c in np.unique(chunk):

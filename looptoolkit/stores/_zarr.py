@@ -11,10 +11,14 @@ import zarr
 from looptoolkit.stores import StoreArray
 
 _sync: Any
+_nd: Any
 try:  # runs a coroutine on zarr's own event loop, as zarr's synchronous API does
+    from zarr.core.buffer import default_buffer_prototype
     from zarr.core.sync import sync as _sync
+
+    _nd = default_buffer_prototype().nd_buffer  # wraps an array zarr decodes into
 except ImportError:  # pragma: no cover - another zarr layout
-    _sync = None
+    _sync = _nd = None
 
 
 def wrap(obj: Any, path: str) -> StoreArray | dict[str, Any] | None:
@@ -74,21 +78,22 @@ class ZarrArray(StoreArray):
         return np.asarray(self.array[start:stop])
 
     def read_ranges(self, starts: np.ndarray, stops: np.ndarray, out: np.ndarray) -> None:
-        if len(starts) == 1 or _sync is None:
+        if _sync is None or not out.flags.c_contiguous:
             super().read_ranges(starts, stops, out)
             return
         # Up to _WAVE ranges at a time, as slices read concurrently on zarr's event
-        # loop (their chunks fetched and decoded in parallel), each copied into
-        # `out` as the wave ends: at most a wave's buffers besides `out`.
+        # loop (the chunks of each fetched and decoded in parallel) straight into
+        # their place in `out`: no buffer of the whole range besides `out`.
         array = self.array.async_array
         bounds = list(zip(starts.tolist(), stops.tolist(), strict=True))
         at = 0
         for w in range(0, len(bounds), _WAVE):
-            wave = bounds[w : w + _WAVE]
-            parts = _sync(_gather([array.getitem((slice(a, b),)) for a, b in wave]))
-            for (a, b), part in zip(wave, parts, strict=True):
-                out[at : at + b - a] = np.asarray(part)
+            reads = []
+            for a, b in bounds[w : w + _WAVE]:
+                into = _nd.from_numpy_array(out[at : at + b - a])
+                reads.append(array.get_orthogonal_selection((slice(a, b),), out=into))
                 at += b - a
+            _sync(_gather(reads))
 
     def transient_bytes(self) -> int:
         # A wave's chunks as stored, as decoded and in zarr's buffers between

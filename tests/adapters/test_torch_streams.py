@@ -172,11 +172,14 @@ def data(n: int = 64) -> dict[str, Any]:
     return {"x": rng.standard_normal((n, 3)).astype(np.float32), "y": np.arange(n)}
 
 
-def producer(cuda: FakeCuda) -> list[tuple[str, str, str | None, Any]]:
-    return [entry for entry in cuda.log if entry[0] == "looptoolkit-loader-prefetch"]
+def producer(cuda: FakeCuda, mode: str = "thread") -> list[tuple[str, str, str | None, Any]]:
+    """The ops of the thread that makes the batches: the prefetch thread, or the loop's own."""
+    name = "looptoolkit-loader-prefetch" if mode == "thread" else "MainThread"
+    return [entry for entry in cuda.log if entry[0] == name]
 
 
-def test_cuda_without_an_index_is_the_constructing_threads_device(fake):
+@pytest.mark.parametrize("mode", ["thread", "inline"])
+def test_cuda_without_an_index_is_the_constructing_threads_device(fake, mode):
     """D2: every move of the prefetch thread goes to the device current where the Loader was made.
 
     The prefetch thread's own current device is 0; the Loader is made where
@@ -184,10 +187,10 @@ def test_cuda_without_an_index_is_the_constructing_threads_device(fake):
     """
     fake.set_device(1)
     for device in ("cuda", torch.device("cuda")):
-        loader = Loader(data(), 8, seed=1, device=device, prefetch=2)
+        loader = Loader(data(), 8, seed=1, device=device, prefetch=2, prefetch_mode=mode)
         fake.log.clear()
         got = list(loader)
-        moves = [e[3] for e in producer(fake) if e[1] == "move"]
+        moves = [e[3] for e in producer(fake, mode) if e[1] == "move"]
         assert len(moves) == len(got) == 8
         side = _torch_cuda._side_streams[1].name
         # (device moved to, the thread's current device, its current stream)
@@ -209,15 +212,16 @@ def consumer_events(cuda: FakeCuda, stream: str) -> set[Any]:
     return {e[3] for e in cuda.log if e[0] == "MainThread" and e[1] == "record" and e[2] == stream}
 
 
+@pytest.mark.parametrize("mode", ["thread", "inline"])
 @pytest.mark.parametrize("on_own_stream", [False, True])
-def test_the_side_stream_waits_for_the_consumer_before_each_batch(fake, on_own_stream):
+def test_the_side_stream_waits_for_the_consumer_before_each_batch(fake, on_own_stream, mode):
     """D3: nothing the producer reads is unordered with the consumer's stream.
 
     Before its first move the side stream waits for an event recorded on the
     consumer's current stream (what the loop had queued when the pass began), and
     before each later batch for one recorded at a hand-over.
     """
-    loader = Loader(data(), 8, seed=1, device="cuda:0", prefetch=2)
+    loader = Loader(data(), 8, seed=1, device="cuda:0", prefetch=2, prefetch_mode=mode)
     fake.log.clear()
     stream = fake.Stream(torch.device("cuda", 0)) if on_own_stream else fake.defaults[0]
     with fake.stream(stream) if on_own_stream else contextlib.nullcontext():
@@ -226,12 +230,15 @@ def test_the_side_stream_waits_for_the_consumer_before_each_batch(fake, on_own_s
     side = _torch_cuda._side_streams[0].name
     ours = consumer_events(fake, stream.name)
     waited: list[Any] = []
-    for _, op, where, event in producer(fake):
+    moves = 0
+    for _, op, where, event in producer(fake, mode):
         if op == "wait" and where == side:
             waited.append(event)
         elif op == "move":
             assert waited and waited[-1] in ours, "a batch was read before waiting for the consumer"
             waited.clear()
+            moves += 1
+    assert moves == 8
 
 
 @pytest.mark.parametrize("kind", ["numpy", "bfloat16"])
@@ -243,7 +250,7 @@ def test_the_consumer_waits_for_each_batch_before_it_gets_it(fake, kind):
     """
     x = torch.arange(64.0).reshape(32, 2)
     leaf = x.to(torch.bfloat16) if kind == "bfloat16" else x.numpy()
-    loader = Loader({"x": leaf}, 8, seed=1, device="cuda:0", prefetch=2)
+    loader = Loader({"x": leaf}, 8, seed=1, device="cuda:0", prefetch=2, prefetch_mode="thread")
     fake.log.clear()
     side = None
     for k, _ in enumerate(loader):
@@ -278,7 +285,9 @@ def test_the_producer_runs_a_bounded_number_of_batches_ahead_of_the_consumers_st
     """
     prefetch = 2
     slots = prefetch + 1
-    loader = Loader(data(256), 8, seed=1, device="cuda:0", prefetch=prefetch)
+    loader = Loader(
+        data(256), 8, seed=1, device="cuda:0", prefetch=prefetch, prefetch_mode="thread"
+    )
     fake.log.clear()
     list(loader)
     side = _torch_cuda._side_streams[0].name

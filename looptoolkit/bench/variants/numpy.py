@@ -167,7 +167,7 @@ LABELS = {
     "floor-memcpy": "floor: a contiguous copy of each batch's bytes",
     "floor-seq-take": "floor: take with arange indices (a perfectly local order)",
     "loader-numpy": "Loader, full shuffle",
-    "loader-numpy-bg": "Loader, full shuffle, device='cpu', prefetch=2 (a background thread)",
+    "loader-numpy-bg": "Loader, full shuffle, device='cpu', prefetch=2 (prefetch_mode auto)",
     "loader-grouped": "Loader, grouped shuffle",
     "loader-runs": "Loader, grouped shuffle in runs of 16 rows (run_size=16)",
 }
