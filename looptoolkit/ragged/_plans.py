@@ -29,6 +29,7 @@ __all__ = [
     "length_grouped",
     "pack_pieces",
     "pack_ranges",
+    "sort_desc",
     "window_size",
 ]
 
@@ -118,7 +119,7 @@ def length_grouped(
     grid = np.full(windows * window, -1, dtype=np.int64)
     grid[:m] = lengths
     # Longest first within each window; padding positions (-1) sort last and are dropped.
-    within = _sort_desc(grid.reshape(windows, window) + 1)
+    within = sort_desc(grid.reshape(windows, window) + 1)
     order = (within + (np.arange(windows) * window)[:, None]).reshape(-1)
     order = order[order < m] if windows * window != m else order
     full = m // batch_size
@@ -226,7 +227,7 @@ def fit_rows(
     windows = -(-m // window)
     flat = np.zeros(windows * window, dtype=np.int64)
     flat[:m] = lengths
-    sorted_at = _sort_desc(flat.reshape(windows, window))
+    sorted_at = sort_desc(flat.reshape(windows, window))
     sizes = np.take_along_axis(flat.reshape(windows, window), sorted_at, axis=1)
     real = (sorted_at + (np.arange(windows) * window)[:, None]) < m
     # Room left in each window's rows; an unused row has all of seq_len. Pieces that would
@@ -263,7 +264,7 @@ def fit_rows(
     return piece[grouped], row[grouped], rows
 
 
-def _sort_desc(grid: np.ndarray) -> np.ndarray:
+def sort_desc(grid: np.ndarray) -> np.ndarray:
     """Positions sorting each row of ``grid`` (non-negative ints) longest first, ties in order.
 
     Lengths below 2**16 sort as 16-bit keys: NumPy's stable sort is then a radix sort.

@@ -265,7 +265,7 @@ def _sort_windows(seq: np.ndarray, lens: np.ndarray, window: int) -> tuple[np.nd
     windows = -(-m // window)
     grid = np.full(windows * window, -1, dtype=np.int64)
     grid[:m] = lens
-    within = np.argsort(-grid.reshape(windows, window), axis=1, kind="stable")
+    within = _plans.sort_desc(grid.reshape(windows, window) + 1)  # padding (-1) sorts last
     order = (within + (np.arange(windows) * window)[:, None]).reshape(-1)
     order = order[order < m]
     return seq[order], lens[order]
