@@ -10,7 +10,6 @@ state is ``(epoch, batches consumed)``: resumed in O(1), under any world size.
 
 from __future__ import annotations
 
-import itertools
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
@@ -90,17 +89,11 @@ class UnitEpoch:
 
     def __iter__(self) -> Iterator[Any]:
         batch, block = self.units.batch, self.units.block
+        # This rank's batches of the epoch, one number each: made at once, a few per rank.
+        units = self._inner.indices()
         if block is None:
-            return (batch(int(u[0])) for u in self._inner)
-        return self._blocks(block)
-
-    def _blocks(self, block: Callable[[np.ndarray], Block]) -> Iterator[Block]:
-        units = iter(self._inner)
-        while True:
-            chunk = [int(u[0]) for u in itertools.islice(units, BLOCK_BATCHES)]
-            if not chunk:
-                return
-            yield block(np.asarray(chunk, dtype=np.int64))
+            return map(batch, units.tolist())
+        return (block(units[k : k + BLOCK_BATCHES]) for k in range(0, len(units), BLOCK_BATCHES))
 
     def batch(self, i: int) -> Any:
         """What batch ``i`` of this rank gathers."""
@@ -281,10 +274,10 @@ def _row_units(
     if bounds is not None:
         starts, stops = bounds[:-1], bounds[1:]
     assert starts is not None and stops is not None
-    s, e = starts, stops
+    s, e = starts.tolist(), stops.tolist()
 
     def rows(u: int) -> np.ndarray:
-        return seq[int(s[u]) : int(e[u])]
+        return seq[s[u] : e[u]]
 
     return Units(len(s), rows, rows)
 
