@@ -24,7 +24,7 @@ from looptoolkit.bench.tables import wrap
 from looptoolkit.bench.targets import BASELINE, evaluate
 from looptoolkit.bench.timing import machine_info
 from looptoolkit.bench.variants import kit, variants
-from looptoolkit.bench.workloads import WORKLOADS, make_workload
+from looptoolkit.bench.workloads import DEFAULT_WORKLOADS, WORKLOADS, make_workload
 
 __all__ = ["PRESETS", "parse_args", "run"]
 
@@ -59,7 +59,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add, on_off = parser.add_argument, argparse.BooleanOptionalAction
     add("--preset", choices=sorted(PRESETS), help="classic: " + PRESETS["classic"][0])
     add("--device", help="cpu, cuda or cuda:N (default: the best one present)")
-    add("--workload", default="all", help="index, tabular, images, tokens, a comma list, or all")
+    add(
+        "--workload",
+        default=",".join(DEFAULT_WORKLOADS),
+        help="index, tabular, images, tokens, a comma list, or all (default: the first three; "
+        "tokens, variable-length documents, has floors and peers of its own)",
+    )
     add("--backends", help="comma list of numpy, torch, jax, tf (default: every installed one)")
     add("--variants", help=f"comma list of variant names or globs ({BASELINE} always runs)")
     add("--skip", help="variant names or globs to leave out (e.g. '*-w2')")

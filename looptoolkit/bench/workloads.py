@@ -14,9 +14,11 @@ import numpy as np
 from looptoolkit import tree as _tree
 from looptoolkit.order import batch_count
 
-__all__ = ["WORKLOADS", "Workload", "host_array", "make_workload"]
+__all__ = ["DEFAULT_WORKLOADS", "WORKLOADS", "Workload", "host_array", "make_workload"]
 
 # name -> (description, rows, rows in --quick, batch size, batch size in --quick)
+# What `looptoolkit compare` (and `make compare`) runs unless told: the rectangular workloads.
+DEFAULT_WORKLOADS = ("index", "tabular", "images")
 WORKLOADS: dict[str, tuple[str, int, int, int, int]] = {
     "index": ("arange(N): sample ids", 300_000, 3_000, 300, 30),
     "tabular": ('{"x": float32 (N, 64), "y": int64 row id}', 300_000, 3_000, 300, 30),
