@@ -163,8 +163,9 @@ def pad_batch(
     b = len(lens)
     feature = values.shape[1:]
     out = _filled((b, length, *feature), pad_value, values.dtype)
-    if int(lens.sum()) >= _SLICE_MIN * b:
-        for i, (s, n) in enumerate(zip(starts.tolist(), lens.tolist(), strict=True)):
+    counts = lens.tolist()
+    if sum(counts) >= _SLICE_MIN * b:
+        for i, (s, n) in enumerate(zip(starts.tolist(), counts, strict=True)):
             out[i, :n] = values[s : s + n]
     else:
         flat = out.reshape(b * length, *feature)

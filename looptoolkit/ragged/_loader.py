@@ -223,7 +223,7 @@ class RaggedRows:
                     opts.pad_value,
                 )
                 out[i] = _framework(col, packed)
-                if k == 0:
+                if k == 0 and self.stats is not None:
                     self._count(
                         int(item.length.sum()),
                         item.rows * (opts.seq_len or 0),
@@ -235,7 +235,7 @@ class RaggedRows:
             for k, (i, col) in enumerate(self.ragged):
                 starts, lens = col.offsets[rows], col.lengths[rows]
                 if opts.layout == "pad":
-                    longest = int(lens.max()) if len(lens) else 0
+                    longest = max(lens.tolist(), default=0)
                     size = padded_length(longest, opts.pad_to_multiple_of, opts.buckets)
                     arrays: Any = pad_batch(col.host, starts, lens, size, opts.pad_value)
                     slots = size * len(lens)
@@ -243,7 +243,7 @@ class RaggedRows:
                     arrays = flat_batch(col.host, starts, lens)
                     slots = int(lens.sum())
                 out[i] = _framework(col, arrays)
-                if k == 0:
+                if k == 0 and self.stats is not None:
                     self._count(int(lens.sum()), slots, len(lens), 0)
         if self.fixed is not None:
             for i, leaf in zip(self.fixed_at, self.fixed.take(rows), strict=True):
