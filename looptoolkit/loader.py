@@ -69,6 +69,7 @@ from looptoolkit.order import normalize_shuffle, resolve_rank
 from looptoolkit.ragged._column import find_ragged
 from looptoolkit.ragged._loader import ragged_probe
 from looptoolkit.ragged._loader import setup as ragged_setup
+from looptoolkit.ragged._options import DEFAULTS as RAGGED_DEFAULTS
 from looptoolkit.ragged._options import check_unused
 from looptoolkit.ragged._options import given as ragged_given
 from looptoolkit.ragged._units import UnitOrder
@@ -300,17 +301,9 @@ class Loader:
         max_segments: int | None = None,
         long_rows: str = "error",
     ) -> None:
-        ragged_args = {
-            "layout": layout,
-            "pad_value": pad_value,
-            "pad_to_multiple_of": pad_to_multiple_of,
-            "buckets": buckets,
-            "seq_len": seq_len,
-            "batch_tokens": batch_tokens,
-            "group_by_length": group_by_length,
-            "max_segments": max_segments,
-            "long_rows": long_rows,
-        }
+        # The ragged options by name, as their defaults list them (`looptoolkit.ragged`).
+        arguments = locals()
+        ragged_args = {name: arguments[name] for name in RAGGED_DEFAULTS}
         self._args = {
             "batch_size": batch_size,
             "shuffle": shuffle,

@@ -29,6 +29,7 @@ from looptoolkit.adapters import process_group
 from looptoolkit.order import Order, resolve_rank
 from looptoolkit.ragged._column import find_ragged
 from looptoolkit.ragged._hf import hf_inputs
+from looptoolkit.ragged._options import DEFAULTS as RAGGED_DEFAULTS
 from looptoolkit.ragged._options import check_unused
 
 __all__ = [
@@ -470,17 +471,9 @@ def make_dataloader(
     if collate_fn is not None and not callable(collate_fn):
         raise TypeError(f"`collate_fn` must be callable, got {type(collate_fn).__name__}.")
     rank, world_size = resolve_rank(rank, world_size, process_group())
-    ragged_args = {
-        "layout": layout,
-        "pad_value": pad_value,
-        "pad_to_multiple_of": pad_to_multiple_of,
-        "buckets": buckets,
-        "seq_len": seq_len,
-        "batch_tokens": batch_tokens,
-        "group_by_length": group_by_length,
-        "max_segments": max_segments,
-        "long_rows": long_rows,
-    }
+    # The ragged options by name, as their defaults list them (`looptoolkit.ragged`).
+    arguments = locals()
+    ragged_args = {name: arguments[name] for name in RAGGED_DEFAULTS}
     args = {
         "batch_size": batch_size,
         "shuffle": shuffle,
