@@ -71,11 +71,11 @@ class RaggedItemsDataset(torch.utils.data.Dataset[Any]):
         )
 
     def __getitems__(self, item: Any) -> Any:
-        """The batch of ``item``: an index array of rows, or a packed batch's pieces."""
+        """The batch of ``item``: an index array of rows, or the block of a packed batch."""
         rows = self._rows
         if not hasattr(item, "rows"):  # the rows of a padded or flat batch
             item = np.asarray(item, dtype=np.int64)
-        batch = rows.build(rows._leaves(item))
+        batch = rows.batch(item)
         if not self.tensors:
             return batch
         return optree.tree_map(as_tensor, batch, none_is_leaf=True, namespace=NAMESPACE)

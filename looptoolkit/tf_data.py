@@ -334,7 +334,7 @@ def _ragged_dataset(
     def read(key: np.int64, i: np.int64) -> list[np.ndarray]:
         with lock:
             schedule = passes[int(key)]
-        batch = rows.build(rows._leaves(schedule.batch(int(i))))
+        batch = rows.batch(schedule.batch(int(i)))
         return tf.nest.flatten(_host_batch(batch))
 
     def complete(token: np.int64) -> np.bool_:

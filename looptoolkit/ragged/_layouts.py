@@ -133,10 +133,14 @@ def copy_pieces(
     out[np.repeat(dst, lens) + within] = values.take(np.repeat(src, lens) + within, axis=0)
 
 
-def padded_length(longest: int, multiple: int | None, buckets: np.ndarray | None) -> int:
-    """``L`` of a batch whose longest row has ``longest`` elements."""
+def padded_length(longest: Any, multiple: int | None, buckets: np.ndarray | None) -> Any:
+    """``L`` of a batch whose longest row has ``longest`` elements (an int, or an array of them).
+
+    The smallest of ``buckets`` that holds it (the largest bucket for longer rows, refused at
+    construction), else ``longest`` rounded up to a multiple of ``multiple``, else ``longest``.
+    """
     if buckets is not None:
-        return int(buckets[np.searchsorted(buckets, longest)])
+        return buckets[np.minimum(np.searchsorted(buckets, longest), len(buckets) - 1)]
     if multiple:
         return -(-longest // multiple) * multiple
     return longest

@@ -149,27 +149,18 @@ class RaggedRows:
 
     def padded(self, lengths: np.ndarray) -> np.ndarray:
         """The padded length ``L`` a batch whose longest row has each of ``lengths`` gets."""
-        opts = self.opts
-        if opts.buckets is not None:
-            return opts.buckets[
-                np.minimum(np.searchsorted(opts.buckets, lengths), len(opts.buckets) - 1)
-            ]
-        if opts.pad_to_multiple_of:
-            m = opts.pad_to_multiple_of
-            return -(-lengths // m) * m
-        return lengths
+        return padded_length(lengths, self.opts.pad_to_multiple_of, self.opts.buckets)
 
     # -- what the Loader's pipeline calls (the rectangular Rows' interface) ------------
 
     def gather(self, batches: Iterator[Any], staged: Any = None) -> Iterator[list[Any]]:
         """The leaf lists of each batch: rows (an index array), or packed batches' pieces."""
-        if isinstance(self.opts.seq_len, int):  # packed: blocks of batches laid out at once
+        if self.opts.seq_len is not None:  # packed: blocks of batches laid out at once
             return itertools.chain.from_iterable(map(self._expand, batches))
         return map(self._leaves, batches)
 
-    def _expand(self, item: Any) -> list[list[Any]]:
-        if not isinstance(item, Block):
-            return [self._leaves(item)]
+    def _expand(self, item: Block) -> list[list[Any]]:
+        """The leaves of each packed batch of a block, laid out at once."""
         opts = self.opts
         seq_len, pieces = opts.seq_len or 0, item.pieces
         out: list[list[Any]] = [[None] * len(self.leaves) for _ in item.rows]
@@ -206,45 +197,24 @@ class RaggedRows:
         """The batch of rows ``idx`` in the Loader's layout (pad or flat)."""
         return self.build(self._leaves(np.asarray(idx, dtype=np.int64)))
 
-    def _leaves(self, item: Any) -> list[Any]:
+    def _leaves(self, item: np.ndarray) -> list[Any]:
+        """The leaves of the batch of rows ``item`` (``"pad"`` and ``"flat"``)."""
         out: list[Any] = [None] * len(self.leaves)
         opts = self.opts
-        if isinstance(item, Pieces):
-            rows = item.row
-            for k, (i, col) in enumerate(self.ragged):
-                src = col.offsets[rows] + item.start
-                packed = packed_batch(
-                    col.host,
-                    src,
-                    item.length,
-                    item.dst,
-                    item.rows,
-                    opts.seq_len or 0,
-                    opts.pad_value,
-                )
-                out[i] = _framework(col, packed)
-                if k == 0 and self.stats is not None:
-                    self._count(
-                        int(item.length.sum()),
-                        item.rows * (opts.seq_len or 0),
-                        item.rows,
-                        item.truncated,
-                    )
-        else:
-            rows = item
-            for k, (i, col) in enumerate(self.ragged):
-                starts, lens = col.offsets[rows], col.lengths[rows]
-                if opts.layout == "pad":
-                    longest = max(lens.tolist(), default=0)
-                    size = padded_length(longest, opts.pad_to_multiple_of, opts.buckets)
-                    arrays: Any = pad_batch(col.host, starts, lens, size, opts.pad_value)
-                    slots = size * len(lens)
-                else:
-                    arrays = flat_batch(col.host, starts, lens)
-                    slots = int(lens.sum())
-                out[i] = _framework(col, arrays)
-                if k == 0 and self.stats is not None:
-                    self._count(int(lens.sum()), slots, len(lens), 0)
+        rows = item
+        for k, (i, col) in enumerate(self.ragged):
+            starts, lens = col.offsets[rows], col.lengths[rows]
+            if opts.layout == "pad":
+                longest = max(lens.tolist(), default=0)
+                size = int(padded_length(longest, opts.pad_to_multiple_of, opts.buckets))
+                arrays: Any = pad_batch(col.host, starts, lens, size, opts.pad_value)
+                slots = size * len(lens)
+            else:
+                arrays = flat_batch(col.host, starts, lens)
+                slots = int(lens.sum())
+            out[i] = _framework(col, arrays)
+            if k == 0 and self.stats is not None:
+                self._count(int(lens.sum()), slots, len(lens), 0)
         if self.fixed is not None:
             for i, leaf in zip(self.fixed_at, self.fixed.take(rows), strict=True):
                 out[i] = leaf
@@ -261,10 +231,18 @@ class RaggedRows:
         idx = np.arange(min(k, self.n), dtype=np.int64)
         if self.opts.layout in ("pad", "flat"):
             return self.take(idx)
-        lens = np.minimum(self.lengths[idx], self.opts.seq_len or 0)
-        dst = np.arange(len(idx), dtype=np.int64) * (self.opts.seq_len or 0)
-        pieces = Pieces(idx, np.zeros_like(idx), lens, dst, len(idx), 0)
-        return self.build(self._leaves(pieces))
+        seq_len = self.opts.seq_len or 0
+        lens = np.minimum(self.lengths[idx], seq_len)
+        dst = np.arange(len(idx), dtype=np.int64) * seq_len
+        pieces = Pieces(idx, np.zeros_like(idx), lens, dst, len(idx))
+        return self.batch(Block(pieces, len(idx), [len(idx)], [0]))
+
+    def batch(self, item: Any) -> Any:
+        """One batch: of rows (an index array) or the block of one packed batch."""
+        if isinstance(item, Block):
+            (leaves,) = self._expand(item)
+            return self.build(leaves)
+        return self.build(self._leaves(item))
 
 
 def _framework(col: Ragged, arrays: tuple[Any, ...]) -> Any:

@@ -11,7 +11,7 @@ lengths, computed with NumPy at the start of the epoch, with no Python loop over
   ``O(sqrt(n))`` array passes, and one short batch at most per window.
 - [`length_grouped`][looptoolkit.ragged._plans.length_grouped]: windows of 50 batches sorted by
   length, cut into batches, and the whole batches shuffled.
-- [`pack_pieces`][looptoolkit.ragged._plans.pack_pieces]: concatenate-then-split; the pieces of
+- [`pack_ranges`][looptoolkit.ragged._plans.pack_ranges]: concatenate-then-split; the pieces of
   the rows that fall in a range of the epoch's token stream, cut at row boundaries.
 - [`fit_rows`][looptoolkit.ragged._plans.fit_rows]: whole rows into fixed-length rows by first
   fit decreasing within windows of the epoch's order, in lockstep over the windows.
@@ -27,9 +27,9 @@ __all__ = [
     "fit_rows",
     "greedy_bounds",
     "length_grouped",
-    "pack_pieces",
     "pack_ranges",
     "sort_desc",
+    "spread",
     "window_size",
 ]
 
@@ -131,39 +131,7 @@ def length_grouped(
     return regrouped, cuts
 
 
-def pack_pieces(
-    stream: np.ndarray, start: int, stop: int, seq_len: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The pieces of tokens ``[start, stop)`` of the epoch's stream, cut at row boundaries.
-
-    Args:
-        stream: ``m + 1`` cumulative lengths of the rows in the epoch's order (from 0).
-        start: first token of the range (a multiple of ``seq_len``).
-        stop: end of the range.
-        seq_len: tokens per packed row.
-
-    Returns:
-        ``(row, offset, length)`` of each piece: position ``row`` in the epoch's order, the
-        piece's first token within that row, its length. Pieces are in stream order.
-    """
-    first = int(np.searchsorted(stream, start, side="right")) - 1
-    last = int(np.searchsorted(stream, stop, side="left"))
-    cuts = np.concatenate(
-        [
-            [start],
-            stream[first + 1 : last],
-            np.arange(start - start % seq_len + seq_len, stop, seq_len),
-            [stop],
-        ]
-    )
-    cuts.sort()
-    cuts = cuts[np.concatenate([[True], cuts[1:] != cuts[:-1]])]
-    begin, end = cuts[:-1], cuts[1:]
-    row = np.searchsorted(stream, begin, side="right") - 1
-    return row, begin - stream[row], end - begin
-
-
-def _spread(lo: np.ndarray, counts: np.ndarray) -> np.ndarray:
+def spread(lo: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """``concatenate([arange(l, l + c) for l, c in zip(lo, counts)])``, in one pass."""
     total = int(counts.sum())
     return np.repeat(lo - (np.cumsum(counts) - counts), counts) + np.arange(total)
@@ -172,7 +140,7 @@ def _spread(lo: np.ndarray, counts: np.ndarray) -> np.ndarray:
 def pack_ranges(
     stream: np.ndarray, starts: np.ndarray, stops: np.ndarray, seq_len: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """[`pack_pieces`][looptoolkit.ragged._plans.pack_pieces] of several ranges at once.
+    """The pieces of token ranges of the epoch's stream, cut at row boundaries, all at once.
 
     Args:
         stream: ``m + 1`` cumulative lengths of the rows in the epoch's order.
@@ -181,8 +149,9 @@ def pack_ranges(
         seq_len: tokens per packed row.
 
     Returns:
-        ``(row, offset, length, k)``: as ``pack_pieces``, for every piece of every range, range
-        by range, and ``k`` the range of each piece.
+        ``(row, offset, length, k)``: position ``row`` of each piece in the epoch's order, its
+        first token within that row, its length, and ``k`` its range; pieces in stream order,
+        range by range.
     """
     k = np.arange(len(starts))
     # Cuts: each range's start, its inner row boundaries, the row boundaries inside it.
@@ -190,8 +159,8 @@ def pack_ranges(
     hi = np.searchsorted(stream, stops, side="left")
     inner = np.maximum(hi - lo, 0)
     rows = np.maximum(-(-(stops - starts) // seq_len) - 1, 0)
-    row_cuts = np.repeat(starts, rows) + (_spread(np.ones(len(k), np.int64), rows) * seq_len)
-    values = np.concatenate([starts, stream[_spread(lo, inner)], row_cuts, stops])
+    row_cuts = np.repeat(starts, rows) + (spread(np.ones(len(k), np.int64), rows) * seq_len)
+    values = np.concatenate([starts, stream[spread(lo, inner)], row_cuts, stops])
     owner = np.concatenate([k, np.repeat(k, inner), np.repeat(k, rows), k])
     order = np.lexsort((values, owner))
     values, owner = values[order], owner[order]

@@ -35,7 +35,6 @@ class Pieces(NamedTuple):
     length: np.ndarray
     dst: np.ndarray  # its first position in the flattened batch
     rows: int
-    truncated: int  # elements cut off by `long_rows="truncate"`
 
 
 class Block(NamedTuple):
@@ -292,29 +291,16 @@ def _pack_units(seq: np.ndarray, lens: np.ndarray, opts: Options, drop_last: boo
     count = packed_rows // per if drop_last else -(-packed_rows // per)
     span = seq_len * per
 
-    def batch(u: int) -> Pieces:
-        start = u * span
-        stop = min(start + span, total)
-        at, first, length = _plans.pack_pieces(stream, start, stop, seq_len)
-        return Pieces(
-            seq[at], first, length, stream[at] + first - start, -(-(stop - start) // seq_len), 0
-        )
-
-    def rows(u: int) -> np.ndarray:
-        start = u * span
-        at = _plans.pack_pieces(stream, start, min(start + span, total), seq_len)[0]
-        return seq[_unique_in_order(at)]
-
     def block(us: np.ndarray) -> Block:
         starts = us * span
         stops = np.minimum(starts + span, total)
         at, first, length, k = _plans.pack_ranges(stream, starts, stops, seq_len)
         dst = k * span + (stream[at] + first - starts[k])
         rows_of = (-(-(stops - starts) // seq_len)).tolist()
-        pieces = Pieces(seq[at], first, length, dst, len(us) * per, 0)
+        pieces = Pieces(seq[at], first, length, dst, len(us) * per)
         return Block(pieces, per, rows_of, [0] * len(us))
 
-    return Units(count, batch, rows, block)
+    return _packed_units(count, block)
 
 
 def _fit_units(seq: np.ndarray, lens: np.ndarray, opts: Options, drop_last: bool) -> Units:
@@ -341,32 +327,31 @@ def _fit_units(seq: np.ndarray, lens: np.ndarray, opts: Options, drop_last: bool
     batches = total_rows // per if drop_last else -(-total_rows // per)
     cut_sum = np.concatenate([[0], np.cumsum(p_cut)])
 
-    def span(u: int) -> tuple[int, int, int, int]:
-        r0, r1 = u * per, min((u + 1) * per, total_rows)
-        return r0, r1, int(row_first[r0]), int(row_first[r1])
-
-    def batch(u: int) -> Pieces:
-        r0, r1, a, b = span(u)
-        dst = (row[a:b] - r0) * seq_len + within[a:b]
-        return Pieces(p_row[a:b], p_start[a:b], p_len[a:b], dst, r1 - r0, int(p_cut[a:b].sum()))
-
-    def rows(u: int) -> np.ndarray:
-        _, _, a, b = span(u)
-        return _unique_in_order(p_row[a:b])
-
     def block(us: np.ndarray) -> Block:
         r0 = us * per
         r1 = np.minimum(r0 + per, total_rows)
         a, b = row_first[r0], row_first[r1]
         counts = b - a
-        at = np.repeat(a - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
+        at = _plans.spread(a, counts)
         k = np.repeat(np.arange(len(us)), counts)
         dst = (k * per + row[at] - r0[k]) * seq_len + within[at]
         truncated = (cut_sum[b] - cut_sum[a]).tolist()
-        pieces = Pieces(p_row[at], p_start[at], p_len[at], dst, len(us) * per, 0)
+        pieces = Pieces(p_row[at], p_start[at], p_len[at], dst, len(us) * per)
         return Block(pieces, per, (r1 - r0).tolist(), truncated)
 
-    return Units(batches, batch, rows, block)
+    return _packed_units(batches, block)
+
+
+def _packed_units(count: int, block: Callable[[np.ndarray], Block]) -> Units:
+    """Packed batches: batch ``u`` is the block of ``u`` alone, its rows those of its pieces."""
+
+    def batch(u: int) -> Block:
+        return block(np.array([u], dtype=np.int64))
+
+    def rows(u: int) -> np.ndarray:
+        return _unique_in_order(batch(u).pieces.row)
+
+    return Units(count, batch, rows, block)
 
 
 def _unique_in_order(x: np.ndarray) -> np.ndarray:
