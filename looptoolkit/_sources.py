@@ -61,14 +61,16 @@ class Sequential:
 
 
 class Materialized:
-    def __init__(self, perm: np.ndarray) -> None:
+    # fresh: ``perm`` was made for this source alone (materialize hands it over, no copy).
+    def __init__(self, perm: np.ndarray, fresh: bool = False) -> None:
         self.perm = perm
+        self.fresh = fresh
 
     def segment(self, start: int, stop: int) -> np.ndarray:
         return self.perm[start:stop]
 
     def materialize(self) -> np.ndarray:
-        return self.perm.copy()
+        return self.perm if self.fresh else self.perm.copy()
 
 
 class Grouped:

@@ -426,7 +426,7 @@ class Order:
             return Sequential(n)
         if self.shuffle == "full":
             rng = generator(self.seed, epoch, STREAM_FULL)
-            return Materialized(rng.permutation(n).astype(np.intp, copy=False))
+            return Materialized(rng.permutation(n).astype(np.intp, copy=False), fresh=True)
         return Grouped(n, self.group_size, self.seed, epoch, self.run_size)
 
     def _padding(self, positions: np.ndarray) -> np.ndarray:

@@ -128,6 +128,9 @@ class UnitOrder:
         drop_last: bool,
     ) -> None:
         self.lengths = lengths
+        # The lengths the plans gather in the epoch's order: 4 bytes a row where they fit.
+        small = not len(lengths) or int(lengths.max()) < 1 << 31
+        self._compact = lengths.astype(np.int32) if small else lengths
         self.padded = padded
         self.opts = opts
         self.docs = docs
@@ -186,33 +189,39 @@ class UnitOrder:
             return found
 
     def _units(self, epoch: int) -> Units:
-        opts, lengths = self.opts, self.lengths
+        opts = self.opts
         seq = self.docs.global_order(epoch)
-        lens = lengths[seq]
+        lens = self._compact[seq]
         shuffled = self.shuffle != "none"
         rng = generator(self.seed, epoch, _STREAM_BATCHES) if shuffled else None
         if opts.layout == "pack":
             return _pack_units(seq, lens, opts, self.drop_last)
         if opts.layout == "fit":
-            return _fit_units(seq, lens, opts, self.drop_last)
+            return _fit_units(seq, lens, self.lengths, opts, self.drop_last)
         if opts.batch_tokens is None:  # length-grouped batches of batch_size rows
             assert opts.batch_size is not None
-            order, bounds = _plans.length_grouped(lens, opts.batch_size, rng)
+            windows, starts, stops = _plans.length_grouped(lens, opts.batch_size, rng)
             if self.drop_last and len(seq) % opts.batch_size:
-                bounds = bounds[:-1]
-            return _row_units(seq[order], bounds)
+                starts, stops = starts[:-1], stops[:-1]
+            return _row_units(seq, starts, stops, windows)
         window = _plans.window_size(len(seq))
-        if opts.group_by_length:
-            seq, lens = _sort_windows(seq, lens, window)
         mode = "max" if opts.layout == "pad" else "sum"
-        cost = self.padded(lens) if mode == "max" else lens
-        bounds = _plans.greedy_bounds(cost, opts.batch_tokens, mode=mode, window=window)
-        if opts.group_by_length and rng is not None:  # whole batches shuffled
-            count = len(bounds) - 1
-            perm = rng.permutation(count)
-            starts, stops = bounds[:-1][perm], bounds[1:][perm]
-            return _row_units(seq, None, starts, stops)
-        return _row_units(seq, bounds)
+        padded = self.padded if mode == "max" else None
+        if not opts.group_by_length:
+            bounds = _plans.greedy_bounds(
+                lens, opts.batch_tokens, mode=mode, window=window, padded=padded
+            )
+            return _row_units(seq, bounds[:-1], bounds[1:])
+        sw = _plans.SortedWindows(lens, window)
+        cost = sw.lengths().reshape(-1)[: len(seq)]
+        bounds = _plans.greedy_bounds(
+            cost, opts.batch_tokens, mode=mode, window=window, padded=padded, sorted_desc=True
+        )
+        starts, stops = bounds[:-1], bounds[1:]
+        if rng is not None:  # whole batches shuffled
+            perm = rng.permutation(len(starts))
+            starts, stops = starts[perm], stops[perm]
+        return _row_units(seq, starts, stops, sw)
 
     def epoch(self, epoch: int, offset: int = 0) -> UnitEpoch:
         """This rank's batches of ``epoch`` from global batch ``offset`` on."""
@@ -252,31 +261,23 @@ class UnitOrder:
         return self.docs.global_order(epoch)
 
 
-def _sort_windows(seq: np.ndarray, lens: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
-    m = len(seq)
-    windows = -(-m // window)
-    grid = np.full(windows * window, -1, dtype=np.int64)
-    grid[:m] = lens
-    within = _plans.sort_desc(grid.reshape(windows, window) + 1)  # padding (-1) sorts last
-    order = (within + (np.arange(windows) * window)[:, None]).reshape(-1)
-    order = order[order < m]
-    return seq[order], lens[order]
-
-
 def _row_units(
     seq: np.ndarray,
-    bounds: np.ndarray | None,
-    starts: np.ndarray | None = None,
-    stops: np.ndarray | None = None,
+    starts: np.ndarray,
+    stops: np.ndarray,
+    windows: _plans.SortedWindows | None = None,
 ) -> Units:
-    """Batches of whole rows: ``seq[starts[u]:stops[u]]``."""
-    if bounds is not None:
-        starts, stops = bounds[:-1], bounds[1:]
-    assert starts is not None and stops is not None
-    s, e = starts.tolist(), stops.tolist()
+    """Batches of whole rows: ``seq[starts[u]:stops[u]]``, or those positions of ``windows``."""
+    s, e = starts, stops
+    if windows is None:
 
-    def rows(u: int) -> np.ndarray:
-        return seq[s[u] : e[u]]
+        def rows(u: int) -> np.ndarray:
+            return seq[s[u] : e[u]]
+
+    else:
+
+        def rows(u: int) -> np.ndarray:
+            return seq[windows.rows(s[u], e[u])]
 
     return Units(len(s), rows, rows)
 
@@ -303,43 +304,79 @@ def _pack_units(seq: np.ndarray, lens: np.ndarray, opts: Options, drop_last: boo
     return _packed_units(count, block)
 
 
-def _fit_units(seq: np.ndarray, lens: np.ndarray, opts: Options, drop_last: bool) -> Units:
+def _fit_units(
+    seq: np.ndarray, lens: np.ndarray, lengths: np.ndarray, opts: Options, drop_last: bool
+) -> Units:
     """Whole rows (or their pieces) fitted into rows of ``seq_len``, first fit decreasing."""
     seq_len, per = opts.seq_len or 1, opts.batch_size or 1
-    keep = lens > 0
-    seq, lens = seq[keep], lens[keep]
-    cut = np.zeros(len(seq), dtype=np.int64)
-    if opts.long_rows == "split":
-        count = -(-lens // seq_len)
-        owner = np.repeat(np.arange(len(seq)), count)
-        first = (np.arange(len(owner)) - np.repeat(np.cumsum(count) - count, count)) * seq_len
-        length = np.minimum(seq_len, lens[owner] - first)
-        seq, lens, start, cut = seq[owner], length, first, np.zeros(len(owner), dtype=np.int64)
-    else:
-        cut = np.maximum(lens - seq_len, 0)
-        lens = np.minimum(lens, seq_len)
-        start = np.zeros(len(seq), dtype=np.int64)
-    piece, row, total_rows = _plans.fit_rows(lens, seq_len, opts.max_segments)
-    p_row, p_start, p_len, p_cut = seq[piece], start[piece], lens[piece], cut[piece]
-    row_first = np.searchsorted(row, np.arange(total_rows + 1))
-    within = np.cumsum(p_len) - p_len
-    within -= np.repeat(within[row_first[:-1]], np.diff(row_first))
+    if not lens.all():  # rows without elements take no place
+        keep = np.flatnonzero(lens)
+        seq, lens = seq[keep], lens[keep]
+    pieces = _FitPieces(lens, seq_len, opts.long_rows == "split")
+    piece, row_first = _plans.fit_rows(pieces.length, seq_len, opts.max_segments)
+    total_rows = len(row_first) - 1
     batches = total_rows // per if drop_last else -(-total_rows // per)
-    cut_sum = np.concatenate([[0], np.cumsum(p_cut)])
 
     def block(us: np.ndarray) -> Block:
         r0 = us * per
         r1 = np.minimum(r0 + per, total_rows)
         a, b = row_first[r0], row_first[r1]
-        counts = b - a
-        at = _plans.spread(a, counts)
-        k = np.repeat(np.arange(len(us)), counts)
-        dst = (k * per + row[at] - r0[k]) * seq_len + within[at]
-        truncated = (cut_sum[b] - cut_sum[a]).tolist()
-        pieces = Pieces(p_row[at], p_start[at], p_len[at], dst, len(us) * per)
-        return Block(pieces, per, (r1 - r0).tolist(), truncated)
+        at = _plans.spread(a, b - a)
+        k = np.repeat(np.arange(len(us)), b - a)
+        x = piece[at]
+        doc, start = pieces.locate(x)
+        length = pieces.length[x].astype(np.int64)
+        # Each piece's place in its packed row: the lengths before it in that row.
+        row = np.searchsorted(row_first, at, side="right") - 1
+        within = np.cumsum(length) - length
+        first = np.flatnonzero(np.diff(row, prepend=-1))
+        within -= np.repeat(within[first], np.diff(np.append(first, len(row))))
+        dst = (k * per + row - r0[k]) * seq_len + within
+        cut = np.maximum(lengths[seq[doc]] - seq_len, 0) if opts.long_rows == "truncate" else None
+        truncated = [0] * len(us) if cut is None else np.bincount(k, cut, len(us)).astype(int)
+        rows = Pieces(seq[doc], start, length, dst, len(us) * per)
+        return Block(rows, per, (r1 - r0).tolist(), list(map(int, truncated)))
 
     return _packed_units(batches, block)
+
+
+class _FitPieces:
+    """The pieces first fit packs: one per row, or a row longer than ``seq_len`` cut in pieces.
+
+    Args:
+        lens: the rows' lengths in the epoch's order.
+        seq_len: the longest piece.
+        split: cut longer rows into pieces of ``seq_len`` (else truncate them to one).
+    """
+
+    def __init__(self, lens: np.ndarray, seq_len: int, split: bool) -> None:
+        self.seq_len = seq_len
+        long = np.flatnonzero(lens > seq_len) if split else np.zeros(0, np.int64)
+        self.long = long
+        if not len(long):
+            self.length = np.minimum(lens, seq_len)
+            return
+        count = -(-lens[long].astype(np.int64) // seq_len)
+        extra = count - 1
+        # Each long row's pieces follow it: seq_len elements each, the last the rest.
+        length = np.insert(np.minimum(lens, seq_len), np.repeat(long + 1, extra), seq_len)
+        self.first = long + np.cumsum(extra) - extra
+        self.count = count
+        length[self.first + count - 1] = lens[long] - extra * seq_len
+        self.length = length
+
+    def locate(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The rows (positions in the epoch's order) of pieces ``x`` and their first elements."""
+        if not len(self.long):
+            return x, np.zeros(len(x), dtype=np.int64)
+        j = np.searchsorted(self.first, x, side="right") - 1
+        jj = np.maximum(j, 0)
+        inside = (j >= 0) & (x - self.first[jj] < self.count[jj])
+        # Pieces before x beyond one per row: all extra pieces of the long rows before it.
+        before = np.where(j >= 0, self.first[jj] - self.long[jj] + self.count[jj] - 1, 0)
+        doc = np.where(inside, self.long[jj], x - before)
+        start = np.where(inside, (x - self.first[jj]) * self.seq_len, 0)
+        return doc, start
 
 
 def _packed_units(count: int, block: Callable[[np.ndarray], Block]) -> Units:
