@@ -31,6 +31,7 @@ BATCHINGS: dict[str, dict[str, Any]] = {
     "pad": {"batch_size": 32, "layout": "pad"},
     "group": {"batch_size": 32, "layout": "pad", "group_by_length": True},
     "budget": {"layout": "pad", "batch_tokens": 8192, "group_by_length": True},
+    "pad-budget": {"layout": "pad", "batch_tokens": 8192},
     "pack": {"batch_size": 4, "layout": "pack", "seq_len": 2048},
     "flat": {"batch_size": 32, "layout": "flat"},
     "flat-budget": {"layout": "flat", "batch_tokens": 8192},

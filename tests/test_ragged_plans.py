@@ -71,17 +71,11 @@ def greedy_plain(
 def test_sorted_windows_are_a_stable_sort_of_each_window(lengths, size):
     sw = _plans.SortedWindows(np.asarray(lengths, dtype=np.int32), size)
     m = len(lengths)
-    flat = (sw.positions() + (np.arange(sw.windows) * size)[:, None]).reshape(-1)[:m]
     want = [i for w in windows_plain(lengths, size) for i in w]
-    assert flat.tolist() == want
+    assert sw.order().tolist() == want
     sorted_lengths = sw.lengths().reshape(-1)
     assert sorted_lengths[:m].tolist() == [lengths[i] for i in want]
     assert (sorted_lengths[m:] == 0).all()
-    at = np.arange(m)
-    assert sw.length_at(at).tolist() == [lengths[i] for i in want]
-    for lo in range(0, m, size):
-        hi = min(lo + size, m)
-        assert sw.rows(lo, hi).tolist() == want[lo:hi]
 
 
 @settings(max_examples=80, deadline=None)
@@ -144,7 +138,8 @@ def test_greedy_budgets_match_the_plain_greedy(lengths, extra, window, mode, mul
 def test_length_grouped_batches_match_the_plain_grouping(lengths, batch, shuffle):
     rng = np.random.default_rng(5) if shuffle else None
     sw, starts, stops = _plans.length_grouped(np.asarray(lengths, np.int32), batch, rng)
-    got = [sw.rows(int(a), int(b)).tolist() for a, b in zip(starts, stops, strict=True)]
+    order = sw.order()
+    got = [order[a:b].tolist() for a, b in zip(starts, stops, strict=True)]
     order = [i for w in windows_plain(lengths, batch * 50) for i in w]
     plain = [order[k : k + batch] for k in range(0, len(order), batch)]
     full = len(lengths) // batch

@@ -89,30 +89,18 @@ class SortedWindows:
         self.key = key
         self.mask = dtype((1 << self.bits) - 1)
 
-    def positions(self) -> np.ndarray:
-        """``(windows, size)``: each window's positions within it, longest first."""
-        return np.bitwise_and(self.key, self.mask).astype(np.intp)
-
     def lengths(self, dtype: np.dtype | type = np.int64) -> np.ndarray:
         """``(windows, size)``: the sorted lengths, the last window's padding 0."""
         out = (self.top + 1) - np.right_shift(self.key, self.bits).astype(np.int64)
         np.maximum(out, 0, out=out)
         return out.astype(dtype, copy=False)
 
-    def length_at(self, at: np.ndarray) -> np.ndarray:
-        """The sorted lengths at flat positions ``at`` (of the first ``m``)."""
-        key = np.right_shift(self.key.reshape(-1)[at], self.bits)
-        return (self.top + 1) - key.astype(np.int64)
-
-    def rows(self, start: int, stop: int) -> np.ndarray:
-        """Flat sorted positions ``[start, stop)`` (within one window) as positions of the order."""
-        key = np.bitwise_and(self.key.reshape(-1)[start:stop], self.mask)
-        return key.astype(np.intp) + (start // self.size) * self.size
-
-    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
-        """Each window's first flat position and the end of its rows."""
-        first = np.arange(self.windows, dtype=np.int64) * self.size
-        return first, np.minimum(first + self.size, self.m)
+    def order(self) -> np.ndarray:
+        """The ``m`` positions of the order, window by window, each window longest first."""
+        at = np.empty(self.key.shape, dtype=np.intp)
+        np.bitwise_and(self.key, self.mask, out=at, casting="unsafe")
+        at += (np.arange(self.windows, dtype=np.intp) * self.size)[:, None]
+        return at.reshape(-1)[: self.m]
 
 
 def greedy_bounds(
@@ -297,7 +285,7 @@ def fit_rows(
     count, size, bits = sw.windows, sw.size, sw.bits
     dtype = np.int16 if seq_len < 1 << 14 else np.int32 if seq_len < 1 << 30 else np.int64
     group = np.uint16 if 2 * bits <= 16 else np.uint32
-    piece = np.empty(count * size, dtype=np.int64)
+    piece = np.empty(count * size, dtype=np.int32 if count * size < 1 << 31 else np.int64)
     rows_of: list[np.ndarray] = []  # each window's packed rows, in order
     tail = m - (count - 1) * size  # the last window's pieces; its padding goes last
     for lo in range(0, count, _FIT_CHUNK):
@@ -305,19 +293,21 @@ def fit_rows(
         key = sw.key[lo:hi]
         # The sorted lengths, the padding 0, position-major (a row of the array per pass).
         top = sw.top + 1
-        sizes = np.right_shift(np.ascontiguousarray(key.T), bits)
+        sizes = np.right_shift(key, bits)
         np.minimum(sizes, top, out=sizes)
         np.subtract(top, sizes, out=sizes)
-        place = _first_fit(sizes.astype(dtype), seq_len, max_segments)
+        place = _first_fit(_transposed(sizes.astype(dtype)), seq_len, max_segments)
         # Each window's pieces grouped by packed row, in the epoch's order within a row.
-        by_row: np.ndarray[Any, Any] = np.ascontiguousarray(place.T, dtype=group)
+        by_row: np.ndarray[Any, Any] = _transposed(place)
+        same = by_row.dtype.itemsize == np.dtype(group).itemsize  # rows >= 0: a view will do
+        by_row = by_row.view(group) if same else by_row.astype(group)
         if hi == count:
             by_row[-1, tail:] = size - 1
         np.left_shift(by_row, bits, out=by_row)
         np.bitwise_or(by_row, np.bitwise_and(key, sw.mask).astype(group), out=by_row)
         by_row.sort(axis=1)
-        at = np.bitwise_and(by_row, (1 << bits) - 1).astype(np.int64)
-        at += (np.arange(lo, hi, dtype=np.int64) * size)[:, None]
+        at = np.bitwise_and(by_row, (1 << bits) - 1).astype(piece.dtype)
+        at += (np.arange(lo, hi, dtype=piece.dtype) * size)[:, None]
         piece[lo * size : hi * size] = at.reshape(-1)
         # Where each packed row starts: a window's start, or a change of its row number.
         row = np.right_shift(by_row, bits)
@@ -327,6 +317,14 @@ def fit_rows(
         rows_of.append(np.flatnonzero(change) + lo * size)
     row_first = np.concatenate(rows_of)
     return piece[:m], np.append(row_first[row_first < m], m)
+
+
+def _transposed(a: np.ndarray, tile: int = 64) -> np.ndarray:
+    """``a.T`` as a new C-ordered array, copied in tiles that stay in cache."""
+    out = np.empty(a.shape[::-1], dtype=a.dtype)
+    for lo in range(0, a.shape[0], tile):
+        out[:, lo : lo + tile] = a[lo : lo + tile].T
+    return out
 
 
 def _first_fit(sizes: np.ndarray, seq_len: int, max_segments: int | None) -> np.ndarray:

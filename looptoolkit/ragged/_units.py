@@ -267,19 +267,14 @@ def _row_units(
     stops: np.ndarray,
     windows: _plans.SortedWindows | None = None,
 ) -> Units:
-    """Batches of whole rows: ``seq[starts[u]:stops[u]]``, or those positions of ``windows``."""
-    s, e = starts, stops
-    if windows is None:
+    """Batches of whole rows: ``seq[starts[u]:stops[u]]``, after sorting ``windows`` if given."""
+    if windows is not None:  # one gather now: each batch is then a slice
+        seq = seq[windows.order()]
 
-        def rows(u: int) -> np.ndarray:
-            return seq[s[u] : e[u]]
+    def rows(u: int) -> np.ndarray:
+        return seq[starts[u] : stops[u]]
 
-    else:
-
-        def rows(u: int) -> np.ndarray:
-            return seq[windows.rows(s[u], e[u])]
-
-    return Units(len(s), rows, rows)
+    return Units(len(starts), rows, rows)
 
 
 def _pack_units(seq: np.ndarray, lens: np.ndarray, opts: Options, drop_last: bool) -> Units:
