@@ -170,3 +170,19 @@ def test_fit_pieces_without_long_rows_are_the_rows(split):
     doc, start = pieces.locate(np.arange(3))
     assert doc.tolist() == [0, 1, 2] and start.tolist() == [0, 0, 0]
     assert pieces.length.tolist() == [3, 5, 1]
+
+
+@pytest.mark.parametrize("scale", [1_000, 100_000, 50_000_000])
+def test_plans_of_long_rows_use_wide_keys_and_rooms(scale):
+    # Lengths past 2**14 (int32 rooms) and past 2**25 (64-bit sort keys) plan the same.
+    rng = np.random.default_rng(scale)
+    lengths = (rng.integers(0, 60, 400) * scale).astype(np.int64)
+    seq_len = int(lengths.max()) + scale
+    piece, row_first = _plans.fit_rows(lengths, seq_len, 3, 16)
+    rows = [piece[a:b].tolist() for a, b in itertools.pairwise(row_first)]
+    assert rows == first_fit_plain(lengths.tolist(), seq_len, 3, 16)
+    sw = _plans.SortedWindows(lengths, 32)
+    assert sw.order().tolist() == [i for w in windows_plain(lengths.tolist(), 32) for i in w]
+    budget = int(lengths.max()) * 3
+    got = _plans.greedy_bounds(lengths, budget, mode="sum", window=50)
+    assert got.tolist() == greedy_plain(lengths.tolist(), budget, "sum", 50)
