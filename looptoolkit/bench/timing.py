@@ -128,6 +128,7 @@ def machine_info() -> dict[str, Any]:
         "jaxlib",
         "tensorflow",
         "transformers",
+        "grain",
     )
     info: dict[str, Any] = {
         "cpu": cpu or platform.processor() or platform.machine(),

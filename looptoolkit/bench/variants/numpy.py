@@ -14,6 +14,7 @@ from looptoolkit import Loader, tree
 from looptoolkit._rows import Rows
 from looptoolkit.bench.variants import BASELINE, Kit, loop, tokens, variant
 from looptoolkit.bench.variants.epochs import EpochPipeline, batch_slices, split_batches
+from looptoolkit.bench.variants.grain_pack import grain_variants
 from looptoolkit.order import batch_count
 
 # A chunk's bytes of rows (at most 64 batches): faster than 16 batches for JAX and tf on tabular.
@@ -184,5 +185,6 @@ VARIANTS = (
     _v("loader-grouped", loop(Loader, shuffle="grouped"), shuffle="grouped", floor=_SEQ),
     _v("loader-runs", loop(Loader, shuffle="grouped", run_size=16), shuffle=None, floor=_SEQ),
     *tokens.numpy_variants(NAME),
+    *grain_variants(NAME),
 )
 KIT = Kit(NAME, VARIANTS)
