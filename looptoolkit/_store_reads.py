@@ -467,8 +467,11 @@ def plan_reads(store: StoreReads, order: Any, cache_bytes: int | None) -> None:
     # A block within a group's rows touches at most two groups' chunks: what the cache holds.
     block = block_batches(sum(leaf.row_bytes for leaf in store.leaves), order.batch_size)
     store.block = max(1, min(block, group // order.batch_size))
-    # Batches handed to the loop's thread at once: a read-ahead span's batches together.
-    store.handoff = max(store.block, (group + ahead) // order.batch_size)
+    # Batches handed to the loop's thread at once. A sequential order's batches are
+    # views of a read-ahead span (no copies): its batches go together.
+    store.handoff = store.block
+    if ahead and order.shuffle == "none":
+        store.handoff = max(store.block, (group + ahead) // order.batch_size)
 
 
 ORDER_ARGS = (
