@@ -10,8 +10,12 @@ Between the order and the batch, for the leaves that are
   An order that uses one chunk at a time (sequential, groups of one chunk)
   reads the chunks of the next ``READ_AHEAD_CHUNKS`` chunks' rows of the order
   in the same call: one call per span of chunks, as a store is read fastest.
-  A batch is then one gather from its segment. With an order that uses each
-  chunk's rows while the chunk is cached, each chunk is read once per epoch.
+  A batch is then one gather from its segment; consecutive rows (a sequential
+  order's batches) are a view of it, found by arithmetic per chunk, not per row.
+  A segment is a new array per read and never written again, so a view handed
+  out stays valid; a background thread hands a read-ahead span's batches to the
+  loop together. With an order that uses each chunk's rows while the chunk is
+  cached, each chunk is read once per epoch.
 - Rows (a full shuffle, weights, any order that scatters): each batch's rows are
   read sorted and deduplicated (h5py takes increasing indices only), then put
   back in the batch's order. Every chunk a batch touches is decoded for it;
@@ -78,6 +82,9 @@ class ChunkCache:
 
     def take(self, j: int, idx: np.ndarray) -> np.ndarray:
         """Rows ``idx`` of leaf ``j``."""
+        n = len(idx)
+        if n and idx[-1] - idx[0] + 1 == n and (n == 1 or bool((np.diff(idx) == 1).all())):
+            return self.span(j, int(idx[0]), int(idx[-1]) + 1)
         unit = self.units[j]
         chunk = idx // unit
         where = self.where[j]
@@ -106,6 +113,40 @@ class ChunkCache:
             at = seg == s
             segments.move_to_end(s)
             out[at] = segments[s][2].take(pos[at], axis=0)
+        return out
+
+    def span(self, j: int, start: int, stop: int) -> np.ndarray:
+        """Rows ``start:stop`` of leaf ``j``: a view of one segment where they lie in one.
+
+        The arithmetic is per chunk, not per row: a sequential order's batches (and
+        blocks of them) cost the same whatever their length.
+        """
+        unit = self.units[j]
+        first, last = start // unit, (stop - 1) // unit + 1
+        where = self.where[j]
+        seg = where[first:last]
+        missing = seg < 0
+        if missing.any():
+            need = np.arange(first, last)[missing]
+            if self.upcoming is not None:
+                ahead = _distinct(self.upcoming() // unit)
+                need = np.union1d(need, ahead[where[ahead] < 0])
+            self._read(j, need, np.unique(seg[~missing]))
+            seg = where[first:last]
+        base, segments = self.base[j], self.segments
+        s = int(seg[0])
+        if (seg == s).all():
+            # Consecutive chunks of one segment lie there in order, back to back.
+            segments.move_to_end(s)
+            at = int(base[first]) + start - first * unit
+            return segments[s][2][at : at + stop - start]
+        leaf = self.leaves[j]
+        out = np.empty((stop - start, *leaf.shape[1:]), dtype=leaf.dtype)
+        for c, s in enumerate(seg.tolist(), first):
+            a, b = max(start, c * unit), min(stop, (c + 1) * unit)
+            segments.move_to_end(s)
+            at = int(base[c]) + a - c * unit
+            out[a - start : b - start] = segments[s][2][at : at + b - a]
         return out
 
     def _read(self, j: int, chunks: np.ndarray, keep: np.ndarray) -> None:
@@ -202,6 +243,7 @@ class StoreReads:
         self.unit = unit
         self.cache_bytes: int | None = None
         self.block = 1  # batches gathered at once from the cache (set by `plan_reads`)
+        self.handoff = 1  # batches handed over at once by a background thread (`plan_reads`)
         self.ahead = 0  # rows of the order whose chunks a cache read reads along (`plan_reads`)
         self.last: ChunkCache | None = None  # the cache of the pass that started last
         self._shared: ChunkCache | None = None
@@ -390,7 +432,9 @@ def plan_reads(store: StoreReads, order: Any, cache_bytes: int | None) -> None:
                 'whole (`shuffle=False` or `"grouped"`); this order reads sorted rows per batch.'
             )
         store.cache_bytes = None
-        store.block = block_batches(sum(leaf.row_bytes for leaf in store.leaves), order.batch_size)
+        store.block = store.handoff = block_batches(
+            sum(leaf.row_bytes for leaf in store.leaves), order.batch_size
+        )
         return
     group = order.group_size if order.chunk_rows is not None else store.unit
     unit, row_bytes = store.unit, sum(leaf.row_bytes for leaf in store.leaves)
@@ -423,6 +467,11 @@ def plan_reads(store: StoreReads, order: Any, cache_bytes: int | None) -> None:
     # A block within a group's rows touches at most two groups' chunks: what the cache holds.
     block = block_batches(sum(leaf.row_bytes for leaf in store.leaves), order.batch_size)
     store.block = max(1, min(block, group // order.batch_size))
+    # Batches handed to the loop's thread at once. A sequential order's batches are
+    # views of a read-ahead span (no copies): its batches go together.
+    store.handoff = store.block
+    if ahead and order.shuffle == "none":
+        store.handoff = max(store.block, (group + ahead) // order.batch_size)
 
 
 ORDER_ARGS = (

@@ -466,7 +466,7 @@ class Loader:
         if self.prefetch_mode == "thread":
             # A store's reads (decoding releases the GIL) are handed over in blocks.
             store = self._rows.store
-            block = 1 if self._plan.move or store is None else store.block
+            block = 1 if self._plan.move or store is None else store.handoff
             source = prefetched(
                 self._rows, batches, progress, self._plan, self.prefetch, stager, block
             )
