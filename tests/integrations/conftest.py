@@ -16,3 +16,13 @@ def _one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def fresh_accelerator_state() -> Iterator[None]:
+    # AcceleratorState is a process-wide singleton: each test starts from none and leaves none.
+    from helpers import reset_accelerate
+
+    reset_accelerate()
+    yield
+    reset_accelerate()

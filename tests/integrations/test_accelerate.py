@@ -17,7 +17,6 @@ kept by the user, shares the epoch cursor.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -48,12 +47,7 @@ def _numpy_data() -> dict[str, np.ndarray]:
 REFERENCE = Loader(_numpy_data(), B, seed=SEED)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_accelerator_state() -> Iterator[None]:
-    # AcceleratorState is a process-wide singleton: each test starts from none.
-    reset_accelerate()
-    yield
-    reset_accelerate()
+pytestmark = pytest.mark.usefixtures("fresh_accelerator_state")
 
 
 class Run:

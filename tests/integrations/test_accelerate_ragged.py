@@ -10,7 +10,6 @@ rest of epoch 1, so the two runs together cover it once.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -34,11 +33,7 @@ CASES = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _fresh_accelerator_state() -> Iterator[None]:
-    reset_accelerate()
-    yield
-    reset_accelerate()
+pytestmark = pytest.mark.usefixtures("fresh_accelerator_state")
 
 
 class Run:

@@ -12,7 +12,6 @@ resumed from the end-of-epoch checkpoint (step 10) on epochs 1 and 2.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -63,10 +62,7 @@ CONFIG = BertConfig(
 )
 
 
-@pytest.fixture(autouse=True)
-def _fresh_accelerator_state() -> Iterator[None]:
-    yield
-    reset_accelerate()
+pytestmark = pytest.mark.usefixtures("fresh_accelerator_state")
 
 
 class RecordingTrainer(Trainer):

@@ -11,7 +11,6 @@ mid-epoch checkpoint trains on the rest of epoch 1, so the two runs cover it onc
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +40,7 @@ CONFIG = LlamaConfig(
 )
 
 
-@pytest.fixture(autouse=True)
-def _fresh_accelerator_state() -> Iterator[None]:
-    yield
-    reset_accelerate()
+pytestmark = pytest.mark.usefixtures("fresh_accelerator_state")
 
 
 class RecordingTrainer(Trainer):
