@@ -126,6 +126,7 @@ def test_gpu_checks_are_selected_only_where_a_gpu_is_present():
         "stream-order",
         "memory",
         "overlap",
+        "ragged",
     ]
 
     class FakeJax:  # jax.devices("gpu") on a machine with one GPU
@@ -157,7 +158,9 @@ def test_the_cuda_checks_pass_on_the_host_and_see_a_planted_fault():
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("name", ["loader-cuda", "skip-keys", "stream-order", "memory", "overlap"])
+@pytest.mark.parametrize(
+    "name", ["loader-cuda", "skip-keys", "stream-order", "memory", "overlap", "ragged"]
+)
 def test_the_cuda_checks_pass_on_a_gpu(cuda, name):
     import torch
 

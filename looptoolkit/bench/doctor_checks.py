@@ -336,13 +336,45 @@ def _cuda_overlap(kit: CudaKit) -> str:
     return f"to_device returned after {queued_ms:.1f} ms behind a queued 200 ms step"
 
 
+def _cuda_ragged(kit: CudaKit) -> str:
+    from looptoolkit import Ragged
+
+    rng = np.random.default_rng(9)
+    lengths = rng.integers(1, 100, N)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    data = {
+        "ids": Ragged(kit.torch.from_numpy(rng.integers(0, 50_000, offsets[-1])), offsets),
+        "doc": np.arange(N),
+    }
+    batches = 0
+    for layout, size, extra in (("pad", B, {}), ("flat", B, {}), ("pack", 4, {"seq_len": 256})):
+        host = list(Loader(data, size, seed=2, layout=layout, **extra))
+        got = list(
+            Loader(data, size, seed=2, layout=layout, device=kit.device, prefetch=2, **extra)
+        )
+        if len(got) != len(host):
+            raise CheckFailed(
+                f"{layout}: {len(got)} batches on the device, {len(host)} on the host."
+            )
+        for g, h in zip(got, host, strict=True):  # all kept: a reused buffer would show
+            fields = [f for f in h["ids"]._fields if not isinstance(getattr(h["ids"], f), int)]
+            _same(
+                [{f: _numpy(getattr(g["ids"], f)) for f in fields} | {"doc": _numpy(g["doc"])}],
+                [{f: getattr(h["ids"], f) for f in fields} | {"doc": h["doc"]}],
+                f"{layout} batches",
+            )
+        batches += len(got)
+    return f"{batches} padded, flat and packed batches equal the host Loader's"
+
+
 def cuda_checks(kit: CudaKit) -> list[Check]:
-    """The five torch CUDA checks, on ``kit``'s device."""
+    """The six torch CUDA checks, on ``kit``'s device."""
     named = [
         ("loader-cuda", "staged, cast, transformed Loader equals the host's", _cuda_equal),
         ("skip-keys", "skipped leaves stay NumPy arrays of their own batch", _cuda_skipped),
         ("stream-order", "gathers and the transform see what the step wrote", _cuda_stream_order),
         ("memory", "reserved memory does not grow over six epochs", _cuda_memory),
         ("overlap", "a pinned to_device does not wait for a queued step", _cuda_overlap),
+        ("ragged", "padded, flat and packed batches equal the host's", _cuda_ragged),
     ]
     return [Check("cuda", name, text, partial(fn, kit), "torch") for name, text, fn in named]
