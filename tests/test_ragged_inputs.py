@@ -242,3 +242,28 @@ def test_transform_device_and_prefetch_take_ragged_batches(mode):
         np.testing.assert_array_equal(a["ids"].values.numpy(), b["ids"].values * 2)
         np.testing.assert_array_equal(a["ids"].cu_seqlens.numpy(), b["ids"].cu_seqlens)
         assert a["ids"].max_seqlen == b["ids"].max_seqlen
+
+
+def test_values_on_an_accelerator_are_refused_when_the_column_is_made():
+    """torch's meta device stands in for CUDA here: neither is the host."""
+    torch = pytest.importorskip("torch")
+    offsets = np.array([0, 2, 5])
+    with pytest.raises(ValueError, match="batched on the host.*`device=` move each batch"):
+        lt.Ragged(torch.empty(5, device="meta"), offsets)
+    with pytest.raises(ValueError, match="batched on the host"):
+        lt.Loader({"ids": lt.Ragged(torch.empty(5, device="meta"), offsets)}, 2)
+    nested = torch.nested.nested_tensor(
+        [torch.arange(2.0), torch.arange(3.0)], layout=torch.jagged, device="meta"
+    )
+    with pytest.raises(ValueError, match="batched on the host"):
+        lt.Loader(nested, 2)
+
+    from looptoolkit.ragged._column import _refuse_accelerator
+
+    class OnGpu:  # tf names the device in a string
+        device = "/job:localhost/replica:0/task:0/device:GPU:0"
+
+    with pytest.raises(ValueError, match="device:GPU:0"):
+        _refuse_accelerator(OnGpu())
+    OnGpu.device = OnGpu.device.replace("GPU", "CPU")
+    _refuse_accelerator(OnGpu())  # tf on the host passes

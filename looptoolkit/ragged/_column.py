@@ -68,6 +68,7 @@ class Ragged:
             )
         if len(getattr(values, "shape", ())) == 0:
             raise ValueError("`values` needs a leading (token) dimension; it is 0-d.")
+        _refuse_accelerator(values)
         offsets = np.asarray(_host_view(offsets))
         if offsets.dtype.kind not in "iu":
             raise TypeError(f"`offsets` must be integers, got dtype {offsets.dtype}.")
@@ -165,13 +166,7 @@ def _host_view(x: Any) -> np.ndarray:
     """
     if isinstance(x, np.ndarray | StoredValues):
         return x  # type: ignore[return-value]  # sliced like an array
-    device = getattr(x, "device", None)
-    kind = getattr(device, "type", None) or getattr(device, "platform", None)
-    if isinstance(kind, str) and kind not in ("cpu",):
-        raise ValueError(
-            f"ragged values are batched on the host; got an array on {device}. Pass the host "
-            "array and let `device=` move each batch."
-        )
+    _refuse_accelerator(x)
     numpy = getattr(x, "numpy", None)
     if callable(numpy) and not hasattr(x, "__array_interface__"):
         try:
@@ -179,6 +174,25 @@ def _host_view(x: Any) -> np.ndarray:
         except (TypeError, RuntimeError):
             pass
     return np.asarray(x)
+
+
+def _refuse_accelerator(x: Any) -> None:
+    """Refuse an array on an accelerator (torch ``device.type``, JAX ``platform``, tf's name).
+
+    Raises:
+        ValueError: ``x`` lives on an accelerator (the ragged layouts are built on the host).
+    """
+    if isinstance(x, np.ndarray):
+        return
+    device = getattr(x, "device", None)
+    kind = getattr(device, "type", None) or getattr(device, "platform", None)
+    if isinstance(device, str):  # tf: "/job:localhost/replica:0/task:0/device:GPU:0"
+        kind = device.rpartition("device:")[2].split(":")[0].lower() or None
+    if isinstance(kind, str) and kind != "cpu":
+        raise ValueError(
+            f"ragged values are batched on the host; got an array on {device}. Pass the host "
+            "array and let `device=` move each batch."
+        )
 
 
 def _check_rows(rows: Sequence[np.ndarray], what: str) -> None:
