@@ -48,7 +48,7 @@ def test_a_registered_backend_s_variants_are_checked_and_timed(tmp_path, monkeyp
     )
     monkeypatch.setitem(variants._KITS, "numpy2", kit)
     code = compare.run(
-        ["--quick", "--workload", "tabular", "--backends", "numpy,numpy2", "--variants", "np2-*",
+        ["--quick", "--device", "cpu", "--workload", "tabular", "--backends", "numpy,numpy2", "--variants", "np2-*",
          "--step-ms", "0", "--no-plot", "--out", str(tmp_path)]
     )  # fmt: skip
     assert code == 0

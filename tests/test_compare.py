@@ -28,7 +28,7 @@ def quick(tmp_path_factory):
     screen = io.StringIO()
     # The 2-worker DataLoader starts worker processes: its own test below.
     with contextlib.redirect_stdout(screen):
-        code = compare.run(["--quick", "--out", str(out), "--skip", "*-w2"])
+        code = compare.run(["--quick", "--device", "cpu", "--out", str(out), "--skip", "*-w2"])
     assert code == 0
     return out, Run.load(out / "compare-cpu.json"), screen.getvalue()
 
@@ -66,7 +66,7 @@ def test_screen_has_the_headlines_once_then_a_short_closing_summary(quick):
 
 
 def test_verbose_prints_every_table(tmp_path, capsys):
-    argv = ["--quick", "--verbose", "--workload", "tabular", "--variants", "loader-numpy"]
+    argv = ["--quick", "--device", "cpu", "--verbose", "--workload", "tabular", "--variants", "loader-numpy"]
     assert compare.run([*argv, "--out", str(tmp_path), "--no-plot"]) == 0
     screen = capsys.readouterr().out
     for detail in ("Variants (the floors", "check: exact", "with a model step", "Targets (ratios"):
@@ -212,6 +212,8 @@ def test_group_table_marks_bounded_rows_and_says_why_a_row_was_not_timed():
 def test_dataloader_with_workers_is_bounded_and_checked(tmp_path):
     argv = [
         "--quick",
+        "--device",
+        "cpu",
         "--out",
         str(tmp_path),
         "--workload",
@@ -238,6 +240,8 @@ def test_classic_preset_times_a_few_epochs_and_multiplies(tmp_path, capsys):
         "--preset",
         "classic",
         "--quick",
+        "--device",
+        "cpu",
         "--out",
         str(tmp_path),
         "--skip",
@@ -278,6 +282,8 @@ def test_classic_preset_times_a_few_epochs_and_multiplies(tmp_path, capsys):
 def test_epochs_are_spread_over_rounds_and_bad_flags_fail(tmp_path, capsys):
     argv = [
         "--quick",
+        "--device",
+        "cpu",
         "--out",
         str(tmp_path),
         "--workload",

@@ -42,10 +42,13 @@ def main() -> None:
     parser.add_argument("--resume", default=None, help="resume from a state written by --save")
     args = parser.parse_args()
 
-    cuda = torch.cuda.is_available()
+    # One GPU per process where there is one for every process here, else the CPU (gloo).
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    cuda = torch.cuda.is_available() and torch.cuda.device_count() >= local_world
     dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else None
+    device = torch.device("cuda", local_rank) if cuda else None
     if device is not None:
         torch.cuda.set_device(device)
 

@@ -268,6 +268,7 @@ def _flat(tree: Any) -> list[torch.Tensor]:
 
 
 def test_nn_module_is_moved_by_its_own_to():
+    pytest.importorskip("tensorflow")  # "/CPU:0" is tf's spelling of a device
     model = torch.nn.Sequential(torch.nn.Linear(2, 2))
     out = to_device({"model": model, "x": np.ones(2)}, "/CPU:0")
     assert out["model"] is model
