@@ -24,6 +24,16 @@ One side stream per device, made once per process and shared by every Loader:
 the caching allocator reuses a freed block only on the stream that allocated
 it, so a new stream per pass would strand each pass's cached blocks.
 
+Batches made in the consumer's own thread (``prefetch_mode="inline"``, the
+default for data in memory) whose staged rows hold at most ``DIRECT_MAX_BYTES``
+skip the side stream: their copies are queued on the consumer's current stream,
+which orders them with the step by itself, and the side stream's bookkeeping
+(switching streams, cross-stream events, ``record_stream``: tens of
+microseconds a batch on the CPU) would cost more than the copy it lets run
+beside the step. An event after each batch still guards its slot, and a batch
+handed out while another stream is current waits for that event there, as a
+side-stream batch does.
+
 Small leaves (``packed``) share one pinned buffer per slot, at aligned offsets:
 they are gathered into it, copied with one transfer and split on the device, so
 the move finds them there already. Nothing is allocated in pinned memory per
@@ -34,15 +44,20 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, ExitStack
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["CudaStager", "pinned_empty", "side_stream", "upload"]
+__all__ = ["DIRECT_MAX_BYTES", "CudaStager", "pinned_empty", "side_stream", "upload"]
 
 _ALIGN = 64  # bytes: every packed leaf starts at a multiple of any dtype's size
+
+# Staged bytes a batch up to which batches made in the consumer's thread are copied on its
+# own stream: such a copy takes the GPU under about 50 us, less than the side stream's
+# bookkeeping costs the CPU per batch.
+DIRECT_MAX_BYTES = 1 << 20
 
 _side_streams: dict[int, Any] = {}
 _side_lock = threading.Lock()
@@ -103,8 +118,14 @@ class CudaStager:
             # The consumer's thread: its current device is the one the user selected.
             device = torch.device("cuda", torch.cuda.current_device())
         self.device = device
+        self.index: int = device.index
         self.stream = side_stream(device)
         self.slots = slots
+        # Made in the consumer's thread: batches made there too, and small, skip the side
+        # stream (decided when the first batch is made, in the thread that makes them).
+        self._owner = threading.get_ident()
+        self.batch_bytes = sum(batch_size * view[:1].nbytes for _, view in views)
+        self.direct: bool | None = None
         self.batch_size = batch_size
         self.events: list[Any] = [None] * slots
         self.positions: list[int] = [i for i, _ in views]
@@ -171,8 +192,16 @@ class CudaStager:
         """The device and the side stream, entered in the producer's thread.
 
         The side stream first waits for what the consumer had queued when the
-        pass began.
+        pass began. Direct (the consumer's thread, small batches): the device
+        only, and the consumer's current stream.
         """
+        if self.direct is None:
+            here = threading.get_ident() == self._owner
+            self.direct = here and self.batch_bytes <= DIRECT_MAX_BYTES
+        if self.direct:
+            if torch.cuda.current_device() == self.index:
+                return nullcontext()
+            return torch.cuda.device(self.device)
         stack = ExitStack()
         # A new thread's current device is 0 whatever the consumer's is: every CUDA
         # call of the producer (allocations, copies, the transform) runs under ours.
@@ -189,14 +218,28 @@ class CudaStager:
         """
         # A blocking event: waiting for it (a slot's reuse) yields the CPU.
         event = torch.cuda.Event(blocking=True)
+        if self.direct:
+            # Queued on the consumer's current stream: the token says which one.
+            stream = torch.cuda.current_stream(self.index)
+            event.record(stream)
+            self.events[k % self.slots] = event
+            return event, stream
         event.record(self.stream)
         self.events[k % self.slots] = event
         self.stream.wait_event(self.consumer)
         return event
 
     def hand_over(self, leaves: Iterable[Any], token: Any) -> None:
-        """Make the consumer's current stream wait for the batch of ``leaves``."""
-        current = torch.cuda.current_stream(self.device)
+        """Make the consumer's current stream wait for the batch of ``leaves``.
+
+        Direct: nothing when the batch was queued on the stream current now;
+        else that stream waits for the batch, as for the side stream.
+        """
+        current = torch.cuda.current_stream(self.index)
+        if self.direct:
+            token, stream = token
+            if current == stream:
+                return
         current.wait_event(token)
         for leaf in leaves:
             if isinstance(leaf, torch.Tensor) and leaf.is_cuda:

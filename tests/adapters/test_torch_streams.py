@@ -152,6 +152,9 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeCuda:
     ):
         monkeypatch.setattr(torch.cuda, name, getattr(cuda, name))
     monkeypatch.setattr(_torch_cuda, "_side_streams", {})
+    # The side stream for every batch: the rules below are its rules. Small batches made in
+    # the loop's thread copy on the loop's stream instead (the `direct` tests at the end).
+    monkeypatch.setattr(_torch_cuda, "DIRECT_MAX_BYTES", -1)
     monkeypatch.setattr(
         _torch_cuda, "pinned_empty", lambda shape, dtype: torch.empty(shape, dtype=dtype)
     )
@@ -360,3 +363,78 @@ def test_prefetch_0_makes_every_cuda_call_in_the_loops_thread(fake):
     moves = [e[3] for e in fake.log if e[1] == "move"]
     assert moves == [(0, 0, "default0")] * 8  # on the loop's own current stream
     assert fake.made == []
+
+
+# -- direct: small batches made in the loop's thread, copied on the loop's current stream --------
+
+
+@pytest.fixture
+def direct(fake: FakeCuda, monkeypatch: pytest.MonkeyPatch) -> FakeCuda:
+    monkeypatch.setattr(_torch_cuda, "DIRECT_MAX_BYTES", 1 << 20)
+    return fake
+
+
+def moves_by_stream(cuda: FakeCuda) -> list[str | None]:
+    return [e[2] for e in cuda.log if e[0] == "MainThread" and e[1] == "move"]
+
+
+@pytest.mark.parametrize("on_own_stream", [False, True])
+def test_direct_small_batches_copy_on_the_loops_current_stream(direct, on_own_stream):
+    loader = Loader(data(), 8, seed=1, device="cuda:0", prefetch=2)
+    want = list(Loader(data(), 8, seed=1))
+    direct.log.clear()
+    stream = direct.Stream(torch.device("cuda", 0)) if on_own_stream else direct.defaults[0]
+    with direct.stream(stream) if on_own_stream else contextlib.nullcontext():
+        got = list(loader)
+    assert len(got) == len(want) == 8
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g["x"].numpy(), w["x"])
+        np.testing.assert_array_equal(g["y"].numpy(), w["y"])
+    assert moves_by_stream(direct) == [stream.name] * 8
+    side = _torch_cuda._side_streams[0].name
+    assert not [e for e in direct.log if e[2] == side], "the side stream was used"
+    # Nothing to wait for: every batch was queued on the stream it is used on.
+    assert not [e for e in direct.log if e[1] == "wait"]
+
+
+def test_direct_a_batch_used_on_another_stream_waits_for_its_copy_there(direct):
+    """Batches issued ahead on the default stream, used under a stream of the loop's own."""
+    loader = Loader(data(), 8, seed=1, device="cuda:0", prefetch=2)
+    own = direct.Stream(torch.device("cuda", 0))
+    it = iter(loader)
+    next(it)  # issues batches 0..2 on the default stream
+    records = {e[3]: e[2] for e in direct.log if e[1] == "record"}  # event -> its stream
+    with direct.stream(own):
+        direct.log.clear()
+        rest = list(it)
+    assert len(rest) == 7
+    waits = [e[3] for e in direct.log if e[1] == "wait" and e[2] == own.name]
+    # Batches 1 and 2 were copied on the default stream: the loop's stream waits for each
+    # (their events, in order); the batches issued under its own stream need no wait.
+    assert len(waits) == 2 and all(records[w] == "default0" for w in waits)
+    assert waits == sorted(waits)
+    assert set(moves_by_stream(direct)) == {own.name}
+
+
+def test_direct_a_slot_is_refilled_after_the_event_of_its_last_copy(direct):
+    prefetch, slots = 2, 3
+    loader = Loader(data(256), 8, seed=1, device="cuda:0", prefetch=prefetch)
+    direct.log.clear()
+    list(loader)
+    # the pass's start mark, then one event after each batch's copy
+    recorded = [e[3] for e in direct.log if e[1] == "record" and e[2] == "default0"][1:]
+    synced = [e[3] for e in direct.log if e[1] == "event-sync"]
+    assert len(recorded) == 32 and synced == recorded[: len(recorded) - slots]
+
+
+@pytest.mark.parametrize("case", ["thread", "large"])
+def test_direct_only_in_the_loops_thread_and_for_small_batches(direct, monkeypatch, case):
+    if case == "large":
+        monkeypatch.setattr(_torch_cuda, "DIRECT_MAX_BYTES", 8 * 4 * 3 - 1)  # one x batch
+    mode = "thread" if case == "thread" else "inline"
+    loader = Loader(data(), 8, seed=1, device="cuda:0", prefetch=2, prefetch_mode=mode)
+    direct.log.clear()
+    assert len(list(loader)) == 8
+    side = _torch_cuda._side_streams[0].name
+    moves = [e[2] for e in producer(direct, mode) if e[1] == "move"]
+    assert moves == [side] * 8
