@@ -29,7 +29,7 @@ from looptoolkit._prefetch import END, Prefetcher
 from looptoolkit._rows import Rows
 from looptoolkit._target import Target
 from looptoolkit.adapters import Stager, backend_of, get_backend
-from looptoolkit.device import mover, skipping
+from looptoolkit.device import leaf_mover, mover, skipping
 from looptoolkit.order import EpochOrder
 
 __all__ = [
@@ -167,12 +167,45 @@ class Plan:
         self.skipped = skipping(skip_keys)
         # The device and the dtype policy are parsed here once, not for every batch.
         self._move = mover(target, dtype, skip_keys) if move else None
+        self._dtype = dtype
+
+    def leaf_move(self, rows: Rows) -> Callable[[Sequence[Any], bool | None], Any] | None:
+        """The move of a batch's list of leaves, where it equals ``finish``'s move of the tree.
+
+        That is where every leaf of the data is a NumPy array or an array of the
+        target's backend (one route for all), nothing is skipped, no container is
+        cut per batch, and ``to_device``'s view of the data's tree finds exactly
+        its leaves. None elsewhere.
+        """
+        target = self.target
+        if self._move is None or target is None or target.home is None:
+            return None
+        if self.skipped is not None or rows.batched:
+            return None
+        home = target.home
+        for leaf in rows.leaves:
+            backend = backend_of(leaf)
+            if isinstance(leaf, np.ndarray) or (backend is not None and backend.name == home):
+                continue
+            return None
+        seen = _tree.flatten_typed(rows.build(list(rows.leaves)), move=True)[0]
+        if len(seen) != len(rows.leaves):
+            return None
+        if any(a is not b for a, b in zip(seen, rows.leaves, strict=True)):
+            return None
+        return leaf_mover(target, self._dtype)
 
     def finish(
-        self, batch: Any, progress: Progress, k: int, non_blocking: bool | None = None
+        self,
+        batch: Any,
+        progress: Progress,
+        k: int,
+        non_blocking: bool | None = None,
+        *,
+        moved: bool = False,
     ) -> Any:
-        """Move (unless the gather already made it where it goes) and transform batch ``k``."""
-        if self._move is not None:
+        """Move (unless the gather or ``moved`` made it where it goes), transform batch ``k``."""
+        if self._move is not None and not moved:
             batch = self._move(batch, self.non_blocking if non_blocking is None else non_blocking)
         if self.transform is not None:
             batch = self.transform(batch, progress.epoch, progress.first + k)
@@ -211,14 +244,34 @@ def _staged(
     """
     gathered = rows.gather(batches, staged=(stager.positions, stager.staged))
     non_blocking = True if plan.non_blocking is None else plan.non_blocking
+    # The leaves are in hand: moved as a list, the batch built once (no flatten of it).
+    move = plan.leaf_move(rows)
     for k in itertools.count():
         with stager.context():
             leaves = next(gathered, None)
             if leaves is None:
                 return
-            batch = plan.finish(rows.build(leaves), progress, k, non_blocking)
+            moved = None
+            if move is not None:
+                try:
+                    moved = move(leaves, non_blocking)
+                except Exception:  # the tree's move below says where it failed
+                    moved = None
+            if moved is None:
+                batch = plan.finish(rows.build(leaves), progress, k, non_blocking)
+            else:
+                batch = plan.finish(rows.build(moved), progress, k, moved=True)
+                if plan.transform is not None:
+                    moved = None  # the batch's leaves are the transform's
             token = stager.record(k)
-        yield batch, token
+        yield batch, token, moved
+
+
+def _hand_over(stager: Stager, item: tuple[Any, Any, Any]) -> Any:
+    """The batch of a staged ``(batch, token, its leaves or None)``, its stream ordered."""
+    batch, token, leaves = item
+    stager.hand_over(_tree.flatten(batch)[0] if leaves is None else leaves, token)
+    return batch
 
 
 def stager_for(rows: Rows, batch_size: int, plan: Plan, depth: int) -> Stager | None:
@@ -306,10 +359,7 @@ def prefetched(
             item = get()
             if item is END:
                 return
-            if stager is not None:
-                item, token = item
-                stager.hand_over(_tree.flatten(item)[0], token)
-            yield item
+            yield item if stager is None else _hand_over(stager, item)
     finally:
         prefetcher.close()
 
@@ -373,10 +423,7 @@ def _ahead(source: Iterator[Any], depth: int, stager: Stager | None) -> Generato
                         error = None  # no cycle through this frame's locals
                 return
             item = pending.popleft()
-            if stager is not None:
-                item, token = item
-                stager.hand_over(_tree.flatten(item)[0], token)
-            yield item
+            yield item if stager is None else _hand_over(stager, item)
     finally:
         close = getattr(source, "close", None)
         if close is not None:

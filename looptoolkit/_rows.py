@@ -167,6 +167,11 @@ class Rows:
             spec = self._specs[length] = _tree.flatten(outer.unflatten(sliced))[1]
         return spec
 
+    @property
+    def batched(self) -> bool:
+        """Whether a batch's containers depend on its length (batched nodes: TensorDicts)."""
+        return self._batched is not None
+
     def build(self, leaves: Sequence[Any]) -> Any:
         """The batch: the data's containers around gathered leaves."""
         if self._batched is None:

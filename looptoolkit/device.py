@@ -356,6 +356,24 @@ def mover(
     return move
 
 
+def leaf_mover(target: Target, dtype: Any = None) -> Callable[[Sequence[Any], bool | None], Any]:
+    """The move of a list of arrays of one backend (or NumPy) to ``target``, cast by ``dtype``.
+
+    What ``to_device`` does to a tree whose leaves are all such arrays, without the
+    tree: for a caller that holds the leaves already (the Loader's staged batches).
+    """
+    backend = get_backend(target.home) if target.home is not None else None
+    if backend is None:
+        raise ValueError(f"{target} has no backend of its own to move arrays with.")
+    policy = DtypePolicy(dtype) if dtype is not None else None
+
+    def move(leaves: Sequence[Any], non_blocking: bool | None) -> Any:
+        casts = None if policy is None else _casts(policy, leaves)
+        return transfer(backend, leaves, target, casts, non_blocking, None)
+
+    return move
+
+
 def _move_tree(
     tree: Any,
     device: Any,

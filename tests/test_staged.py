@@ -250,3 +250,87 @@ def test_skipped_leaves_never_pass_through_a_staging_slot(slotted):
         np.testing.assert_array_equal(batch["ids"], ids)
         np.testing.assert_array_equal(batch["x"].values, data["x"][ids])
     assert not any(np.shares_memory(a["ids"], b["ids"]) for a, b in itertools.pairwise(got))
+
+
+# -- the staged batch's leaves moved as a list (no flatten of the built batch) ---------------------
+
+
+Point = __import__("collections").namedtuple("Point", "a b")
+
+
+def _trees(n: int, seed: int) -> list[Any]:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, 3)).astype(np.float32)
+    ids, im = np.arange(n), rng.integers(0, 255, (n, 2, 2), dtype=np.uint8)
+    return [
+        x,
+        {"x": x, "ids": ids},
+        {"outer": {"x": x, "pair": (ids, im)}, "p": Point(im, x)},
+        [x, {"im": im}],
+    ]
+
+
+def _values(batch: Any) -> list[np.ndarray]:
+    from looptoolkit import tree
+
+    leaves, _ = tree.flatten(batch)
+    return [np.asarray(getattr(leaf, "values", leaf)) for leaf in leaves]
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("extra", [{}, {"dtype": {np.float32: np.float16}}, {"transform": "double"}])
+def test_moving_staged_leaves_as_a_list_equals_moving_the_built_batch(
+    slotted, monkeypatch, seed, extra
+):
+    """The list path against the tree path (``Plan.leaf_move`` off) on random trees and sizes."""
+    from looptoolkit._pipeline import Plan
+
+    rng = np.random.default_rng(seed)
+    n, batch = int(rng.integers(20, 90)), int(rng.integers(3, 17))
+    kwargs = dict(extra)
+    if kwargs.get("transform") == "double":
+        from looptoolkit import tree
+
+        def double(b: Any) -> Any:
+            leaves, spec = tree.flatten(b)
+            return tree.unflatten(spec, [type(x)(x.values * 2) for x in leaves])
+
+        kwargs["transform"] = double
+    for data in _trees(n, seed):
+        calls: list[bool] = []
+        real = Plan.leaf_move
+
+        def spy(self: Any, rows: Any, real: Any = real, calls: list[bool] = calls) -> Any:
+            out = real(self, rows)
+            calls.append(out is not None)
+            return out
+
+        monkeypatch.setattr(Plan, "leaf_move", spy)
+        fast = list(Loader(data, batch, seed=seed, device="slot", prefetch=2, **kwargs))
+        monkeypatch.setattr(Plan, "leaf_move", lambda self, rows: None)
+        plain = list(Loader(data, batch, seed=seed, device="slot", prefetch=2, **kwargs))
+        monkeypatch.setattr(Plan, "leaf_move", real)
+        assert calls == [True]  # the list path ran
+        assert len(fast) == len(plain) == -(-n // batch)
+        for f, p in zip(fast, plain, strict=True):
+            assert type(f) is type(p)
+            got, want = _values(f), _values(p)
+            assert [g.dtype for g in got] == [w.dtype for w in want]
+            for g, w in zip(got, want, strict=True):
+                np.testing.assert_array_equal(g, w)
+
+
+def test_leaves_the_list_path_cannot_take_go_through_the_tree(slotted):
+    from looptoolkit._pipeline import Plan
+    from looptoolkit._rows import Rows
+    from looptoolkit.device import parse_device
+
+    data = {"x": np.ones((8, 2)), "meta": {"ids": np.arange(8)}}
+    target = parse_device("slot")
+    plan = Plan(target, None, None, None, move=True)
+    assert plan.leaf_move(Rows(data)) is not None
+    skipping = Plan(target, None, None, None, move=True, skip_keys=["meta"])
+    assert skipping.leaf_move(Rows(data)) is None
+    torch = pytest.importorskip("torch")
+    other = {"x": np.ones((8, 2)), "t": torch.ones(8)}  # a torch leaf routes to torch, not here
+    assert plan.leaf_move(Rows(other)) is None

@@ -277,13 +277,19 @@ def test_normalize_is_public():
 
 
 @pytest.mark.cuda
-def test_cuda_transform_runs_on_the_copy_stream_and_is_ordered(cuda):
+@pytest.mark.parametrize("side", [False, True])
+def test_cuda_transform_runs_with_the_copies_and_is_ordered(cuda, side, monkeypatch):
+    """Small batches made in the loop's thread: on its own stream; else on the side stream."""
     torch = pytest.importorskip("torch")
+    from looptoolkit.adapters import _torch_cuda
+
+    if side:
+        monkeypatch.setattr(_torch_cuda, "DIRECT_MAX_BYTES", -1)
     streams: list[Any] = []
 
     def on_device(batch):
         streams.append(torch.cuda.current_stream(cuda))
-        # Work queued on the side stream: the consumer must see its result.
+        # Work queued where the copies ran: the consumer must see its result.
         return {"image": batch["image"].float().mul_(2.0), "label": batch["label"]}
 
     data = make_data(4096)
@@ -293,4 +299,4 @@ def test_cuda_transform_runs_on_the_copy_stream_and_is_ordered(cuda):
         labels = batch["label"].cpu().numpy()
         want = data["image"][labels].astype(np.float32) * 2
         np.testing.assert_array_equal(batch["image"].cpu().numpy(), want)
-    assert streams and all(s != default for s in streams)
+    assert streams and all((s != default) is side for s in streams)

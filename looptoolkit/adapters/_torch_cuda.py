@@ -179,7 +179,7 @@ class CudaStager:
                     view.take(idx, axis=0, out=out[:n], mode="clip")
                 else:  # `take` would copy the whole leaf first; indexing costs a batch
                     out[:n] = view[idx]
-            leaves = [t[:n] for t in tensors]
+            leaves = list(tensors) if n == self.batch_size else [t[:n] for t in tensors]
             pack = self.packs[slot]
             if pack is not None:
                 moved = upload(pack, self.device)
