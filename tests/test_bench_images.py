@@ -79,8 +79,8 @@ def test_to_uint8_inverts_the_normalisation_exactly():
 
 
 def test_step_section_on_images_times_the_images_set_and_the_baseline(tmp_path):
-    argv = ["--quick", "--device", "cpu", "--workload", "images", "--backends", "numpy,torch", "--no-plot",
-            "--out", str(tmp_path)]  # fmt: skip
+    argv = ["--quick", "--device", "cpu", "--workload", "images", "--backends", "numpy,torch",
+            "--no-plot", "--out", str(tmp_path)]  # fmt: skip
     assert compare.run(argv) == 0
     run = Run.load(tmp_path / "compare-cpu.json")
     assert run.settings["step_workload"] == "images"

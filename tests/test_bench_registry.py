@@ -48,8 +48,8 @@ def test_a_registered_backend_s_variants_are_checked_and_timed(tmp_path, monkeyp
     )
     monkeypatch.setitem(variants._KITS, "numpy2", kit)
     code = compare.run(
-        ["--quick", "--device", "cpu", "--workload", "tabular", "--backends", "numpy,numpy2", "--variants", "np2-*",
-         "--step-ms", "0", "--no-plot", "--out", str(tmp_path)]
+        ["--quick", "--device", "cpu", "--workload", "tabular", "--backends", "numpy,numpy2",
+         "--variants", "np2-*", "--step-ms", "0", "--no-plot", "--out", str(tmp_path)]
     )  # fmt: skip
     assert code == 0
     group = Run.load(tmp_path / "compare-cpu.json").group("tabular")

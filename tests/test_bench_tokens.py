@@ -213,9 +213,12 @@ def test_position_and_segment_ids_are_checked():
 @pytest.fixture(scope="module")
 def tokens_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("tokens")
-    assert compare.run(
-        ["--quick", "--workload", "tokens", "--device", "cpu", "--no-plot", "--out", str(out)]
-    ) == 0
+    assert (
+        compare.run(
+            ["--quick", "--workload", "tokens", "--device", "cpu", "--no-plot", "--out", str(out)]
+        )
+        == 0
+    )
     return Run.load(out / "compare-cpu.json")
 
 

@@ -66,7 +66,8 @@ def test_screen_has_the_headlines_once_then_a_short_closing_summary(quick):
 
 
 def test_verbose_prints_every_table(tmp_path, capsys):
-    argv = ["--quick", "--device", "cpu", "--verbose", "--workload", "tabular", "--variants", "loader-numpy"]
+    argv = ["--quick", "--device", "cpu", "--verbose", "--workload", "tabular"]
+    argv += ["--variants", "loader-numpy"]
     assert compare.run([*argv, "--out", str(tmp_path), "--no-plot"]) == 0
     screen = capsys.readouterr().out
     for detail in ("Variants (the floors", "check: exact", "with a model step", "Targets (ratios"):

@@ -248,7 +248,7 @@ def test_values_on_an_accelerator_are_refused_when_the_column_is_made():
     """torch's meta device stands in for CUDA here: neither is the host."""
     torch = pytest.importorskip("torch")
     offsets = np.array([0, 2, 5])
-    with pytest.raises(ValueError, match="batched on the host.*`device=` move each batch"):
+    with pytest.raises(ValueError, match=r"batched on the host.*`device=` move each batch"):
         lt.Ragged(torch.empty(5, device="meta"), offsets)
     with pytest.raises(ValueError, match="batched on the host"):
         lt.Loader({"ids": lt.Ragged(torch.empty(5, device="meta"), offsets)}, 2)

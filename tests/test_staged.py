@@ -278,7 +278,9 @@ def _values(batch: Any) -> list[np.ndarray]:
 
 
 @pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize("extra", [{}, {"dtype": {np.float32: np.float16}}, {"transform": "double"}])
+@pytest.mark.parametrize(
+    "extra", [{}, {"dtype": {np.float32: np.float16}}, {"transform": "double"}]
+)
 def test_moving_staged_leaves_as_a_list_equals_moving_the_built_batch(
     slotted, monkeypatch, seed, extra
 ):

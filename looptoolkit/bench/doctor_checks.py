@@ -347,10 +347,12 @@ def _cuda_ragged(kit: CudaKit) -> str:
         "doc": np.arange(N),
     }
     batches = 0
-    for layout, size, extra in (("pad", B, {}), ("flat", B, {}), ("pack", 4, {"seq_len": 256})):
-        host = list(Loader(data, size, seed=2, layout=layout, **extra))
+    for layout, size, seq_len in (("pad", B, None), ("flat", B, None), ("pack", 4, 256)):
+        host = list(Loader(data, size, seed=2, layout=layout, seq_len=seq_len))
         got = list(
-            Loader(data, size, seed=2, layout=layout, device=kit.device, prefetch=2, **extra)
+            Loader(
+                data, size, seed=2, layout=layout, seq_len=seq_len, device=kit.device, prefetch=2
+            )
         )
         if len(got) != len(host):
             raise CheckFailed(

@@ -78,7 +78,7 @@ def randperm_loop(
     ts, spec = _tensors(data)
     n, on, select = int(ts[0].shape[0]), ts[0].device, gather == "index_select"
     generator = torch.Generator(device=on if on.type == "cuda" else "cpu").manual_seed(seed)
-    move = each(lambda t: t) if device is None else _to(device)
+    move: Callable[[list[Any]], list[Any]] = (lambda ts: ts) if device is None else _to(device)
 
     def epoch_fn(epoch: int) -> Iterator[Any]:
         perm = torch.randperm(n, generator=generator, device=generator.device)
@@ -91,7 +91,7 @@ def randperm_loop(
 
 def _to(device: Any) -> Callable[[list[Any]], list[Any]]:
     """Each leaf as a tensor (NumPy zero-copy) on ``device``: what a hand loop writes."""
-    return each(lambda x: torch.as_tensor(x).to(device, non_blocking=True))
+    return lambda leaves: [torch.as_tensor(x).to(device, non_blocking=True) for x in leaves]
 
 
 def floor_loop(data: Any, batch_size: int, *, seed: int = 0, device: Any = None) -> EpochPipeline:
