@@ -170,3 +170,20 @@ def test_the_cuda_checks_pass_on_a_gpu(cuda, name):
 
     (check,) = [c for c in cuda_checks(CudaKit(torch, str(cuda))) if c.name == name]
     assert check.run()
+
+
+def test_the_ragged_cuda_check_sees_batches_of_a_reused_buffer(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from looptoolkit.bench import doctor_checks
+
+    real = doctor_checks.Loader
+
+    def reused(*args: Any, device: Any = None, **kwargs: Any) -> Any:
+        batches = list(real(*args, device=device, **kwargs))
+        # Moved batches all showing the last one: what views of one reused buffer would give.
+        return batches if device is None else [batches[-1]] * len(batches)
+
+    monkeypatch.setattr(doctor_checks, "Loader", reused)
+    (ragged,) = [c for c in cuda_checks(CudaKit(torch, "cpu")) if c.name == "ragged"]
+    with pytest.raises(CheckFailed, match="pad batches: batch 0"):
+        ragged.run()
