@@ -229,8 +229,18 @@ def inline(
 def _finished(
     rows: Rows, gathered: Iterator[Sequence[Any]], progress: Progress, plan: Plan
 ) -> Iterator[Any]:
+    move = plan.leaf_move(rows)
     for k, leaves in enumerate(gathered):
-        yield plan.finish(rows.build(leaves), progress, k)
+        moved = None
+        if move is not None:
+            try:
+                moved = move(leaves, plan.non_blocking)
+            except Exception:  # the tree's move below says where it failed
+                moved = None
+        if moved is None:
+            yield plan.finish(rows.build(leaves), progress, k)
+        else:
+            yield plan.finish(rows.build(moved), progress, k, moved=True)
 
 
 def _staged(

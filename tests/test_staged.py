@@ -281,10 +281,14 @@ def _values(batch: Any) -> list[np.ndarray]:
 @pytest.mark.parametrize(
     "extra", [{}, {"dtype": {np.float32: np.float16}}, {"transform": "double"}]
 )
+@pytest.mark.parametrize("prefetch", [0, 2])
 def test_moving_staged_leaves_as_a_list_equals_moving_the_built_batch(
-    slotted, monkeypatch, seed, extra
+    slotted, monkeypatch, seed, extra, prefetch
 ):
-    """The list path against the tree path (``Plan.leaf_move`` off) on random trees and sizes."""
+    """The list path against the tree path (``Plan.leaf_move`` off) on random trees and sizes.
+
+    ``prefetch=2``: the staged batches; ``prefetch=0``: the gathered ones, moved inline.
+    """
     from looptoolkit._pipeline import Plan
 
     rng = np.random.default_rng(seed)
@@ -308,9 +312,10 @@ def test_moving_staged_leaves_as_a_list_equals_moving_the_built_batch(
             return out
 
         monkeypatch.setattr(Plan, "leaf_move", spy)
-        fast = list(Loader(data, batch, seed=seed, device="slot", prefetch=2, **kwargs))
+        opts = dict(seed=seed, device="slot", prefetch=prefetch, **kwargs)
+        fast = list(Loader(data, batch, **opts))
         monkeypatch.setattr(Plan, "leaf_move", lambda self, rows: None)
-        plain = list(Loader(data, batch, seed=seed, device="slot", prefetch=2, **kwargs))
+        plain = list(Loader(data, batch, **opts))
         monkeypatch.setattr(Plan, "leaf_move", real)
         assert calls == [True]  # the list path ran
         assert len(fast) == len(plain) == -(-n // batch)
