@@ -180,8 +180,8 @@ class Plan:
         target = self.target
         if self._move is None or target is None or target.home is None:
             return None
-        if self.skipped is not None or rows.batched:
-            return None
+        if self.skipped is not None or not isinstance(rows, Rows) or rows.batched:
+            return None  # a ragged batch's leaves are its layout's, not the data's
         home = target.home
         for leaf in rows.leaves:
             backend = backend_of(leaf)
