@@ -1,8 +1,9 @@
 """Batch layouts of ragged columns: padded, padding-free (flat) and packed rows.
 
 The last step of the variable-length path before the transfer: given the rows (or row pieces)
-a plan chose for one batch, these functions copy their values out of the column's host array,
-once per leaf per batch, and build the batch's layout as NumPy arrays:
+a plan chose for one batch (for packed rows: for a block of batches, made one at a time),
+these functions copy their values out of the column's host array, once per leaf per batch,
+and build the batch's layout as NumPy arrays:
 [`Padded`][looptoolkit.Padded], [`Flat`][looptoolkit.Flat] or
 [`Packed`][looptoolkit.Packed]. The output types are NamedTuples, so every framework's tree
 utilities (``to_device``, ``jax.jit``, ``tf.nest``, ``torch.compile``) see pytrees.

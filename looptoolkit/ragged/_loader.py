@@ -154,7 +154,7 @@ class RaggedRows:
 
     def gather(self, batches: Iterator[Any], staged: Any = None) -> Iterator[list[Any]]:
         """The leaf lists of each batch: rows (an index array), or packed batches' pieces."""
-        if self.opts.seq_len is not None:  # packed: blocks of batches laid out at once
+        if self.opts.seq_len is not None:  # packed: blocks of batches planned at once
             return itertools.chain.from_iterable(map(self._expand, batches))
         return map(self._leaves, batches)
 
