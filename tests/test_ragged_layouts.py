@@ -2,7 +2,8 @@
 
 The block's pieces (where each goes, where it comes from, how long) are drawn at random
 (hypothesis): rows filled or not, pieces of any length (0 included, as the construction
-probe makes for empty rows), short last batches, features, pad values and dtypes.
+probe makes for empty rows), short and long rows (both copies of the values), short last
+batches, features, pad values and dtypes.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 
 from looptoolkit.ragged._layouts import Packed, packed_batches
 
-SOURCE = 64  # elements of the column the pieces are read from
+SOURCE = 256  # elements of the column the pieces are read from
 
 
 def packed_plain(
@@ -62,7 +63,8 @@ def packed_plain(
 
 @st.composite
 def blocks(draw: st.DrawFn) -> tuple:
-    seq_len = draw(st.integers(1, 9))
+    # Short rows (pieces gathered with one index) and long ones (mostly copied as slices).
+    seq_len = draw(st.one_of(st.integers(1, 9), st.integers(24, 64)))
     per = draw(st.integers(1, 4))
     nb = draw(st.integers(1, 4))
     rows = [per] * (nb - 1) + [draw(st.integers(1, per))]
