@@ -1,8 +1,9 @@
 """Batch layouts of ragged columns: padded, padding-free (flat) and packed rows.
 
 The last step of the variable-length path before the transfer: given the rows (or row pieces)
-a plan chose for one batch, these functions copy their values out of the column's host array,
-once per leaf per batch, and build the batch's layout as NumPy arrays:
+a plan chose for one batch (for packed rows: for a block of batches, made one at a time),
+these functions copy their values out of the column's host array, once per leaf per batch,
+and build the batch's layout as NumPy arrays:
 [`Padded`][looptoolkit.Padded], [`Flat`][looptoolkit.Flat] or
 [`Packed`][looptoolkit.Packed]. The output types are NamedTuples, so every framework's tree
 utilities (``to_device``, ``jax.jit``, ``tf.nest``, ``torch.compile``) see pytrees.
@@ -14,6 +15,7 @@ with one fancy index over all their elements.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -24,9 +26,8 @@ __all__ = [
     "Padded",
     "copy_pieces",
     "flat_batch",
-    "packed_batch",
+    "packed_batches",
     "pad_batch",
-    "split_packed",
 ]
 
 # Mean elements per piece above which slice copies beat one fancy-index gather.
@@ -194,69 +195,97 @@ def flat_batch(values: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> Flat
     return Flat(out, cu.astype(np.int32), positions, longest)
 
 
-def packed_batch(
+def packed_batches(
     values: np.ndarray,
     src: np.ndarray,
     lens: np.ndarray,
     dst: np.ndarray,
-    rows: int,
+    per: int,
+    rows: list[int],
     seq_len: int,
     pad_value: Any,
-) -> Packed:
-    """Pieces ``values[src[k]:src[k] + lens[k]]`` placed at flat positions ``dst[k]``.
+) -> Iterator[Packed]:
+    """The packed batches of a block, one at a time: rows ``[j * per, j * per + rows[j])`` each.
 
-    The pieces of a row follow each other from the row's start (``dst`` increasing, no piece
-    crossing a row boundary); the rest of each row is padding, a segment of its own.
+    Piece ``k`` is ``values[src[k]:src[k] + lens[k]]`` at flat position ``dst[k]`` of the block's
+    rows of ``seq_len`` (``dst`` increasing, no piece crossing a row boundary, the pieces of a
+    row following each other from its start); the rest of each row is padding, a segment of
+    its own. The block's segments are planned at once, in arrays of one entry per piece; then
+    each batch's arrays are made on their own, a few passes over its elements (the values, the
+    segment ids, the positions), so one batch's memory is reused by the next.
     """
-    size = rows * seq_len
-    feature = values.shape[1:]
-    out = _filled((size, *feature), pad_value, values.dtype)
-    copy_pieces(out, dst, src, lens, values)
-    # Each piece's number within its row (from 1), then the padding at each row's end.
-    row_of = dst // seq_len
-    row_ids = np.arange(rows, dtype=np.int64)
-    number = np.arange(len(dst), dtype=np.int64) - np.searchsorted(row_of, row_of) + 1
-    last = np.searchsorted(row_of, row_ids, side="right") - 1
-    filled = np.zeros(rows, dtype=np.int64)
-    if len(dst):
-        mine = (last >= 0) & (row_of[np.maximum(last, 0)] == row_ids)
-        filled[mine] = (dst + lens)[last[mine]] - row_ids[mine] * seq_len
-    has_pad = filled < seq_len
-    starts = np.concatenate([dst, (row_ids * seq_len + filled)[has_pad]])
-    numbers = np.concatenate([number, np.zeros(int(has_pad.sum()), dtype=np.int64)])
-    order = np.argsort(starts, kind="stable")
-    cu = np.append(starts[order], size)
-    seg_lens = np.diff(cu)
-    segment_ids = np.repeat(numbers[order].astype(np.int32), seg_lens)
-    positions = np.arange(size, dtype=np.int64) - np.repeat(cu[:-1], seg_lens)
-    positions[segment_ids == 0] = 0
-    longest = int(seg_lens.max()) if len(seg_lens) else 0
-    return Packed(
-        out.reshape(rows, seq_len, *feature),
-        segment_ids.reshape(rows, seq_len),
-        positions.reshape(rows, seq_len),
-        cu.astype(np.int32),
-        longest,
+    s, span, nb = seq_len, per * seq_len, len(rows)
+    dst, lens = dst.astype(np.int64, copy=False), lens.astype(np.int64, copy=False)
+    n = len(dst)
+    counts = np.asarray(rows, dtype=np.int64)
+    firsts = np.arange(nb, dtype=np.int64) * per  # each batch's first row in the block
+    row_of = dst // s
+    # Each row's elements: the end of its last piece (0 without one); the rest is padding.
+    filled = np.zeros(nb * per, dtype=np.int64)
+    if n:
+        last = np.flatnonzero(np.append(row_of[1:] != row_of[:-1], True))
+        filled[row_of[last]] = (dst + lens)[last] - row_of[last] * s
+    all_rows = np.arange(nb * per, dtype=np.int64)
+    live = all_rows - firsts.repeat(per) < counts.repeat(per)  # the rows of a batch
+    pad_rows = all_rows[(filled < s) & live]
+    # The segments in order: each row's pieces, then its padding (numbered 0).
+    piece_at = np.arange(n, dtype=np.int64) + np.searchsorted(pad_rows, row_of)
+    pad_at = np.searchsorted(row_of, pad_rows, side="right") + np.arange(len(pad_rows))
+    m = n + len(pad_rows)
+    start = np.empty(m, dtype=np.int64)
+    length = np.empty(m, dtype=np.int64)
+    number = np.zeros(m, dtype=np.int32)
+    start[piece_at], length[piece_at] = dst, lens
+    start[pad_at] = pad_rows * s + filled[pad_rows]
+    length[pad_at] = s - filled[pad_rows]
+    number[piece_at] = np.arange(n) - np.searchsorted(row_of, row_of) + 1
+    # Each batch's segments, pieces and paddings, and its longest segment.
+    a, b = firsts * s, (firsts + counts) * s
+    s0, s1 = np.searchsorted(start, a), np.searchsorted(start, b)
+    ends = np.column_stack([s0, s1]).reshape(-1)  # reduceat: the max of [s0, s1), then junk
+    longest = np.maximum.reduceat(np.append(length, 0), ends)[::2]
+    longest[s1 <= s0] = 0
+    local = start - start // span * span  # positions within the batch
+    cu = np.insert(local, s1, counts * s).astype(np.int32)  # batch j: [s0 + j, s1 + j]
+    p0, p1 = np.searchsorted(dst, a), np.searchsorted(dst, b)
+    q0 = np.searchsorted(pad_rows, firsts)
+    q1 = np.searchsorted(pad_rows, firsts + counts)
+    pads = zip(local[pad_at].tolist(), length[pad_at].tolist(), strict=True)
+    pad_spans = [slice(x, x + k) for x, k in pads]
+    ramp = np.arange(span, dtype=np.int64)
+    feature, dtype = values.shape[1:], values.dtype
+    slices = n > 0 and int(lens.sum()) >= _SLICE_MIN * n
+    dst_local = dst - dst // span * span
+    dst_l, src_l, lens_l = dst_local.tolist(), src.tolist(), lens.tolist()
+    bounds_l = zip(
+        rows,
+        s0.tolist(),
+        s1.tolist(),
+        p0.tolist(),
+        p1.tolist(),
+        q0.tolist(),
+        q1.tolist(),
+        longest.tolist(),
+        strict=True,
     )
-
-
-def split_packed(block: Packed, per: int, rows: list[int]) -> list[Packed]:
-    """Batch ``j`` of a block laid out as one: rows ``[j * per, j * per + rows[j])`` (views)."""
-    seq_len = block.values.shape[1]
-    cu = block.cu_seqlens.astype(np.int64)
-    out = []
-    for j, r in enumerate(rows):
-        r0, r1 = j * per, j * per + r
-        a, b = np.searchsorted(cu, [r0 * seq_len, r1 * seq_len])
-        part = cu[a : b + 1] - r0 * seq_len
-        longest = int(np.diff(part).max()) if b > a else 0
-        out.append(
-            Packed(
-                block.values[r0:r1],
-                block.segment_ids[r0:r1],
-                block.position_ids[r0:r1],
-                part.astype(np.int32),
-                longest,
-            )
+    for j, (r, i0, i1, k0, k1, pad0, pad1, top) in enumerate(bounds_l):
+        size = r * s
+        out = _filled((size, *feature), pad_value, dtype)
+        if slices:
+            for d, x, k in zip(dst_l[k0:k1], src_l[k0:k1], lens_l[k0:k1], strict=True):
+                out[d : d + k] = values[x : x + k]
+        else:
+            copy_pieces(out, dst_local[k0:k1], src[k0:k1], lens[k0:k1], values)
+        seg = length[i0:i1]
+        segment_ids = number[i0:i1].repeat(seg)
+        positions = local[i0:i1].repeat(seg)
+        np.subtract(ramp[:size], positions, out=positions)
+        for x in pad_spans[pad0:pad1]:
+            positions[x] = 0
+        yield Packed(
+            out.reshape(r, s, *feature),
+            segment_ids.reshape(r, s),
+            positions.reshape(r, s),
+            cu[i0 + j : i1 + j + 1],
+            top,
         )
-    return out

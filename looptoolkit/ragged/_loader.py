@@ -31,10 +31,9 @@ from looptoolkit.order import Order
 from looptoolkit.ragged._column import Ragged
 from looptoolkit.ragged._layouts import (
     flat_batch,
-    packed_batch,
+    packed_batches,
     pad_batch,
     padded_length,
-    split_packed,
 )
 from looptoolkit.ragged._options import Options, options
 from looptoolkit.ragged._units import Block, Pieces, UnitOrder
@@ -155,35 +154,45 @@ class RaggedRows:
 
     def gather(self, batches: Iterator[Any], staged: Any = None) -> Iterator[list[Any]]:
         """The leaf lists of each batch: rows (an index array), or packed batches' pieces."""
-        if self.opts.seq_len is not None:  # packed: blocks of batches laid out at once
+        if self.opts.seq_len is not None:  # packed: blocks of batches planned at once
             return itertools.chain.from_iterable(map(self._expand, batches))
         return map(self._leaves, batches)
 
-    def _expand(self, item: Block) -> list[list[Any]]:
-        """The leaves of each packed batch of a block, laid out at once."""
+    def _expand(self, item: Block) -> Iterator[list[Any]]:
+        """The leaves of each packed batch of a block, one batch at a time."""
         opts = self.opts
         seq_len, pieces = opts.seq_len or 0, item.pieces
-        out: list[list[Any]] = [[None] * len(self.leaves) for _ in item.rows]
-        for k, (i, col) in enumerate(self.ragged):
-            src = col.offsets[pieces.row] + pieces.start
-            whole = packed_batch(
-                col.host, src, pieces.length, pieces.dst, pieces.rows, seq_len, opts.pad_value
+        layouts = [
+            packed_batches(
+                col.host,
+                col.offsets[pieces.row] + pieces.start,
+                pieces.length,
+                pieces.dst,
+                item.per,
+                item.rows,
+                seq_len,
+                opts.pad_value,
             )
-            for j, part in enumerate(split_packed(whole, item.per, item.rows)):
-                out[j][i] = _framework(col, part)
-                if k == 0 and self.stats is not None:
-                    real = int((np.asarray(part.segment_ids) > 0).sum())
-                    self._count(real, item.rows[j] * seq_len, item.rows[j], item.truncated[j])
+            for _, col in self.ragged
+        ]
+        fixed: list[Any] = []
+        bounds: list[int] = []
         if self.fixed is not None:
             # The fixed leaves' rows, one per piece, cut where each batch's pieces end.
             fixed = self.fixed.take(pieces.row)
             bounds = np.searchsorted(
                 pieces.dst, np.arange(len(item.rows) + 1) * item.per * seq_len
             ).tolist()
-            for j in range(len(item.rows)):
-                for i, leaf in zip(self.fixed_at, fixed, strict=True):
-                    out[j][i] = leaf[bounds[j] : bounds[j + 1]]
-        return out
+        for j, parts in enumerate(zip(*layouts, strict=True)):
+            out: list[Any] = [None] * len(self.leaves)
+            for (i, col), part in zip(self.ragged, parts, strict=True):
+                out[i] = _framework(col, part)
+            if self.stats is not None:
+                real = int((np.asarray(parts[0].segment_ids) > 0).sum())
+                self._count(real, item.rows[j] * seq_len, item.rows[j], item.truncated[j])
+            for i, leaf in zip(self.fixed_at, fixed, strict=True):
+                out[i] = leaf[bounds[j] : bounds[j + 1]]
+            yield out
 
     def built(self, gathered: Iterator[Sequence[Any]]) -> Iterator[Any]:
         """The batches of gathered leaf lists."""
@@ -240,7 +249,7 @@ class RaggedRows:
     def batch(self, item: Any) -> Any:
         """One batch: of rows (an index array) or the block of one packed batch."""
         if isinstance(item, Block):
-            (leaves,) = self._expand(item)
+            (leaves,) = list(self._expand(item))
             return self.build(leaves)
         return self.build(self._leaves(item))
 

@@ -38,7 +38,7 @@ class Pieces(NamedTuple):
 
 
 class Block(NamedTuple):
-    """Several packed batches laid out as one: built at once, then split into its batches.
+    """Several packed batches planned as one: their pieces found at once, each batch then made.
 
     Batch ``j`` is rows ``[j * per, j * per + rows[j])`` of the block's ``pieces``.
     """
@@ -49,7 +49,7 @@ class Block(NamedTuple):
     truncated: list[int]
 
 
-# Packed batches laid out together: one vectorised pass for this many batches.
+# Packed batches planned together: one vectorised pass over the pieces of this many batches.
 BLOCK_BATCHES = 16
 
 
