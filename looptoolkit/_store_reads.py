@@ -28,6 +28,7 @@ concurrent passes do not share it.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import itertools
 import threading
@@ -121,6 +122,17 @@ class ChunkCache:
         The arithmetic is per chunk, not per row: a sequential order's batches (and
         blocks of them) cost the same whatever their length.
         """
+        parts = self.pieces(j, start, stop)
+        if len(parts) == 1:
+            return parts[0][1]
+        return np.concatenate([part for _, part in parts])
+
+    def pieces(self, j: int, start: int, stop: int) -> list[tuple[int, np.ndarray]]:
+        """Rows ``start:stop`` of leaf ``j`` as views, one per segment they lie in.
+
+        Returns:
+            ``(first row, view)`` pairs in row order; together they hold ``stop - start`` rows.
+        """
         unit = self.units[j]
         first, last = start // unit, (stop - 1) // unit + 1
         where = self.where[j]
@@ -134,19 +146,16 @@ class ChunkCache:
             self._read(j, need, np.unique(seg[~missing]))
             seg = where[first:last]
         base, segments = self.base[j], self.segments
-        s = int(seg[0])
-        if (seg == s).all():
-            # Consecutive chunks of one segment lie there in order, back to back.
-            segments.move_to_end(s)
-            at = int(base[first]) + start - first * unit
-            return segments[s][2][at : at + stop - start]
-        leaf = self.leaves[j]
-        out = np.empty((stop - start, *leaf.shape[1:]), dtype=leaf.dtype)
-        for c, s in enumerate(seg.tolist(), first):
-            a, b = max(start, c * unit), min(stop, (c + 1) * unit)
+        # Consecutive chunks of one segment lie there in order, back to back.
+        runs = [0, *(np.flatnonzero(seg[1:] != seg[:-1]) + 1).tolist(), len(seg)]
+        out = []
+        for r0, r1 in itertools.pairwise(runs):
+            c = first + r0
+            a, b = max(start, c * unit), min(stop, (first + r1) * unit)
+            s = int(seg[r0])
             segments.move_to_end(s)
             at = int(base[c]) + a - c * unit
-            out[a - start : b - start] = segments[s][2][at : at + b - a]
+            out.append((a, segments[s][2][at : at + b - a]))
         return out
 
     def _read(self, j: int, chunks: np.ndarray, keep: np.ndarray) -> None:
@@ -317,6 +326,10 @@ class StoreReads:
         batches = iter(batches)
         if self.ahead:
             batches = _looking_ahead(cache, batches, self.ahead)
+        where = [
+            cache.leaves.index(leaf) if view is None else None
+            for leaf, view in zip(leaves, views, strict=True)
+        ]
         while True:
             block = list(itertools.islice(batches, self.block))
             if len(block) <= 1:
@@ -324,13 +337,53 @@ class StoreReads:
                     yield [f(block[0]) for f in fetch]
                     continue
                 return
-            # One gather per leaf for the block; each batch a view of it.
             idx = np.concatenate(block)
+            bounds = [0, *itertools.accumulate(map(len, block))]
+            start = int(idx[0])
+            if int(idx[-1]) == start + len(idx) - 1 and bool((np.diff(idx) == 1).all()):
+                # Consecutive rows: each batch a view of the segment it lies in.
+                cols = [
+                    _cut(cache.pieces(j, start, start + len(idx)), bounds, start)
+                    if j is not None
+                    else _cut([(start, f(idx))], bounds, start)
+                    for j, f in zip(where, fetch, strict=True)
+                ]
+                yield from map(list, zip(*cols, strict=True))
+                continue
+            # One gather per leaf for the block; each batch a view of it.
             gathered = [f(idx) for f in fetch]
-            stop = 0
-            for idx in block:
-                start, stop = stop, stop + len(idx)
-                yield [x[start:stop] for x in gathered]
+            for a, b in itertools.pairwise(bounds):
+                yield [x[a:b] for x in gathered]
+
+
+def _cut(parts: list[tuple[int, np.ndarray]], bounds: list[int], start: int) -> list[np.ndarray]:
+    """Rows ``start + bounds[i]`` to ``start + bounds[i + 1]`` of ``parts``, for each ``i``.
+
+    ``parts``: ``(first row, rows)`` pairs, in order and back to back. A batch is a
+    view of the part that holds it; one whose rows straddle parts is a copy of them.
+    """
+    out: list[np.ndarray] = []
+    i, n = 0, len(bounds) - 1
+    for first, rows in parts:
+        at, end = start - first, first + len(rows) - start
+        k = max(i, bisect.bisect_right(bounds, end) - 1)  # batches i to k - 1 end in this part
+        out += [rows[at + a : at + b] for a, b in itertools.pairwise(bounds[i : k + 1])]
+        i = k
+        if i < n and bounds[i] < end:  # batch i begins in this part and ends in a later one
+            out.append(_joined(parts, start + bounds[i], start + bounds[i + 1]))
+            i += 1
+    return out
+
+
+def _joined(parts: list[tuple[int, np.ndarray]], a: int, b: int) -> np.ndarray:
+    """Rows ``a:b`` of ``parts`` (``(first row, rows)`` in order, back to back), copied."""
+    return np.concatenate(
+        [
+            rows[max(a, first) - first : min(b, first + len(rows)) - first]
+            for first, rows in parts
+            if first < b and first + len(rows) > a
+        ]
+    )
 
 
 def _looking_ahead(
@@ -338,8 +391,11 @@ def _looking_ahead(
 ) -> Iterator[np.ndarray]:
     """``batches``, with ``cache.upcoming`` giving the ``rows`` positions after those taken."""
     pending: deque[np.ndarray] = deque()
+    seen: list[np.ndarray] = []  # what `upcoming` gave since the last batch taken
 
     def upcoming() -> np.ndarray:
+        if seen:  # the leaves of one batch (or block) read along the same rows
+            return seen[0]
         have = sum(map(len, pending))
         while have < rows:
             idx = next(batches, None)
@@ -347,10 +403,12 @@ def _looking_ahead(
                 break
             pending.append(idx)
             have += len(idx)
-        return np.concatenate(pending) if pending else np.empty(0, dtype=np.intp)
+        seen.append(np.concatenate(pending) if pending else np.empty(0, dtype=np.intp))
+        return seen[0]
 
     cache.upcoming = upcoming
     while True:
+        seen.clear()
         if pending:
             yield pending.popleft()
             continue
@@ -472,6 +530,8 @@ def plan_reads(store: StoreReads, order: Any, cache_bytes: int | None) -> None:
     store.handoff = store.block
     if ahead and order.shuffle == "none":
         store.handoff = max(store.block, (group + ahead) // order.batch_size)
+        if order.world_size == 1:  # consecutive rows: a block is views of the spans read
+            store.block = store.handoff
 
 
 ORDER_ARGS = (

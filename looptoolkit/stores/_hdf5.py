@@ -37,7 +37,7 @@ def refusal(obj: Any) -> str:
 class HDF5Array(StoreArray):
     """An HDF5 dataset: its chunks (chunked layout) or fixed blocks (contiguous) are read at once.
 
-    A chunked dataset is read with ``read_direct`` into arrays the Loader owns. A
+    A chunked dataset is read into arrays the Loader owns, one HDF5 read per span of rows. A
     contiguous one stored in the file as plain bytes (no filter, allocated, not
     external) is read through a read-only ``np.memmap`` of those bytes, as a
     ``.npy`` memmap is: a read is a view, a gather reads the rows' pages.
@@ -129,17 +129,29 @@ class HDF5Array(StoreArray):
             return self.mapped[start:stop]
         out = np.empty((stop - start, *self.shape[1:]), dtype=self.dtype)
         if stop > start:
-            self.dataset.read_direct(out, np.s_[start:stop])
+            self.read_ranges(np.array([start]), np.array([stop]), out)
         return out
 
     def read_ranges(self, starts: np.ndarray, stops: np.ndarray, out: np.ndarray) -> None:
         if self.offset is not None:
             super().read_ranges(starts, stops, out)
             return
-        dataset, at = self.dataset, 0
+        if not len(out):
+            return
+        # One HDF5 read for all ranges: their union in the file, all of ``out`` in memory
+        # (the selection's rows come in file order, the ranges' own order).
+        dataset = self.dataset
+        space = dataset.id.get_space()
+        tail = self.shape[1:]
+        zeros = (0,) * len(tail)
+        op = h5py.h5s.SELECT_SET
         for a, b in zip(starts.tolist(), stops.tolist(), strict=True):
-            dataset.read_direct(out, np.s_[a:b], np.s_[at : at + b - a])
-            at += b - a
+            space.select_hyperslab((a, *zeros), (b - a, *tail), op=op)
+            op = h5py.h5s.SELECT_OR
+        target = out if out.flags.c_contiguous else np.empty_like(out, order="C")
+        dataset.id.read(h5py.h5s.create_simple(out.shape), space, target)
+        if target is not out:
+            out[...] = target
 
     def read_rows(self, rows: np.ndarray) -> np.ndarray:
         if self.offset is not None:
