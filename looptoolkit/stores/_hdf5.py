@@ -75,6 +75,19 @@ class HDF5Array(StoreArray):
             except (TypeError, ValueError, RuntimeError):  # virtual or unallocated
                 self.offset = None
         self._map: np.ndarray | None = None
+        # Filters of a chunked dataset whose chunks are whole rows of a native numeric
+        # dtype: a chunk whose filters were all skipped (an incompressible chunk under
+        # lzf) is its rows' bytes, copied straight into the Loader's array. Else None.
+        self.filters: int | None = None
+        if (
+            self.chunk_rows is not None
+            and tuple(dataset.chunks[1:]) == self.shape[1:]
+            and dtype.kind in "iuf"
+            and dtype.isnative
+            and dataset.id.get_type().get_size() == dtype.itemsize
+            and hasattr(dataset.id, "get_chunk_info_by_coord")
+        ):
+            self.filters = dataset.id.get_create_plist().get_nfilters()
 
     @property
     def mapped(self) -> np.ndarray:
@@ -138,20 +151,62 @@ class HDF5Array(StoreArray):
             return
         if not len(out):
             return
-        # One HDF5 read for all ranges: their union in the file, all of ``out`` in memory
-        # (the selection's rows come in file order, the ranges' own order).
         dataset = self.dataset
-        space = dataset.id.get_space()
+        if self.filters is not None and out.flags.c_contiguous:
+            starts, stops, at = self._read_stored(dataset, starts, stops, out)
+        else:
+            at = np.concatenate(([0], np.cumsum(stops - starts)[:-1]))
+        if not len(starts):
+            return
+        # One HDF5 read for the other ranges: their union in the file, their places in
+        # ``out`` (both selections' rows come in order).
         tail = self.shape[1:]
         zeros = (0,) * len(tail)
+        space = dataset.id.get_space()
+        memory = h5py.h5s.create_simple(out.shape)
         op = h5py.h5s.SELECT_SET
-        for a, b in zip(starts.tolist(), stops.tolist(), strict=True):
+        for a, b, o in zip(starts.tolist(), stops.tolist(), at.tolist(), strict=True):
             space.select_hyperslab((a, *zeros), (b - a, *tail), op=op)
+            memory.select_hyperslab((o, *zeros), (b - a, *tail), op=op)
             op = h5py.h5s.SELECT_OR
         target = out if out.flags.c_contiguous else np.empty_like(out, order="C")
-        dataset.id.read(h5py.h5s.create_simple(out.shape), space, target)
+        dataset.id.read(memory, space, target)
         if target is not out:
             out[...] = target
+
+    def _read_stored(
+        self, dataset: h5py.Dataset, starts: np.ndarray, stops: np.ndarray, out: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Read the whole chunks of the ranges stored as they are into ``out``.
+
+        Returns:
+            The ranges left to read, and where their rows go in ``out``.
+        """
+        assert self.filters is not None and self.chunk_rows is not None
+        unit, row = self.chunk_rows, self.row_bytes
+        skipped = (1 << self.filters) - 1  # a chunk's filter mask when none was applied
+        flat = out.reshape(-1).view(np.uint8)
+        zeros = (0,) * (len(self.shape) - 1)
+        rest: list[tuple[int, int, int]] = []  # (start, stop, place in out)
+        at = 0
+        for a, b in zip(starts.tolist(), stops.tolist(), strict=True):
+            for c in range(a // unit * unit, b, unit):
+                lo, hi = max(a, c), min(b, c + unit)
+                if lo == c and hi == c + unit:  # a whole chunk of the range
+                    info = dataset.id.get_chunk_info_by_coord((c, *zeros))
+                    if info.filter_mask & skipped == skipped and info.size == unit * row:
+                        place = (at + c - a) * row
+                        dataset.id.read_direct_chunk(
+                            (c, *zeros), out=flat[place : place + info.size]
+                        )
+                        continue
+                if rest and rest[-1][1] == lo:
+                    rest[-1] = (rest[-1][0], hi, rest[-1][2])
+                else:
+                    rest.append((lo, hi, at + lo - a))
+            at += b - a
+        left = np.array(rest, dtype=np.int64).reshape(-1, 3)
+        return left[:, 0], left[:, 1], left[:, 2]
 
     def read_rows(self, rows: np.ndarray) -> np.ndarray:
         if self.offset is not None:
