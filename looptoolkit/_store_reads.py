@@ -80,6 +80,7 @@ class ChunkCache:
         # The rows the order visits next (after the rows being taken), whose chunks
         # a read that has to happen reads along; None: read only what is needed.
         self.upcoming: Callable[[], np.ndarray] | None = None
+        self._memo: tuple[np.ndarray, int, np.ndarray] | None = None  # (rows, unit, chunks)
 
     def take(self, j: int, idx: np.ndarray) -> np.ndarray:
         """Rows ``idx`` of leaf ``j``."""
@@ -94,7 +95,7 @@ class ChunkCache:
         if missing.any():
             need = _distinct(chunk[missing])
             if self.upcoming is not None:
-                ahead = _distinct(self.upcoming() // unit)
+                ahead = self._ahead(unit)
                 need = np.union1d(need, ahead[where[ahead] < 0])
             self._read(j, need, np.unique(seg[~missing]))
             seg = where[chunk]
@@ -141,7 +142,7 @@ class ChunkCache:
         if missing.any():
             need = np.arange(first, last)[missing]
             if self.upcoming is not None:
-                ahead = _distinct(self.upcoming() // unit)
+                ahead = self._ahead(unit)
                 need = np.union1d(need, ahead[where[ahead] < 0])
             self._read(j, need, np.unique(seg[~missing]))
             seg = where[first:last]
@@ -157,6 +158,20 @@ class ChunkCache:
             at = int(base[c]) + a - c * unit
             out.append((a, segments[s][2][at : at + b - a]))
         return out
+
+    def _ahead(self, unit: int) -> np.ndarray:
+        """The chunks (of ``unit`` rows) of the ``upcoming`` rows.
+
+        Computed once for the leaves of a block: their reads look at the same rows.
+        """
+        assert self.upcoming is not None
+        rows = self.upcoming()
+        memo = self._memo
+        if memo is not None and memo[0] is rows and memo[1] == unit:
+            return memo[2]
+        chunks = _distinct(rows // unit)
+        self._memo = (rows, unit, chunks)
+        return chunks
 
     def _read(self, j: int, chunks: np.ndarray, keep: np.ndarray) -> None:
         leaf, unit = self.leaves[j], self.units[j]
@@ -324,14 +339,18 @@ class StoreReads:
             for leaf, view in zip(leaves, views, strict=True)
         ]
         batches = iter(batches)
+        take: Callable[[int], list[np.ndarray]]
         if self.ahead:
-            batches = _looking_ahead(cache, batches, self.ahead)
+            ahead = LookingAhead(batches, self.ahead)
+            cache.upcoming, take = ahead.upcoming, ahead.take
+        else:
+            take = functools.partial(_take, batches)
         where = [
             cache.leaves.index(leaf) if view is None else None
             for leaf, view in zip(leaves, views, strict=True)
         ]
         while True:
-            block = list(itertools.islice(batches, self.block))
+            block = take(self.block)
             if len(block) <= 1:
                 if block:
                     yield [f(block[0]) for f in fetch]
@@ -386,36 +405,41 @@ def _joined(parts: list[tuple[int, np.ndarray]], a: int, b: int) -> np.ndarray:
     )
 
 
-def _looking_ahead(
-    cache: ChunkCache, batches: Iterator[np.ndarray], rows: int
-) -> Iterator[np.ndarray]:
-    """``batches``, with ``cache.upcoming`` giving the ``rows`` positions after those taken."""
-    pending: deque[np.ndarray] = deque()
-    seen: list[np.ndarray] = []  # what `upcoming` gave since the last batch taken
+def _take(batches: Iterator[np.ndarray], k: int) -> list[np.ndarray]:
+    return list(itertools.islice(batches, k))
 
-    def upcoming() -> np.ndarray:
-        if seen:  # the leaves of one batch (or block) read along the same rows
-            return seen[0]
-        have = sum(map(len, pending))
-        while have < rows:
-            idx = next(batches, None)
-            if idx is None:
-                break
-            pending.append(idx)
-            have += len(idx)
-        seen.append(np.concatenate(pending) if pending else np.empty(0, dtype=np.intp))
-        return seen[0]
 
-    cache.upcoming = upcoming
-    while True:
-        seen.clear()
-        if pending:
-            yield pending.popleft()
-            continue
-        idx = next(batches, None)
-        if idx is None:
-            return
-        yield idx
+class LookingAhead:
+    """An order's batches taken in blocks, and the positions that follow those taken."""
+
+    def __init__(self, batches: Iterator[np.ndarray], rows: int) -> None:
+        self.batches = batches
+        self.rows = rows  # positions `upcoming` gives (fewer at the end of the order)
+        self.pending: deque[np.ndarray] = deque()  # batches looked at, not taken yet
+        self.seen: np.ndarray | None = None  # what `upcoming` gave since the last take
+
+    def take(self, k: int) -> list[np.ndarray]:
+        """The next ``k`` batches (fewer at the end)."""
+        self.seen = None
+        pending = self.pending
+        out = [pending.popleft() for _ in range(min(k, len(pending)))]
+        if len(out) < k:
+            out += itertools.islice(self.batches, k - len(out))
+        return out
+
+    def upcoming(self) -> np.ndarray:
+        """The ``rows`` positions after the batches taken (the leaves of a block share them)."""
+        if self.seen is None:
+            pending = self.pending
+            have = sum(map(len, pending))
+            while have < self.rows:
+                idx = next(self.batches, None)
+                if idx is None:
+                    break
+                pending.append(idx)
+                have += len(idx)
+            self.seen = np.concatenate(pending) if pending else np.empty(0, dtype=np.intp)
+        return self.seen
 
 
 # -- how a Loader reads its stores -------------------------------------------------
