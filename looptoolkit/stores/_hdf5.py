@@ -158,19 +158,16 @@ class HDF5Array(StoreArray):
             at = np.concatenate(([0], np.cumsum(stops - starts)[:-1]))
         if not len(starts):
             return
-        # One HDF5 read for the other ranges: their union in the file, their places in
-        # ``out`` (both selections' rows come in order).
+        # One HDF5 read per range, into a contiguous block of rows (HDF5 reads a union
+        # of ranges of a compressed dataset several times slower than the ranges alone).
         tail = self.shape[1:]
         zeros = (0,) * len(tail)
         space = dataset.id.get_space()
-        memory = h5py.h5s.create_simple(out.shape)
-        op = h5py.h5s.SELECT_SET
-        for a, b, o in zip(starts.tolist(), stops.tolist(), at.tolist(), strict=True):
-            space.select_hyperslab((a, *zeros), (b - a, *tail), op=op)
-            memory.select_hyperslab((o, *zeros), (b - a, *tail), op=op)
-            op = h5py.h5s.SELECT_OR
         target = out if out.flags.c_contiguous else np.empty_like(out, order="C")
-        dataset.id.read(memory, space, target)
+        for a, b, o in zip(starts.tolist(), stops.tolist(), at.tolist(), strict=True):
+            space.select_hyperslab((a, *zeros), (b - a, *tail))
+            rows = target[o : o + b - a]
+            dataset.id.read(h5py.h5s.create_simple(rows.shape), space, rows)
         if target is not out:
             out[...] = target
 
