@@ -255,3 +255,19 @@ def test_hdf5_read_ranges_equal_h5py(tmp_path):
             leaf.read_ranges(starts, stops, wide[..., 0])
             np.testing.assert_array_equal(wide[..., 0], want, err_msg=name)
         np.testing.assert_array_equal(leaf.read(250, 2_999), data[250:2_999])
+
+
+@pytest.mark.parametrize("fmt", STORES)
+@pytest.mark.parametrize("chunks_ahead", [1, 2])
+@pytest.mark.parametrize("mode", ["thread", "inline"])
+def test_sequential_small_cache_spans_end_inside_batches(stores, arrays, fmt, chunks_ahead, mode):
+    # A cache that holds one or two chunks ahead: many spans, whose ends fall inside
+    # batches of 100 rows (those batches are joined from two spans).
+    default = Loader(stores[fmt], 100, shuffle=False)._rows.store
+    row_bytes = sum(leaf.row_bytes for leaf in default.leaves)
+    cache_bytes = default.cache_bytes - 2 * (8 - chunks_ahead) * CHUNK * row_bytes
+    loader = Loader(stores[fmt], 100, shuffle=False, cache_bytes=cache_bytes, prefetch_mode=mode)
+    assert loader._rows.store.ahead == chunks_ahead * CHUNK
+    got = list(loader)  # every batch kept until the end: none may change meanwhile
+    assert loader._rows.store.last.reads >= 2 * len(arrays)  # two spans or more per leaf
+    _same(got, list(Loader(dict(arrays), 100, shuffle=False)))
