@@ -28,6 +28,7 @@ concurrent passes do not share it.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import itertools
 import threading
@@ -79,6 +80,7 @@ class ChunkCache:
         # The rows the order visits next (after the rows being taken), whose chunks
         # a read that has to happen reads along; None: read only what is needed.
         self.upcoming: Callable[[], np.ndarray] | None = None
+        self._memo: tuple[np.ndarray, int, np.ndarray] | None = None  # (rows, unit, chunks)
 
     def take(self, j: int, idx: np.ndarray) -> np.ndarray:
         """Rows ``idx`` of leaf ``j``."""
@@ -93,7 +95,7 @@ class ChunkCache:
         if missing.any():
             need = _distinct(chunk[missing])
             if self.upcoming is not None:
-                ahead = _distinct(self.upcoming() // unit)
+                ahead = self._ahead(unit)
                 need = np.union1d(need, ahead[where[ahead] < 0])
             self._read(j, need, np.unique(seg[~missing]))
             seg = where[chunk]
@@ -121,6 +123,17 @@ class ChunkCache:
         The arithmetic is per chunk, not per row: a sequential order's batches (and
         blocks of them) cost the same whatever their length.
         """
+        parts = self.pieces(j, start, stop)
+        if len(parts) == 1:
+            return parts[0][1]
+        return np.concatenate([part for _, part in parts])
+
+    def pieces(self, j: int, start: int, stop: int) -> list[tuple[int, np.ndarray]]:
+        """Rows ``start:stop`` of leaf ``j`` as views, one per segment they lie in.
+
+        Returns:
+            ``(first row, view)`` pairs in row order; together they hold ``stop - start`` rows.
+        """
         unit = self.units[j]
         first, last = start // unit, (stop - 1) // unit + 1
         where = self.where[j]
@@ -129,25 +142,36 @@ class ChunkCache:
         if missing.any():
             need = np.arange(first, last)[missing]
             if self.upcoming is not None:
-                ahead = _distinct(self.upcoming() // unit)
+                ahead = self._ahead(unit)
                 need = np.union1d(need, ahead[where[ahead] < 0])
             self._read(j, need, np.unique(seg[~missing]))
             seg = where[first:last]
         base, segments = self.base[j], self.segments
-        s = int(seg[0])
-        if (seg == s).all():
-            # Consecutive chunks of one segment lie there in order, back to back.
-            segments.move_to_end(s)
-            at = int(base[first]) + start - first * unit
-            return segments[s][2][at : at + stop - start]
-        leaf = self.leaves[j]
-        out = np.empty((stop - start, *leaf.shape[1:]), dtype=leaf.dtype)
-        for c, s in enumerate(seg.tolist(), first):
-            a, b = max(start, c * unit), min(stop, (c + 1) * unit)
+        # Consecutive chunks of one segment lie there in order, back to back.
+        runs = [0, *(np.flatnonzero(seg[1:] != seg[:-1]) + 1).tolist(), len(seg)]
+        out = []
+        for r0, r1 in itertools.pairwise(runs):
+            c = first + r0
+            a, b = max(start, c * unit), min(stop, (first + r1) * unit)
+            s = int(seg[r0])
             segments.move_to_end(s)
             at = int(base[c]) + a - c * unit
-            out[a - start : b - start] = segments[s][2][at : at + b - a]
+            out.append((a, segments[s][2][at : at + b - a]))
         return out
+
+    def _ahead(self, unit: int) -> np.ndarray:
+        """The chunks (of ``unit`` rows) of the ``upcoming`` rows.
+
+        Computed once for the leaves of a block: their reads look at the same rows.
+        """
+        assert self.upcoming is not None
+        rows = self.upcoming()
+        memo = self._memo
+        if memo is not None and memo[0] is rows and memo[1] == unit:
+            return memo[2]
+        chunks = _distinct(rows // unit)
+        self._memo = (rows, unit, chunks)
+        return chunks
 
     def _read(self, j: int, chunks: np.ndarray, keep: np.ndarray) -> None:
         leaf, unit = self.leaves[j], self.units[j]
@@ -315,49 +339,107 @@ class StoreReads:
             for leaf, view in zip(leaves, views, strict=True)
         ]
         batches = iter(batches)
+        take: Callable[[int], list[np.ndarray]]
         if self.ahead:
-            batches = _looking_ahead(cache, batches, self.ahead)
+            ahead = LookingAhead(batches, self.ahead)
+            cache.upcoming, take = ahead.upcoming, ahead.take
+        else:
+            take = functools.partial(_take, batches)
+        where = [
+            cache.leaves.index(leaf) if view is None else None
+            for leaf, view in zip(leaves, views, strict=True)
+        ]
         while True:
-            block = list(itertools.islice(batches, self.block))
+            block = take(self.block)
             if len(block) <= 1:
                 if block:
                     yield [f(block[0]) for f in fetch]
                     continue
                 return
-            # One gather per leaf for the block; each batch a view of it.
             idx = np.concatenate(block)
+            bounds = [0, *itertools.accumulate(map(len, block))]
+            start = int(idx[0])
+            if int(idx[-1]) == start + len(idx) - 1 and bool((np.diff(idx) == 1).all()):
+                # Consecutive rows: each batch a view of the segment it lies in.
+                cols = [
+                    _cut(cache.pieces(j, start, start + len(idx)), bounds, start)
+                    if j is not None
+                    else _cut([(start, f(idx))], bounds, start)
+                    for j, f in zip(where, fetch, strict=True)
+                ]
+                yield from map(list, zip(*cols, strict=True))
+                continue
+            # One gather per leaf for the block; each batch a view of it.
             gathered = [f(idx) for f in fetch]
-            stop = 0
-            for idx in block:
-                start, stop = stop, stop + len(idx)
-                yield [x[start:stop] for x in gathered]
+            for a, b in itertools.pairwise(bounds):
+                yield [x[a:b] for x in gathered]
 
 
-def _looking_ahead(
-    cache: ChunkCache, batches: Iterator[np.ndarray], rows: int
-) -> Iterator[np.ndarray]:
-    """``batches``, with ``cache.upcoming`` giving the ``rows`` positions after those taken."""
-    pending: deque[np.ndarray] = deque()
+def _cut(parts: list[tuple[int, np.ndarray]], bounds: list[int], start: int) -> list[np.ndarray]:
+    """Rows ``start + bounds[i]`` to ``start + bounds[i + 1]`` of ``parts``, for each ``i``.
 
-    def upcoming() -> np.ndarray:
-        have = sum(map(len, pending))
-        while have < rows:
-            idx = next(batches, None)
-            if idx is None:
-                break
-            pending.append(idx)
-            have += len(idx)
-        return np.concatenate(pending) if pending else np.empty(0, dtype=np.intp)
+    ``parts``: ``(first row, rows)`` pairs, in order and back to back. A batch is a
+    view of the part that holds it; one whose rows straddle parts is a copy of them.
+    """
+    out: list[np.ndarray] = []
+    i, n = 0, len(bounds) - 1
+    for first, rows in parts:
+        at, end = start - first, first + len(rows) - start
+        k = max(i, bisect.bisect_right(bounds, end) - 1)  # batches i to k - 1 end in this part
+        out += [rows[at + a : at + b] for a, b in itertools.pairwise(bounds[i : k + 1])]
+        i = k
+        if i < n and bounds[i] < end:  # batch i begins in this part and ends in a later one
+            out.append(_joined(parts, start + bounds[i], start + bounds[i + 1]))
+            i += 1
+    return out
 
-    cache.upcoming = upcoming
-    while True:
-        if pending:
-            yield pending.popleft()
-            continue
-        idx = next(batches, None)
-        if idx is None:
-            return
-        yield idx
+
+def _joined(parts: list[tuple[int, np.ndarray]], a: int, b: int) -> np.ndarray:
+    """Rows ``a:b`` of ``parts`` (``(first row, rows)`` in order, back to back), copied."""
+    return np.concatenate(
+        [
+            rows[max(a, first) - first : min(b, first + len(rows)) - first]
+            for first, rows in parts
+            if first < b and first + len(rows) > a
+        ]
+    )
+
+
+def _take(batches: Iterator[np.ndarray], k: int) -> list[np.ndarray]:
+    return list(itertools.islice(batches, k))
+
+
+class LookingAhead:
+    """An order's batches taken in blocks, and the positions that follow those taken."""
+
+    def __init__(self, batches: Iterator[np.ndarray], rows: int) -> None:
+        self.batches = batches
+        self.rows = rows  # positions `upcoming` gives (fewer at the end of the order)
+        self.pending: deque[np.ndarray] = deque()  # batches looked at, not taken yet
+        self.seen: np.ndarray | None = None  # what `upcoming` gave since the last take
+
+    def take(self, k: int) -> list[np.ndarray]:
+        """The next ``k`` batches (fewer at the end)."""
+        self.seen = None
+        pending = self.pending
+        out = [pending.popleft() for _ in range(min(k, len(pending)))]
+        if len(out) < k:
+            out += itertools.islice(self.batches, k - len(out))
+        return out
+
+    def upcoming(self) -> np.ndarray:
+        """The ``rows`` positions after the batches taken (the leaves of a block share them)."""
+        if self.seen is None:
+            pending = self.pending
+            have = sum(map(len, pending))
+            while have < self.rows:
+                idx = next(self.batches, None)
+                if idx is None:
+                    break
+                pending.append(idx)
+                have += len(idx)
+            self.seen = np.concatenate(pending) if pending else np.empty(0, dtype=np.intp)
+        return self.seen
 
 
 # -- how a Loader reads its stores -------------------------------------------------
@@ -472,6 +554,8 @@ def plan_reads(store: StoreReads, order: Any, cache_bytes: int | None) -> None:
     store.handoff = store.block
     if ahead and order.shuffle == "none":
         store.handoff = max(store.block, (group + ahead) // order.batch_size)
+        if order.world_size == 1:  # consecutive rows: a block is views of the spans read
+            store.block = store.handoff
 
 
 ORDER_ARGS = (

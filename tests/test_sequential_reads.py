@@ -9,13 +9,15 @@ written again by a later read.
 
 from __future__ import annotations
 
+import itertools
+
 import h5py
 import numpy as np
 import pytest
 import zarr
 
 from looptoolkit import Loader
-from looptoolkit._store_reads import ChunkCache
+from looptoolkit._store_reads import ChunkCache, _cut
 from looptoolkit.stores import wrap
 
 ROWS, DIM, CHUNK = 5_000, 8, 512
@@ -135,3 +137,137 @@ def test_spans_are_views_of_fresh_reads_never_overwritten(stores, arrays):
         kept.append((j, start, stop, rows))
     for j, start, stop, rows in kept:
         np.testing.assert_array_equal(rows, arrays["xy"[j]][start:stop])
+
+
+def test_pieces_are_views_one_per_segment(stores, arrays):
+    # Random ranges over a cache holding several segments: the pieces are views, back to
+    # back, in row order, and together the rows of the range.
+    rng = np.random.default_rng(2)
+    leaves = [wrap(stores["hdf5-lzf"]["x"], "x"), wrap(stores["zarr"]["y"], "y")]
+    cache = ChunkCache(leaves, budget=6 * CHUNK * DIM * 4, unit=CHUNK)
+    for _ in range(200):
+        j = int(rng.integers(2))
+        if rng.random() < 0.5:  # a read of a few chunks first: ranges then span segments
+            c = int(rng.integers(ROWS // CHUNK))
+            cache.span(j, c * CHUNK, min(ROWS, (c + 2) * CHUNK))
+        start = int(rng.integers(ROWS))
+        stop = int(rng.integers(start + 1, min(ROWS, start + 3 * CHUNK) + 1))
+        parts = cache.pieces(j, start, stop)
+        firsts = [first for first, _ in parts]
+        assert firsts[0] == start
+        assert firsts == sorted(firsts)
+        for (first, rows), nxt in zip(parts, [*firsts[1:], stop], strict=True):
+            assert first + len(rows) == nxt
+            assert rows.base is not None  # a view of a segment, not a copy
+        np.testing.assert_array_equal(
+            np.concatenate([rows for _, rows in parts]), arrays["xy"[j]][start:stop]
+        )
+
+
+def test_cut_equals_slices_views_where_one_part_holds_them():
+    rng = np.random.default_rng(3)
+    data = np.arange(1_000)
+    for _ in range(300):
+        start = int(rng.integers(0, 500))
+        stop = int(rng.integers(start + 1, 1_001))
+        edges = np.unique(rng.integers(start + 1, stop, size=int(rng.integers(0, 6))))
+        firsts = [start, *edges.tolist()]
+        parts = [(a, data[a:b]) for a, b in zip(firsts, [*firsts[1:], stop], strict=True)]
+        sizes = rng.integers(1, 80, size=400)
+        bounds = [0, *np.cumsum(sizes)[np.cumsum(sizes) < stop - start].tolist(), stop - start]
+        got = _cut(parts, bounds, start)
+        assert len(got) == len(bounds) - 1
+        for batch, a, b in zip(got, bounds[:-1], bounds[1:], strict=True):
+            np.testing.assert_array_equal(batch, data[start + a : start + b])
+            inside = any(f <= start + a and start + b <= f + len(r) for f, r in parts)
+            assert np.shares_memory(batch, data) == inside  # a view, else a copy
+
+
+@pytest.mark.parametrize("fmt", STORES)
+def test_sequential_batches_of_a_span_are_views_of_one_read(stores, fmt):
+    # The batches of a read-ahead span share its array: no copy per batch or per chunk.
+    batches = list(Loader(stores[fmt], 128, shuffle=False, prefetch=0))
+    x = [b["x"] for b in batches]
+    shared = sum(a.base is not None and a.base is b.base for a, b in itertools.pairwise(x))
+    assert shared >= len(x) // 2
+
+
+def _hdf5_cases(root) -> dict[str, tuple[h5py.Dataset, np.ndarray]]:
+    """Datasets whose chunks are partly stored as they are (incompressible under lzf)."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((3_000, 6)).astype(np.float32)
+    x[512:1024] = 0  # compresses: lzf applied to these chunks
+    y = rng.integers(0, 2**62, size=3_000)
+    y[1500:2600] = 7
+    cases = {
+        "lzf": (x, {"chunks": (256, 6), "compression": "lzf"}),
+        "lzf-1d": (y, {"chunks": (256,), "compression": "lzf"}),
+        "gzip": (x, {"chunks": (256, 6), "compression": "gzip"}),
+        "plain-chunked": (x, {"chunks": (256, 6)}),
+        "big-endian": (x.astype(">f4"), {"chunks": (256, 6), "compression": "lzf"}),
+        "part-rows": (x, {"chunks": (256, 3), "compression": "lzf"}),
+        "shuffle-lzf": (x, {"chunks": (256, 6), "compression": "lzf", "shuffle": True}),
+        # Bytes shuffled, not compressed: chunks of the rows' size, but not their bytes.
+        "shuffle-only": (x, {"chunks": (256, 6), "shuffle": True}),
+    }
+    out = {}
+    with h5py.File(root / "cases.h5", "w") as f:
+        for name, (a, kw) in cases.items():
+            f.create_dataset(name, data=a, **kw)
+        f.create_dataset("sparse", shape=(3_000, 6), dtype=np.float32, chunks=(256, 6))
+        f["sparse"][700:900] = 1.5  # other chunks never written: fill value
+    f = h5py.File(root / "cases.h5", "r")
+    for name in [*cases, "sparse"]:
+        out[name] = (f[name], f[name][:])
+    return out
+
+
+def test_hdf5_read_ranges_equal_h5py(tmp_path):
+    # Ranges aligned on chunks and not, chunks stored as they are and compressed, the last
+    # partial chunk, unwritten chunks, dtypes and chunk shapes that take HDF5's own read.
+    rng = np.random.default_rng(5)
+    cases = _hdf5_cases(tmp_path)
+    x = cases["lzf"][0]
+    masks = [x.id.get_chunk_info(i).filter_mask for i in range(x.id.get_num_chunks())]
+    assert 0 in masks and 1 in masks  # both kinds of chunk are there
+    for name, (dataset, data) in cases.items():
+        leaf = wrap(dataset, name)
+        own_read = name in ("big-endian", "part-rows")
+        assert (leaf.filters is None) == own_read, name
+        for k in range(60):
+            cuts = np.sort(
+                rng.choice(len(data) + 1, size=2 * int(rng.integers(1, 5)), replace=False)
+            )
+            if k % 3 == 0:  # on chunk boundaries (and the end)
+                cuts = np.unique(np.minimum(cuts // 256 * 256, len(data)))
+                cuts = cuts[: len(cuts) // 2 * 2]
+            starts, stops = cuts[0::2], cuts[1::2]
+            keep = stops > starts
+            starts, stops = starts[keep], stops[keep]
+            want = np.concatenate(
+                [data[a:b] for a, b in zip(starts, stops, strict=True)] or [data[:0]]
+            )
+            out = np.empty((len(want), *data.shape[1:]), dtype=leaf.dtype)
+            leaf.read_ranges(starts, stops, out)
+            np.testing.assert_array_equal(out, want, err_msg=name)
+            # Into an array that is not contiguous: HDF5's own read, then a copy.
+            wide = np.zeros((len(want), *data.shape[1:], 2), dtype=leaf.dtype)
+            leaf.read_ranges(starts, stops, wide[..., 0])
+            np.testing.assert_array_equal(wide[..., 0], want, err_msg=name)
+        np.testing.assert_array_equal(leaf.read(250, 2_999), data[250:2_999])
+
+
+@pytest.mark.parametrize("fmt", STORES)
+@pytest.mark.parametrize("chunks_ahead", [1, 2])
+@pytest.mark.parametrize("mode", ["thread", "inline"])
+def test_sequential_small_cache_spans_end_inside_batches(stores, arrays, fmt, chunks_ahead, mode):
+    # A cache that holds one or two chunks ahead: many spans, whose ends fall inside
+    # batches of 100 rows (those batches are joined from two spans).
+    default = Loader(stores[fmt], 100, shuffle=False)._rows.store
+    row_bytes = sum(leaf.row_bytes for leaf in default.leaves)
+    cache_bytes = default.cache_bytes - 2 * (8 - chunks_ahead) * CHUNK * row_bytes
+    loader = Loader(stores[fmt], 100, shuffle=False, cache_bytes=cache_bytes, prefetch_mode=mode)
+    assert loader._rows.store.ahead == chunks_ahead * CHUNK
+    got = list(loader)  # every batch kept until the end: none may change meanwhile
+    assert loader._rows.store.last.reads >= 2 * len(arrays)  # two spans or more per leaf
+    _same(got, list(Loader(dict(arrays), 100, shuffle=False)))
