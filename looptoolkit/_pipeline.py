@@ -131,6 +131,10 @@ def _put_back(out: Any, spec: Any, held: list[tuple[int, Any]]) -> Any:
     return _tree.unflatten(spec, leaves)
 
 
+# A batch's list of leaves and ``non_blocking`` -> the moved leaves (``Plan.leaf_move``).
+LeafMove = Callable[[Sequence[Any], bool | None], Any]
+
+
 class Plan:
     """What happens to a gathered batch: where it goes, how it is cast, what transforms it.
 
@@ -169,13 +173,13 @@ class Plan:
         self._move = mover(target, dtype, skip_keys) if move else None
         self._dtype = dtype
 
-    def leaf_move(self, rows: Rows) -> Callable[[Sequence[Any], bool | None], Any] | None:
+    def leaf_move(self, rows: Rows) -> LeafMove | None:
         """The move of a batch's list of leaves, where it equals ``finish``'s move of the tree.
 
         That is where every leaf of the data is a NumPy array or an array of the
         target's backend (one route for all), nothing is skipped, no container is
         cut per batch, and ``to_device``'s view of the data's tree finds exactly
-        its leaves. None elsewhere.
+        its leaves. None elsewhere. Decided once per pass.
         """
         target = self.target
         if self._move is None or target is None or target.home is None:
@@ -211,6 +215,32 @@ class Plan:
             batch = self.transform(batch, progress.epoch, progress.first + k)
         return batch
 
+    def finish_leaves(
+        self,
+        rows: Rows,
+        move: LeafMove | None,
+        leaves: Sequence[Any],
+        progress: Progress,
+        k: int,
+        non_blocking: bool | None = None,
+    ) -> tuple[Any, Sequence[Any] | None]:
+        """Batch ``k`` from its gathered ``leaves``, and its leaves where they are at hand.
+
+        Moved as a list by ``move`` (this pass's ``leaf_move``: the batch built once),
+        else through ``finish``'s move of the built tree, which also says where a move
+        failed. The leaves come back with the batch unless a
+        transform made it (None then).
+        """
+        if move is not None:
+            try:
+                moved = move(leaves, self.non_blocking if non_blocking is None else non_blocking)
+            except Exception:  # the tree's move below says where it failed
+                moved = None
+            if moved is not None:
+                batch = self.finish(rows.build(moved), progress, k, moved=True)
+                return batch, (None if self.transform is not None else moved)
+        return self.finish(rows.build(leaves), progress, k, non_blocking), None
+
 
 def inline(
     rows: Rows, batches: Iterator[np.ndarray], progress: Progress, plan: Plan
@@ -231,22 +261,13 @@ def _finished(
 ) -> Iterator[Any]:
     move = plan.leaf_move(rows)
     for k, leaves in enumerate(gathered):
-        moved = None
-        if move is not None:
-            try:
-                moved = move(leaves, plan.non_blocking)
-            except Exception:  # the tree's move below says where it failed
-                moved = None
-        if moved is None:
-            yield plan.finish(rows.build(leaves), progress, k)
-        else:
-            yield plan.finish(rows.build(moved), progress, k, moved=True)
+        yield plan.finish_leaves(rows, move, leaves, progress, k)[0]
 
 
 def _staged(
     rows: Rows, batches: Iterator[np.ndarray], progress: Progress, plan: Plan, stager: Stager
 ) -> Iterator[Any]:
-    """As ``inline``, through the backend's staged upload; yields ``(batch, token)``.
+    """As ``inline``, through the backend's staged upload; yields ``(batch, token, leaves)``.
 
     The stager's context (its side stream) is entered for each batch's gather, move and
     transform only, never across a ``yield``: run in the consumer's thread by ``ahead``,
@@ -254,25 +275,14 @@ def _staged(
     """
     gathered = rows.gather(batches, staged=(stager.positions, stager.staged))
     non_blocking = True if plan.non_blocking is None else plan.non_blocking
-    # The leaves are in hand: moved as a list, the batch built once (no flatten of it).
     move = plan.leaf_move(rows)
     for k in itertools.count():
         with stager.context():
             leaves = next(gathered, None)
             if leaves is None:
                 return
-            moved = None
-            if move is not None:
-                try:
-                    moved = move(leaves, non_blocking)
-                except Exception:  # the tree's move below says where it failed
-                    moved = None
-            if moved is None:
-                batch = plan.finish(rows.build(leaves), progress, k, non_blocking)
-            else:
-                batch = plan.finish(rows.build(moved), progress, k, moved=True)
-                if plan.transform is not None:
-                    moved = None  # the batch's leaves are the transform's
+            # The moved leaves, where at hand, spare the hand-over a flatten of the batch.
+            batch, moved = plan.finish_leaves(rows, move, leaves, progress, k, non_blocking)
             token = stager.record(k)
         yield batch, token, moved
 

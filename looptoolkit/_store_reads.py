@@ -84,8 +84,7 @@ class ChunkCache:
 
     def take(self, j: int, idx: np.ndarray) -> np.ndarray:
         """Rows ``idx`` of leaf ``j``."""
-        n = len(idx)
-        if n and idx[-1] - idx[0] + 1 == n and (n == 1 or bool((np.diff(idx) == 1).all())):
+        if _consecutive(idx):
             return self.span(j, int(idx[0]), int(idx[-1]) + 1)
         unit = self.units[j]
         chunk = idx // unit
@@ -359,7 +358,7 @@ class StoreReads:
             idx = np.concatenate(block)
             bounds = [0, *itertools.accumulate(map(len, block))]
             start = int(idx[0])
-            if int(idx[-1]) == start + len(idx) - 1 and bool((np.diff(idx) == 1).all()):
+            if _consecutive(idx):
                 # Consecutive rows: each batch a view of the segment it lies in.
                 cols = [
                     _cut(cache.pieces(j, start, start + len(idx)), bounds, start)
@@ -373,6 +372,16 @@ class StoreReads:
             gathered = [f(idx) for f in fetch]
             for a, b in itertools.pairwise(bounds):
                 yield [x[a:b] for x in gathered]
+
+
+def _consecutive(idx: np.ndarray) -> bool:
+    """Whether ``idx`` is consecutive rows ``idx[0], idx[0] + 1, ...`` (not empty)."""
+    n = len(idx)
+    return (
+        bool(n)
+        and int(idx[-1]) - int(idx[0]) + 1 == n
+        and (n == 1 or bool((np.diff(idx) == 1).all()))
+    )
 
 
 def _cut(parts: list[tuple[int, np.ndarray]], bounds: list[int], start: int) -> list[np.ndarray]:

@@ -98,8 +98,9 @@ def floor_loop(data: Any, batch_size: int, *, seed: int = 0, device: Any = None)
     """The best manual loop + ``torch.from_numpy`` per leaf; on a GPU each leaf then goes there.
 
     The copy is ``.to(device, non_blocking=True)`` from the fresh (pageable) batch, the
-    fastest hand loop measured on an H100 for small batches (pinned slots and events cost
-    more per batch); so the Loader's staged copies are judged against a loop that moves too.
+    fastest hand loop measured on an H200 for small batches (pinned slots and events cost
+    more per batch, `benchmarks/cuda_upload.py`); so the Loader is judged against a loop
+    that moves too.
     """
     wrap = each(torch.from_numpy) if device is None else _to(device)
     return numpy_manual(data, batch_size, seed=seed, wrap=wrap)
