@@ -367,6 +367,7 @@ def prefetched(
                 if items is END:
                     return
                 yield from items
+                del items  # held while waiting for the next list, it would keep their memory
         finally:
             prefetcher.close()
     if stager is None:

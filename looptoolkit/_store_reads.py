@@ -31,6 +31,7 @@ from __future__ import annotations
 import bisect
 import functools
 import itertools
+import sys
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -53,6 +54,8 @@ BLOCK_BATCHES = 32
 # Chunks per part of a sorted read: zarr decodes a part's chunks concurrently, and a
 # stopped background thread waits for one part (not a whole batch over hundreds of chunks).
 PART_CHUNKS = 16
+# Evicted segments' arrays a cache keeps to read into again (see `ChunkCache.spare`).
+SPARE_ARRAYS = 16
 
 
 class ChunkCache:
@@ -72,8 +75,14 @@ class ChunkCache:
         self.base = [np.zeros(c, dtype=np.intp) for c in counts]  # chunk's first row in it
         # segment id -> (leaf, its chunks, its rows, bytes)
         self.segments: OrderedDict[int, tuple[int, np.ndarray, np.ndarray, int]] = OrderedDict()
-        self.used = 0
+        self.used = 0  # bytes of the cached segments
         self.peak = 0
+        # Arrays of evicted segments, to be read into again once nothing outside the
+        # cache holds them (no batch, view or transfer of their rows is left). Fresh
+        # memory costs a page fault per page: a loop that reads a store from start to
+        # end would pay that for every row of every epoch. While a batch holds one,
+        # it is that batch's memory; once free, it counts in the budget.
+        self.spare: deque[np.ndarray] = deque(maxlen=SPARE_ARRAYS)
         self.reads = 0
         self.chunks_read = [0] * len(self.leaves)
         self._next = 0
@@ -178,21 +187,23 @@ class ChunkCache:
         starts = chunks * unit
         stops = np.minimum(starts + unit, n)
         total = int(np.sum(stops - starts))
+        size = total * leaf.row_bytes
         # Room for the chunks and for what the read holds while it decodes.
-        self._evict(total * leaf.row_bytes + leaf.transient_bytes(), set(keep.tolist()))
+        self._evict(size + leaf.transient_bytes(), set(keep.tolist()))
         # Consecutive chunks make one range.
         breaks = np.flatnonzero(np.diff(chunks) != 1) + 1
         first = np.concatenate(([0], breaks))
         last = np.concatenate((breaks - 1, [len(chunks) - 1]))
-        rows = np.empty((total, *leaf.shape[1:]), dtype=leaf.dtype)
+        memory = self._memory(size)
+        rows = memory[:size].view(leaf.dtype).reshape(total, *leaf.shape[1:])
         leaf.read_ranges(starts[first], stops[last], rows)
         sid = self._next
         self._next += 1
         offsets = np.concatenate(([0], np.cumsum(stops - starts)[:-1]))
         self.where[j][chunks] = sid
         self.base[j][chunks] = offsets
-        self.segments[sid] = (j, chunks, rows, rows.nbytes)
-        self.used += rows.nbytes
+        self.segments[sid] = (j, chunks, rows, memory.nbytes)
+        self.used += memory.nbytes
         self.peak = max(self.peak, self.used)
         self.reads += 1
         self.chunks_read[j] += len(chunks)
@@ -202,13 +213,68 @@ class ChunkCache:
         for sid in list(self.segments):
             if self.used + incoming <= self.budget:
                 return
-            if sid in keep:
-                continue
-            j, chunks, _, size = self.segments.pop(sid)
-            where = self.where[j]
-            mine = chunks[where[chunks] == sid]
-            where[mine] = -1
-            self.used -= size
+            if sid not in keep:
+                self._drop(sid)
+
+    def passed(self, j: int, row: int) -> None:
+        """Drop leaf ``j``'s segments that hold only rows before ``row``.
+
+        For an order that never goes back (sequential): their rows are used, and
+        their arrays can be read into again once the batches of them are gone.
+        """
+        unit = self.units[j]
+        for sid, (leaf, chunks, _, _) in list(self.segments.items()):
+            if leaf == j and (int(chunks[-1]) + 1) * unit <= row:
+                self._drop(sid)
+
+    def _drop(self, sid: int) -> None:
+        j, chunks, rows, size = self.segments.pop(sid)
+        where = self.where[j]
+        mine = chunks[where[chunks] == sid]
+        where[mine] = -1
+        self.used -= size
+        memory = rows.base  # the flat bytes the segment's rows view
+        assert isinstance(memory, np.ndarray) and memory.base is None
+        del rows
+        self.spare.append(memory)
+
+    def _memory(self, size: int) -> np.ndarray:
+        """Flat bytes, at least ``size`` of them, to read a segment into.
+
+        A spare array that nothing outside the cache holds and that fits (``size`` to
+        twice ``size`` bytes), else new memory. Free spares beyond the budget are
+        dropped, the newest kept.
+        """
+        spare = self.spare
+        memory = None
+        for i in range(len(spare)):
+            if size <= spare[i].nbytes <= 2 * size and _refs(spare[i]) <= _ONE_HOLDER:
+                memory = spare[i]
+                del spare[i]
+                break
+        room = self.budget - self.used - (size if memory is None else memory.nbytes)
+        for i in reversed(range(len(spare))):  # newest first keeps their memory warm
+            if _refs(spare[i]) <= _ONE_HOLDER:
+                if spare[i].nbytes <= room:
+                    room -= spare[i].nbytes
+                else:
+                    del spare[i]
+        return np.empty(size, dtype=np.uint8) if memory is None else memory
+
+
+def _refs(memory: np.ndarray) -> int:
+    return sys.getrefcount(memory)
+
+
+def _one_holder() -> int:
+    """What `_refs` gives for an array that one container alone holds (measured, not assumed)."""
+    held = deque([np.empty(0)])
+    return _refs(held[0])
+
+
+_ONE_HOLDER = _one_holder()
+
+
 
 
 def _distinct(chunks: np.ndarray) -> np.ndarray:
@@ -268,6 +334,7 @@ class StoreReads:
         self.block = 1  # batches gathered at once from the cache (set by `plan_reads`)
         self.handoff = 1  # batches handed over at once by a background thread (`plan_reads`)
         self.ahead = 0  # rows of the order whose chunks a cache read reads along (`plan_reads`)
+        self.forward = False  # the order never goes back to rows before a block (`plan_reads`)
         self.last: ChunkCache | None = None  # the cache of the pass that started last
         self._shared: ChunkCache | None = None
         self._lock = threading.Lock()
@@ -359,6 +426,10 @@ class StoreReads:
             bounds = [0, *itertools.accumulate(map(len, block))]
             start = int(idx[0])
             if _consecutive(idx):
+                if self.forward:
+                    for j in where:
+                        if j is not None:
+                            cache.passed(j, start)
                 # Consecutive rows: each batch a view of the segment it lies in.
                 cols = [
                     _cut(cache.pieces(j, start, start + len(idx)), bounds, start)
@@ -367,6 +438,9 @@ class StoreReads:
                     for j, f in zip(where, fetch, strict=True)
                 ]
                 yield from map(list, zip(*cols, strict=True))
+                # The block's views are the loop's now: the spans they lie in can be read
+                # into again once the loop is done with them (`ChunkCache.spare`).
+                del cols
                 continue
             # One gather per leaf for the block; each batch a view of it.
             gathered = [f(idx) for f in fetch]
@@ -555,6 +629,7 @@ def plan_reads(store: StoreReads, order: Any, cache_bytes: int | None) -> None:
         ahead = max(0, (cache_bytes // 2 - need) // max(1, row_bytes)) // unit * unit
     store.cache_bytes = cache_bytes
     store.ahead = ahead
+    store.forward = order.chunk_rows is None  # sequential: each rank's rows in increasing order
     # A block within a group's rows touches at most two groups' chunks: what the cache holds.
     block = block_batches(sum(leaf.row_bytes for leaf in store.leaves), order.batch_size)
     store.block = max(1, min(block, group // order.batch_size))

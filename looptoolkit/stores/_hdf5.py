@@ -79,6 +79,12 @@ class HDF5Array(StoreArray):
         # dtype: a chunk whose filters were all skipped (an incompressible chunk under
         # lzf) is its rows' bytes, copied straight into the Loader's array. Else None.
         self.filters: int | None = None
+        # Where such chunks lie in the file: chunk -> (file offset, bytes, filter mask).
+        self._stored: dict[int, tuple[int, int, int]] = {}
+        # HDF5's descriptor of the file once checked (`_descriptor`), to read stored
+        # chunks with `os.preadv`: no GIL held, a run of chunks in one call. None
+        # before the first read, False where the file cannot be read that way.
+        self._fd: int | bool | None = None
         if (
             self.chunk_rows is not None
             and tuple(dataset.chunks[1:]) == self.shape[1:]
@@ -114,6 +120,8 @@ class HDF5Array(StoreArray):
                 ) from e
             self._dataset = self._file[self.name]
             self._pid = os.getpid()
+            self._stored = {}  # the file opened by name may not be the one read before
+            self._fd = None
         dataset = self._dataset
         if not dataset.id.valid:
             raise ValueError(
@@ -130,7 +138,7 @@ class HDF5Array(StoreArray):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(_dataset=None, _file=None, _pid=None, _map=None)
+        state.update(_dataset=None, _file=None, _pid=None, _map=None, _fd=None)
         return state
 
     def length_now(self) -> int:
@@ -176,6 +184,10 @@ class HDF5Array(StoreArray):
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Read the whole chunks of the ranges stored as they are into ``out``.
 
+        Chunks next to each other in the file and in ``out`` are read in one
+        ``os.preadv`` (without the GIL) where the file can be read directly, else
+        one ``read_direct_chunk`` each.
+
         Returns:
             The ranges left to read, and where their rows go in ``out``.
         """
@@ -183,27 +195,89 @@ class HDF5Array(StoreArray):
         unit, row = self.chunk_rows, self.row_bytes
         skipped = (1 << self.filters) - 1  # a chunk's filter mask when none was applied
         flat = out.reshape(-1).view(np.uint8)
-        zeros = (0,) * (len(self.shape) - 1)
         rest: list[tuple[int, int, int]] = []  # (start, stop, place in out)
+        runs: list[tuple[int, int, int, list[int]]] = []  # (file offset, place, bytes, chunks)
         at = 0
         for a, b in zip(starts.tolist(), stops.tolist(), strict=True):
             for c in range(a // unit * unit, b, unit):
                 lo, hi = max(a, c), min(b, c + unit)
                 if lo == c and hi == c + unit:  # a whole chunk of the range
-                    info = dataset.id.get_chunk_info_by_coord((c, *zeros))
-                    if info.filter_mask & skipped == skipped and info.size == unit * row:
+                    offset, size, mask = self._chunk(dataset, c // unit)
+                    if mask & skipped == skipped and size == unit * row:
                         place = (at + c - a) * row
-                        dataset.id.read_direct_chunk(
-                            (c, *zeros), out=flat[place : place + info.size]
-                        )
+                        last = runs[-1] if runs else None
+                        if last and last[0] + last[2] == offset and last[1] + last[2] == place:
+                            last[3].append(c)
+                            runs[-1] = (last[0], last[1], last[2] + size, last[3])
+                        else:
+                            runs.append((offset, place, size, [c]))
                         continue
                 if rest and rest[-1][1] == lo:
                     rest[-1] = (rest[-1][0], hi, rest[-1][2])
                 else:
                     rest.append((lo, hi, at + lo - a))
             at += b - a
+        if runs:
+            fd = self._descriptor(dataset, runs[0][3][0])
+            zeros = (0,) * (len(self.shape) - 1)
+            for offset, place, size, chunks in runs:
+                if fd is not None:
+                    _pread(fd, flat[place : place + size], offset, self.filename)
+                    continue
+                for k, c in enumerate(chunks):
+                    a = place + k * unit * row
+                    dataset.id.read_direct_chunk((c, *zeros), out=flat[a : a + unit * row])
         left = np.array(rest, dtype=np.int64).reshape(-1, 3)
         return left[:, 0], left[:, 1], left[:, 2]
+
+    def _chunk(self, dataset: h5py.Dataset, k: int) -> tuple[int, int, int]:
+        """Chunk ``k``'s place in the file: ``(offset, bytes, filter mask)``."""
+        stored = self._stored.get(k)
+        if stored is None:
+            zeros = (0,) * (len(self.shape) - 1)
+            info = dataset.id.get_chunk_info_by_coord((k * self.chunk_rows, *zeros))
+            offset = -1 if info.byte_offset is None else int(info.byte_offset)
+            stored = self._stored[k] = (offset, int(info.size), int(info.filter_mask))
+        return stored
+
+    def _descriptor(self, dataset: h5py.Dataset, first: int) -> int | None:
+        """HDF5's descriptor of the file, to read stored chunks from directly; or None.
+
+        Taken from the open file at each call (a file reopened has another one) and
+        checked once per descriptor: chunk ``first`` (a row) read through it must
+        equal HDF5's own read of that chunk. None where the file is not a plain
+        file (a driver other than the default ``sec2``), is open for SWMR (a writer
+        may move chunks), the platform has no ``os.preadv``, or the check fails.
+        """
+        if self._fd is False or not hasattr(os, "preadv"):
+            return None
+        file = dataset.file
+        if file.driver != "sec2" or file.swmr_mode:
+            self._fd = False
+            return None
+        try:
+            fd = int(file.id.get_vfd_handle())
+        except (TypeError, ValueError, RuntimeError):
+            self._fd = False
+            return None
+        if fd == self._fd:
+            return fd
+        assert self.chunk_rows is not None
+        offset, size, _ = self._chunk(dataset, first // self.chunk_rows)
+        theirs = np.empty(size, dtype=np.uint8)
+        dataset.id.read_direct_chunk((first, *(0,) * (len(self.shape) - 1)), out=theirs)
+        ours = np.empty(size, dtype=np.uint8)
+        try:
+            _pread(fd, ours, offset, self.filename)
+        except OSError:
+            same = False
+        else:
+            same = bool(np.array_equal(ours, theirs))
+        if not same:
+            self._fd = False
+            return None
+        self._fd = fd
+        return fd
 
     def read_rows(self, rows: np.ndarray) -> np.ndarray:
         if self.offset is not None:
@@ -211,3 +285,21 @@ class HDF5Array(StoreArray):
             return self.mapped.take(rows, axis=0)
         # h5py takes increasing indices only: the reader passes them sorted and distinct.
         return np.asarray(self.dataset[rows])
+
+
+def _pread(fd: int, out: np.ndarray, offset: int, filename: str) -> None:
+    """Fill ``out`` (contiguous bytes) from file ``fd`` at ``offset``.
+
+    Raises:
+        OSError: the file ended first (it was cut short since it was opened).
+    """
+    view = memoryview(out).cast("B")
+    done = 0
+    while done < len(view):
+        got = os.preadv(fd, [view[done:]], offset + done)
+        if got <= 0:
+            raise OSError(
+                f"{filename!r} ended {len(view) - done} bytes short of a chunk at byte "
+                f"{offset}: the file changed since it was opened."
+            )
+        done += got
