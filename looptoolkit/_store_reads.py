@@ -12,9 +12,13 @@ Between the order and the batch, for the leaves that are
   in the same call: one call per span of chunks, as a store is read fastest.
   A batch is then one gather from its segment; consecutive rows (a sequential
   order's batches) are a view of it, found by arithmetic per chunk, not per row.
-  A segment is a new array per read and never written again, so a view handed
-  out stays valid; a background thread hands a read-ahead span's batches to the
-  loop together. With an order that uses each chunk's rows while the chunk is
+  An evicted segment's array is read into again only once nothing outside the
+  cache holds it (no batch, view or tensor of its rows is left: its reference
+  count says so), so a view handed out stays valid while it lives, and a loop
+  that reads a store start to end cycles through a few arrays instead of
+  faulting in new pages for every span. A sequential order drops the segments
+  behind it at once. A background thread hands a read-ahead span's batches to
+  the loop together. With an order that uses each chunk's rows while the chunk is
   cached, each chunk is read once per epoch.
 - Rows (a full shuffle, weights, any order that scatters): each batch's rows are
   read sorted and deduplicated (h5py takes increasing indices only), then put
@@ -62,7 +66,8 @@ class ChunkCache:
     """Whole chunks of some store arrays, read on demand, bounded by ``budget`` bytes.
 
     Attributes:
-        reads: read calls made; ``chunks_read``: chunks read, per leaf.
+        reads: read calls made; ``chunks_read``: chunks read, per leaf;
+            ``allocated``: reads into new memory (not a spare array), per leaf.
     """
 
     def __init__(self, leaves: Sequence[StoreArray], budget: int, unit: int) -> None:
@@ -83,6 +88,7 @@ class ChunkCache:
         # end would pay that for every row of every epoch. While a batch holds one,
         # it is that batch's memory; once free, it counts in the budget.
         self.spare: deque[np.ndarray] = deque(maxlen=SPARE_ARRAYS)
+        self.allocated = [0] * len(self.leaves)  # reads into new memory, not a spare array
         self.reads = 0
         self.chunks_read = [0] * len(self.leaves)
         self._next = 0
@@ -194,7 +200,7 @@ class ChunkCache:
         breaks = np.flatnonzero(np.diff(chunks) != 1) + 1
         first = np.concatenate(([0], breaks))
         last = np.concatenate((breaks - 1, [len(chunks) - 1]))
-        memory = self._memory(size)
+        memory = self._memory(j, size)
         rows = memory[:size].view(leaf.dtype).reshape(total, *leaf.shape[1:])
         leaf.read_ranges(starts[first], stops[last], rows)
         sid = self._next
@@ -238,8 +244,8 @@ class ChunkCache:
         del rows
         self.spare.append(memory)
 
-    def _memory(self, size: int) -> np.ndarray:
-        """Flat bytes, at least ``size`` of them, to read a segment into.
+    def _memory(self, j: int, size: int) -> np.ndarray:
+        """Flat bytes, at least ``size`` of them, to read a segment of leaf ``j`` into.
 
         A spare array that nothing outside the cache holds and that fits (``size`` to
         twice ``size`` bytes), else new memory. Free spares beyond the budget are
@@ -259,7 +265,10 @@ class ChunkCache:
                     room -= spare[i].nbytes
                 else:
                     del spare[i]
-        return np.empty(size, dtype=np.uint8) if memory is None else memory
+        if memory is None:
+            self.allocated[j] += 1
+            memory = np.empty(size, dtype=np.uint8)
+        return memory
 
 
 def _refs(memory: np.ndarray) -> int:
@@ -273,8 +282,6 @@ def _one_holder() -> int:
 
 
 _ONE_HOLDER = _one_holder()
-
-
 
 
 def _distinct(chunks: np.ndarray) -> np.ndarray:
@@ -396,6 +403,15 @@ class StoreReads:
                 yield [self._sorted(leaf, idx) for leaf in leaves]
             return
         cache = self.last = self._cache()
+        try:
+            yield from self._through(cache, leaves, batches)
+        finally:
+            cache.spare.clear()  # the pass is over: its spare arrays go (its stats stay)
+
+    def _through(
+        self, cache: ChunkCache, leaves: Sequence[StoreArray], batches: Iterable[np.ndarray]
+    ) -> Iterator[list[np.ndarray]]:
+        """The batches of ``batches`` read through ``cache``."""
         # A leaf that is a zero-copy view is gathered from it; the others through the cache.
         views = [leaf.view() for leaf in leaves]
         fetch = [

@@ -1,15 +1,19 @@
-"""Sequential reads of chunked stores: batches are views of freshly read spans.
+"""Sequential reads of chunked stores: batches are views of the spans read.
 
 A sequential order (and groups of one chunk) reads several chunks per call
-into a new array and hands out its batches as views of it. These tests check
-that the batches equal the in-memory Loader's in values and order (last partial
-batch, resume, ranks, a pass closed early) and that no batch handed out is ever
-written again by a later read.
-"""
+into an array of the cache's and hands out its batches as views of it (an
+evicted span's array is read into again only once no batch holds it:
+`test_span_reuse.py`). These tests check that the batches equal the in-memory
+Loader's in values and order (last partial batch, resume, ranks, a pass closed
+early), that no batch handed out is ever written again by a later read, and
+that HDF5 chunks stored as they are, read from the file directly, equal HDF5's
+own reads."""
 
 from __future__ import annotations
 
 import itertools
+import multiprocessing
+import os
 
 import h5py
 import numpy as np
@@ -271,3 +275,136 @@ def test_sequential_small_cache_spans_end_inside_batches(stores, arrays, fmt, ch
     got = list(loader)  # every batch kept until the end: none may change meanwhile
     assert loader._rows.store.last.reads >= 2 * len(arrays)  # two spans or more per leaf
     _same(got, list(Loader(dict(arrays), 100, shuffle=False)))
+
+
+# -- raw chunks read from the file directly -----------------------------------------
+
+
+def _incompressible(path, userblock: int = 0) -> np.ndarray:
+    """An HDF5 file of random floats in lzf chunks (stored as they are) and compressible ids."""
+    x = np.random.default_rng(6).standard_normal((4_000, 5)).astype(np.float32)
+    with h5py.File(path, "w", userblock_size=userblock) as f:
+        f.create_dataset("x", data=x, chunks=(128, 5), compression="lzf")
+        f.create_dataset("y", data=np.arange(4_000), chunks=(128,), compression="lzf")
+    return x
+
+
+def _epoch(data: dict, **kw) -> list[dict]:
+    return list(Loader(data, 100, shuffle=False, **kw))
+
+
+@pytest.mark.parametrize("userblock", [0, 512, 4096])
+@pytest.mark.parametrize("mode", ["thread", "inline"])
+def test_raw_chunks_are_read_through_hdf5s_own_descriptor(tmp_path, monkeypatch, userblock, mode):
+    # Chunks lzf left as they are: read with `os.preadv` from the descriptor HDF5 has
+    # open, a run of chunks next to each other in the file per call; the same rows.
+    x = _incompressible(tmp_path / "a.h5", userblock)
+    calls = []
+    preadv = os.preadv
+
+    def counting(fd, buffers, offset):
+        calls.append(sum(memoryview(b).nbytes for b in buffers))
+        return preadv(fd, buffers, offset)
+
+    monkeypatch.setattr(os, "preadv", counting)
+    f = h5py.File(tmp_path / "a.h5", "r")
+    loader = Loader({"x": f["x"], "y": f["y"]}, 100, shuffle=False, prefetch_mode=mode)
+    got = list(loader)
+    np.testing.assert_array_equal(np.concatenate([b["x"] for b in got]), x)
+    np.testing.assert_array_equal(np.concatenate([b["y"] for b in got]), np.arange(4_000))
+    leaf = next(leaf for leaf in loader._rows.store.leaves if leaf.name == "/x")
+    assert leaf._fd == f.id.get_vfd_handle()
+    chunks = -(-4_000 // 128)
+    # All whole chunks of x came through preadv (the check of the descriptor is one
+    # more call), most of them several to a call.
+    whole = 4_000 // 128 * 128 * 5 * 4
+    assert sum(calls) == whole + 128 * 5 * 4
+    assert len(calls) <= chunks // 4
+
+
+@pytest.mark.parametrize("how", ["core driver", "bytes differ"])
+def test_files_that_cannot_be_read_directly_go_through_hdf5(tmp_path, monkeypatch, how):
+    # An in-memory file (the `core` driver) has no descriptor to read; a descriptor
+    # whose bytes differ from HDF5's read of a chunk (here: offsets planted one row
+    # off) fails its check. Both read each raw chunk through HDF5: the same rows.
+    from looptoolkit.stores._hdf5 import HDF5Array
+
+    x = _incompressible(tmp_path / "a.h5")
+    if how == "core driver":
+        f = h5py.File(tmp_path / "a.h5", "r", driver="core")
+    else:
+        f = h5py.File(tmp_path / "a.h5", "r")
+        chunk = HDF5Array._chunk
+
+        def shifted(self, dataset, k):
+            offset, size, mask = chunk(self, dataset, k)
+            return offset + self.row_bytes, size, mask
+
+        monkeypatch.setattr(HDF5Array, "_chunk", shifted)
+    loader = Loader({"x": f["x"]}, 100, shuffle=False)
+    np.testing.assert_array_equal(np.concatenate([b["x"] for b in _epoch({"x": f["x"]})]), x)
+    for _ in loader:
+        pass
+    assert loader._rows.store.leaves[0]._fd is False
+
+
+def test_a_file_cut_short_while_open_raises_naming_it(tmp_path):
+    # A file truncated under the Loader: a clear error naming it, never a signal.
+    _incompressible(tmp_path / "a.h5")
+    f = h5py.File(tmp_path / "a.h5", "r")
+    loader = Loader({"x": f["x"]}, 100, shuffle=False, prefetch=0)
+    it = iter(loader)
+    next(it)
+    os.truncate(tmp_path / "a.h5", os.path.getsize(tmp_path / "a.h5") // 2)
+    with pytest.raises(OSError, match=r"a\.h5.*short.*changed since it was opened"):
+        for _ in it:
+            pass
+
+
+def test_a_forked_process_reads_through_its_own_handle(tmp_path):
+    # A fork inherits the Loader as it is (no pickling): its first read reopens the file
+    # (HDF5 handles do not survive a fork) and checks that handle's descriptor again.
+    x = _incompressible(tmp_path / "a.h5")
+    f = h5py.File(tmp_path / "a.h5", "r")
+    loader = Loader({"x": f["x"]}, 100, shuffle=False)
+    next(iter(loader))  # the parent's descriptor checked and kept
+    leaf = loader._rows.store.leaves[0]
+    assert type(leaf._fd) is int
+    ctx = multiprocessing.get_context("fork")
+    results = ctx.Queue()
+
+    def child():
+        got = np.concatenate([b["x"] for b in loader])
+        results.put((got, leaf._pid == os.getpid(), type(leaf._fd).__name__))
+
+    process = ctx.Process(target=child)
+    process.start()
+    got, reopened, fd = results.get(timeout=60)
+    process.join(60)
+    assert process.exitcode == 0
+    np.testing.assert_array_equal(got, x)
+    assert reopened and fd == "int"
+    assert leaf._pid == os.getpid()  # the parent's array is its own still
+
+
+def test_chunks_written_out_of_order_read_in_place(tmp_path):
+    # Chunks written 0, 2, 1, 4, 3, ...: chunks next to each other in the file are not
+    # always next to each other in the rows asked for (a partial chunk between them).
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2_048, 4)).astype(np.float32)
+    order = [0, 2, 1, 4, 3, 6, 5, 7]
+    with h5py.File(tmp_path / "a.h5", "w") as f:
+        d = f.create_dataset("x", shape=x.shape, dtype=x.dtype, chunks=(256, 4), compression="lzf")
+        for c in order:
+            d[c * 256 : (c + 1) * 256] = x[c * 256 : (c + 1) * 256]
+    f = h5py.File(tmp_path / "a.h5", "r")
+    offsets = [f["x"].id.get_chunk_info_by_coord((c * 256, 0)).byte_offset for c in range(8)]
+    assert offsets[2] < offsets[1]  # the layout this test is about
+    leaf = wrap(f["x"], "x")
+    for starts, stops in [([0, 512], [300, 768]), ([0, 512, 1024], [256, 1000, 1536])]:
+        starts, stops = np.array(starts), np.array(stops)
+        out = np.empty((int((stops - starts).sum()), 4), dtype=np.float32)
+        leaf.read_ranges(starts, stops, out)
+        want = np.concatenate([x[a:b] for a, b in zip(starts, stops, strict=True)])
+        np.testing.assert_array_equal(out, want)
+    assert type(leaf._fd) is int

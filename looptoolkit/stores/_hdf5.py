@@ -234,6 +234,7 @@ class HDF5Array(StoreArray):
         """Chunk ``k``'s place in the file: ``(offset, bytes, filter mask)``."""
         stored = self._stored.get(k)
         if stored is None:
+            assert self.chunk_rows is not None
             zeros = (0,) * (len(self.shape) - 1)
             info = dataset.id.get_chunk_info_by_coord((k * self.chunk_rows, *zeros))
             offset = -1 if info.byte_offset is None else int(info.byte_offset)
@@ -293,7 +294,7 @@ def _pread(fd: int, out: np.ndarray, offset: int, filename: str) -> None:
     Raises:
         OSError: the file ended first (it was cut short since it was opened).
     """
-    view = memoryview(out).cast("B")
+    view = out.data.cast("B")
     done = 0
     while done < len(view):
         got = os.preadv(fd, [view[done:]], offset + done)
