@@ -88,6 +88,7 @@ class ChunkCache:
         # end would pay that for every row of every epoch. While a batch holds one,
         # it is that batch's memory; once free, it counts in the budget.
         self.spare: deque[np.ndarray] = deque(maxlen=SPARE_ARRAYS)
+        self.owners: deque[int] = deque(maxlen=SPARE_ARRAYS)  # the leaf each was read for
         self.allocated = [0] * len(self.leaves)  # reads into new memory, not a spare array
         self.reads = 0
         self.chunks_read = [0] * len(self.leaves)
@@ -243,28 +244,34 @@ class ChunkCache:
         assert isinstance(memory, np.ndarray) and memory.base is None
         del rows
         self.spare.append(memory)
+        self.owners.append(j)
 
     def _memory(self, j: int, size: int) -> np.ndarray:
         """Flat bytes, at least ``size`` of them, to read a segment of leaf ``j`` into.
 
         A spare array that nothing outside the cache holds and that fits (``size`` to
-        twice ``size`` bytes), else new memory. Free spares beyond the budget are
-        dropped, the newest kept.
+        twice ``size`` bytes), else new memory. Free spares are kept within the
+        budget, newest first, and besides that the newest of each other leaf: its
+        next read takes it, and would take as much new memory without it.
         """
-        spare = self.spare
+        spare, owners = self.spare, self.owners
         memory = None
         for i in range(len(spare)):
             if size <= spare[i].nbytes <= 2 * size and _refs(spare[i]) <= _ONE_HOLDER:
                 memory = spare[i]
-                del spare[i]
+                del spare[i], owners[i]
                 break
         room = self.budget - self.used - (size if memory is None else memory.nbytes)
-        for i in reversed(range(len(spare))):  # newest first keeps their memory warm
+        kept = {j}
+        for i in reversed(range(len(spare))):
             if _refs(spare[i]) <= _ONE_HOLDER:
                 if spare[i].nbytes <= room:
                     room -= spare[i].nbytes
+                    kept.add(owners[i])
+                elif owners[i] not in kept:
+                    kept.add(owners[i])
                 else:
-                    del spare[i]
+                    del spare[i], owners[i]
         if memory is None:
             self.allocated[j] += 1
             memory = np.empty(size, dtype=np.uint8)
@@ -407,6 +414,7 @@ class StoreReads:
             yield from self._through(cache, leaves, batches)
         finally:
             cache.spare.clear()  # the pass is over: its spare arrays go (its stats stay)
+            cache.owners.clear()
 
     def _through(
         self, cache: ChunkCache, leaves: Sequence[StoreArray], batches: Iterable[np.ndarray]
