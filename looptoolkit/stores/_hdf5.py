@@ -252,17 +252,17 @@ class HDF5Array(StoreArray):
         """
         if self._fd is False or not hasattr(os, "preadv"):
             return None
-        file = dataset.file
-        if file.driver != "sec2" or file.swmr_mode:
-            self._fd = False
-            return None
         try:
-            fd = int(file.id.get_vfd_handle())
+            fd = int(h5py.h5i.get_file_id(dataset.id).get_vfd_handle())
         except (TypeError, ValueError, RuntimeError):
             self._fd = False
             return None
         if fd == self._fd:
             return fd
+        file = dataset.file
+        if file.driver != "sec2" or file.swmr_mode:
+            self._fd = False
+            return None
         assert self.chunk_rows is not None
         offset, size, _ = self._chunk(dataset, first // self.chunk_rows)
         theirs = np.empty(size, dtype=np.uint8)
