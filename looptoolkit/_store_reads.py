@@ -246,6 +246,30 @@ class ChunkCache:
         self.spare.append(memory)
         self.owners.append(j)
 
+    def adopt(self, memories: list[np.ndarray]) -> None:
+        """Take ``memories`` (an earlier pass's arrays) as spare arrays, of no leaf yet."""
+        for memory in memories[-SPARE_ARRAYS:]:
+            self.spare.append(memory)
+            self.owners.append(-1)
+
+    def leave(self) -> list[np.ndarray]:
+        """The arrays of this cache's segments and spares, newest first, within its budget.
+
+        The cache keeps its segments (a view handed out stays valid either way) and
+        drops its spares; a later pass reads into these arrays once they are free.
+        """
+        memories = [rows.base for _, _, rows, _ in reversed(self.segments.values())]
+        memories += reversed(self.spare)
+        self.spare.clear()
+        self.owners.clear()
+        out: list[np.ndarray] = []
+        room = self.budget
+        for memory in memories:
+            if isinstance(memory, np.ndarray) and memory.nbytes <= room:
+                room -= memory.nbytes
+                out.append(memory)
+        return out[::-1]
+
     def _memory(self, j: int, size: int) -> np.ndarray:
         """Flat bytes, at least ``size`` of them, to read a segment of leaf ``j`` into.
 
@@ -351,11 +375,14 @@ class StoreReads:
         self.forward = False  # the order never goes back to rows before a block (`plan_reads`)
         self.last: ChunkCache | None = None  # the cache of the pass that started last
         self._shared: ChunkCache | None = None
+        # The arrays the last pass read into, for the next pass to read into again
+        # (`ChunkCache.leave`): an epoch then starts without faulting in new pages.
+        self._left: list[np.ndarray] = []
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(last=None, _shared=None, _lock=None)
+        state.update(last=None, _shared=None, _lock=None, _left=[])
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -409,12 +436,15 @@ class StoreReads:
             for idx in batches:
                 yield [self._sorted(leaf, idx) for leaf in leaves]
             return
-        cache = self.last = self._cache()
+        cache = self._cache()
+        left, self._left = self._left, []
+        cache.adopt(left)
+        del left
+        self.last = cache
         try:
             yield from self._through(cache, leaves, batches)
         finally:
-            cache.spare.clear()  # the pass is over: its spare arrays go (its stats stay)
-            cache.owners.clear()
+            self._left = cache.leave()  # the pass is over: its arrays go to the next one
 
     def _through(
         self, cache: ChunkCache, leaves: Sequence[StoreArray], batches: Iterable[np.ndarray]
