@@ -58,6 +58,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "looptoolkit._records",
             "looptoolkit._rows",
             "looptoolkit._store_reads",
+            "looptoolkit._chunk_cache",
             "looptoolkit._mapped",
             "looptoolkit._probe",
             "looptoolkit._prefetch",

@@ -17,8 +17,8 @@ import pytest
 import zarr
 
 from looptoolkit import Loader
-from looptoolkit import _store_reads as reads
-from looptoolkit._store_reads import ChunkCache
+from looptoolkit import _chunk_cache as reads
+from looptoolkit._chunk_cache import ChunkCache
 from looptoolkit.stores import wrap
 
 ROWS, DIM, CHUNK = 20_000, 8, 256
