@@ -215,7 +215,8 @@ class StoreReads:
                     continue
                 return
             idx = np.concatenate(block)
-            bounds = [0, *itertools.accumulate(map(len, block))]
+            lengths = list(map(len, block))
+            bounds = [0, *itertools.accumulate(lengths)]
             start = int(idx[0])
             if _consecutive(idx):
                 if self.forward:
@@ -223,10 +224,11 @@ class StoreReads:
                         if j is not None:
                             cache.passed(j, start)
                 # Consecutive rows: each batch a view of the segment it lies in.
+                size = lengths[0] if lengths.count(lengths[0]) == len(lengths) else 0
                 cols = [
-                    _cut(cache.pieces(j, start, start + len(idx)), bounds, start)
+                    _cut(cache.pieces(j, start, start + len(idx)), bounds, start, size)
                     if j is not None
-                    else _cut([(start, f(idx))], bounds, start)
+                    else _cut([(start, f(idx))], bounds, start, size)
                     for j, f in zip(where, fetch, strict=True)
                 ]
                 yield from map(list, zip(*cols, strict=True))
@@ -240,18 +242,26 @@ class StoreReads:
                 yield [x[a:b] for x in gathered]
 
 
-def _cut(parts: list[tuple[int, np.ndarray]], bounds: list[int], start: int) -> list[np.ndarray]:
+def _cut(
+    parts: list[tuple[int, np.ndarray]], bounds: list[int], start: int, size: int = 0
+) -> list[np.ndarray]:
     """Rows ``start + bounds[i]`` to ``start + bounds[i + 1]`` of ``parts``, for each ``i``.
 
     ``parts``: ``(first row, rows)`` pairs, in order and back to back. A batch is a
     view of the part that holds it; one whose rows straddle parts is a copy of them.
+    ``size``: the one length of every batch, if they have one (0: not), so that a
+    part's batches are cut by one reshape.
     """
     out: list[np.ndarray] = []
     i, n = 0, len(bounds) - 1
     for first, rows in parts:
         at, end = start - first, first + len(rows) - start
         k = max(i, bisect.bisect_right(bounds, end) - 1)  # batches i to k - 1 end in this part
-        out += [rows[at + a : at + b] for a, b in itertools.pairwise(bounds[i : k + 1])]
+        if size and k > i:  # views of a (k - i, size, ...) view of the part
+            block = rows[at + bounds[i] : at + bounds[k]]
+            out += list(block.reshape(k - i, size, *rows.shape[1:]))
+        else:
+            out += [rows[at + a : at + b] for a, b in itertools.pairwise(bounds[i : k + 1])]
         i = k
         if i < n and bounds[i] < end:  # batch i begins in this part and ends in a later one
             out.append(_joined(parts, start + bounds[i], start + bounds[i + 1]))
@@ -298,11 +308,15 @@ class LookingAhead:
             pending = self.pending
             have = sum(map(len, pending))
             while have < self.rows:
-                idx = next(self.batches, None)
-                if idx is None:
+                # As many batches as the last one's length says are missing, at once.
+                size = len(pending[-1]) if pending else 0
+                more = list(
+                    itertools.islice(self.batches, -(-(self.rows - have) // size) if size else 1)
+                )
+                if not more:
                     break
-                pending.append(idx)
-                have += len(idx)
+                pending += more
+                have += sum(map(len, more))
             self.seen = np.concatenate(pending) if pending else np.empty(0, dtype=np.intp)
         return self.seen
 

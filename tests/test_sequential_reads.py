@@ -168,18 +168,28 @@ def test_pieces_are_views_one_per_segment(stores, arrays):
         )
 
 
-def test_cut_equals_slices_views_where_one_part_holds_them():
+@pytest.mark.parametrize("uniform", [False, True])
+def test_cut_equals_slices_views_where_one_part_holds_them(uniform):
+    # Batches of random lengths, or of one length (cut by a reshape of each part).
     rng = np.random.default_rng(3)
-    data = np.arange(1_000)
+    data = np.arange(2_000).reshape(1_000, 2)
     for _ in range(300):
-        start = int(rng.integers(0, 500))
-        stop = int(rng.integers(start + 1, 1_001))
-        edges = np.unique(rng.integers(start + 1, stop, size=int(rng.integers(0, 6))))
-        firsts = [start, *edges.tolist()]
+        if uniform:
+            size = int(rng.integers(1, 80))
+            count = int(rng.integers(1, 1_000 // size + 1))
+            start = int(rng.integers(0, 1_000 - size * count + 1))
+            stop = start + size * count
+            bounds = list(range(0, stop - start + 1, size))
+        else:
+            size = 0
+            start = int(rng.integers(0, 500))
+            stop = int(rng.integers(start + 1, 1_001))
+            ends = np.cumsum(rng.integers(1, 80, size=400))
+            bounds = [0, *ends[ends < stop - start].tolist(), stop - start]
+        cuts = int(rng.integers(0, 6)) if stop > start + 1 else 0
+        firsts = [start, *np.unique(rng.integers(start + 1, stop, size=cuts)).tolist()]
         parts = [(a, data[a:b]) for a, b in zip(firsts, [*firsts[1:], stop], strict=True)]
-        sizes = rng.integers(1, 80, size=400)
-        bounds = [0, *np.cumsum(sizes)[np.cumsum(sizes) < stop - start].tolist(), stop - start]
-        got = _cut(parts, bounds, start)
+        got = _cut(parts, bounds, start, size)
         assert len(got) == len(bounds) - 1
         for batch, a, b in zip(got, bounds[:-1], bounds[1:], strict=True):
             np.testing.assert_array_equal(batch, data[start + a : start + b])
