@@ -60,6 +60,12 @@ class ChunkCache:
         # a read that has to happen reads along; None: read only what is needed.
         self.upcoming: Callable[[], np.ndarray] | None = None
         self._memo: tuple[np.ndarray, int, np.ndarray] | None = None  # (rows, unit, chunks)
+        # Chunks to keep read ahead of the rows asked for, in the background, for the
+        # leaves that can read that way (`StoreArray.read_ranges_later`): an order that
+        # never goes back (sequential) sets it. 0: no read in the background.
+        self.later = 0
+        self.frontier = [-1] * len(self.leaves)  # the last chunk read (or being read), per leaf
+        self.waiting: dict[int, Callable[[], None]] = {}  # segment -> wait for its read
 
     def take(self, j: int, idx: np.ndarray) -> np.ndarray:
         """Rows ``idx`` of leaf ``j``."""
@@ -77,6 +83,8 @@ class ChunkCache:
                 need = np.union1d(need, ahead[where[ahead] < 0])
             self._read(j, need, np.unique(seg[~missing]))
             seg = where[chunk]
+        if self.waiting:
+            self._ready(np.unique(seg).tolist())
         pos = self.base[j][chunk] + (idx - chunk * unit)
         first = int(seg[0])
         segments = self.segments
@@ -117,13 +125,18 @@ class ChunkCache:
         where = self.where[j]
         seg = where[first:last]
         missing = seg < 0
+        later = self.later and self.leaves[j].reads_later()
         if missing.any():
             need = np.arange(first, last)[missing]
-            if self.upcoming is not None:
+            if self.upcoming is not None and not later:  # (else read ahead in the background)
                 ahead = self._ahead(unit)
                 need = np.union1d(need, ahead[where[ahead] < 0])
             self._read(j, need, np.unique(seg[~missing]))
             seg = where[first:last]
+        if later:
+            self._read_later(j, first, last, np.unique(seg))
+        if self.waiting:
+            self._ready(np.unique(seg).tolist())
         base, segments = self.base[j], self.segments
         # Consecutive chunks of one segment lie there in order, back to back.
         runs = [0, *(np.flatnonzero(seg[1:] != seg[:-1]) + 1).tolist(), len(seg)]
@@ -151,7 +164,34 @@ class ChunkCache:
         self._memo = (rows, unit, chunks)
         return chunks
 
-    def _read(self, j: int, chunks: np.ndarray, keep: np.ndarray) -> None:
+    def _ready(self, sids: list[int]) -> None:
+        """Wait for the background reads of segments ``sids`` (raising what they raised)."""
+        for sid in sids:
+            wait = self.waiting.pop(sid, None)
+            if wait is not None:
+                wait()
+
+    def _read_later(self, j: int, first: int, end: int, keep: np.ndarray) -> None:
+        """Start reading leaf ``j``'s chunks ahead of chunks ``first:end`` in the background.
+
+        Keeps the frontier ``max(later, end - first)`` chunks past ``end`` (the rows
+        asked for next are there, or being read, when asked for), reading at least
+        that many chunks at a time, where the leaf can read in the background.
+        """
+        leaf = self.leaves[j]
+        frontier, span = self.frontier[j], max(self.later, end - first)
+        count = -(-len(leaf) // self.units[j])
+        target = min(count, end + span) - 1
+        if frontier >= target:
+            return
+        chunks = np.arange(frontier + 1, min(count, frontier + 1 + max(span, target - frontier)))
+        chunks = chunks[self.where[j][chunks] < 0]
+        size = len(chunks) * self.units[j] * leaf.row_bytes + leaf.transient_bytes()
+        # Only into room the cache has: evicting rows asked for soon would read them twice.
+        if len(chunks) and self.used + size <= self.budget:
+            self._read(j, chunks, keep, later=True)
+
+    def _read(self, j: int, chunks: np.ndarray, keep: np.ndarray, later: bool = False) -> None:
         leaf, unit = self.leaves[j], self.units[j]
         n = len(leaf)
         starts = chunks * unit
@@ -166,9 +206,13 @@ class ChunkCache:
         last = np.concatenate((breaks - 1, [len(chunks) - 1]))
         memory = self._memory(j, size)
         rows = memory[:size].view(leaf.dtype).reshape(total, *leaf.shape[1:])
-        leaf.read_ranges(starts[first], stops[last], rows)
         sid = self._next
+        if later:
+            self.waiting[sid] = leaf.read_ranges_later(starts[first], stops[last], rows)
+        else:
+            leaf.read_ranges(starts[first], stops[last], rows)
         self._next += 1
+        self.frontier[j] = max(self.frontier[j], int(chunks[-1]))
         offsets = np.concatenate(([0], np.cumsum(stops - starts)[:-1]))
         self.where[j][chunks] = sid
         self.base[j][chunks] = offsets
@@ -179,12 +223,16 @@ class ChunkCache:
         self.chunks_read[j] += len(chunks)
 
     def _evict(self, incoming: int, keep: set[int]) -> None:
-        """Drop least recently used segments (not those in ``keep``) to make room."""
-        for sid in list(self.segments):
-            if self.used + incoming <= self.budget:
-                return
-            if sid not in keep:
-                self._drop(sid)
+        """Drop least recently used segments (not those in ``keep``) to make room.
+
+        Segments still being read in the background (the rows asked for next) go last.
+        """
+        for pending in (False, True):
+            for sid in list(self.segments):
+                if self.used + incoming <= self.budget:
+                    return
+                if sid not in keep and (sid in self.waiting) == pending:
+                    self._drop(sid)
 
     def passed(self, j: int, row: int) -> None:
         """Drop leaf ``j``'s segments that hold only rows before ``row``.
@@ -198,6 +246,9 @@ class ChunkCache:
                 self._drop(sid)
 
     def _drop(self, sid: int) -> None:
+        # A background read not waited for holds its array until it ends: the array is
+        # not free to read into again before then, and what it read is not needed.
+        self.waiting.pop(sid, None)
         j, chunks, rows, size = self.segments.pop(sid)
         where = self.where[j]
         mine = chunks[where[chunks] == sid]

@@ -198,6 +198,8 @@ class StoreReads:
         ]
         batches = iter(batches)
         take: Callable[[int], list[np.ndarray]]
+        if self.forward and self.ahead:  # the next span read in the background where it can be
+            cache.later = max(1, self.ahead // self.unit)
         if self.ahead:
             ahead = LookingAhead(batches, self.ahead)
             cache.upcoming, take = ahead.upcoming, ahead.take

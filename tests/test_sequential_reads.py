@@ -290,12 +290,12 @@ def test_sequential_small_cache_spans_end_inside_batches(stores, arrays, fmt, ch
 # -- raw chunks read from the file directly -----------------------------------------
 
 
-def _incompressible(path, userblock: int = 0) -> np.ndarray:
+def _incompressible(path, userblock: int = 0, rows: int = 4_000) -> np.ndarray:
     """An HDF5 file of random floats in lzf chunks (stored as they are) and compressible ids."""
-    x = np.random.default_rng(6).standard_normal((4_000, 5)).astype(np.float32)
+    x = np.random.default_rng(6).standard_normal((rows, 5)).astype(np.float32)
     with h5py.File(path, "w", userblock_size=userblock) as f:
         f.create_dataset("x", data=x, chunks=(128, 5), compression="lzf")
-        f.create_dataset("y", data=np.arange(4_000), chunks=(128,), compression="lzf")
+        f.create_dataset("y", data=np.arange(rows), chunks=(128,), compression="lzf")
     return x
 
 
@@ -418,3 +418,57 @@ def test_chunks_written_out_of_order_read_in_place(tmp_path):
         want = np.concatenate([x[a:b] for a, b in zip(starts, stops, strict=True)])
         np.testing.assert_array_equal(out, want)
     assert type(leaf._fd) is int
+
+
+# -- the next span read in the background ---------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["thread", "inline"])
+def test_the_next_span_is_read_in_the_background_and_waited_for(tmp_path, monkeypatch, mode):
+    # A sequential order over chunks read from the file directly: the spans after the
+    # first are read by the reading thread of their own while the loop cuts the one
+    # before. Each read is slowed down here: a batch must still hold its rows, that is,
+    # its span's read was waited for.
+    import threading
+    import time
+
+    from looptoolkit.stores import _hdf5
+
+    x = _incompressible(tmp_path / "a.h5", rows=20_000)
+    threads: list[str] = []
+    pread_all = _hdf5._pread_all
+
+    def slow(reads, filename):
+        threads.append(threading.current_thread().name)
+        time.sleep(0.02)
+        pread_all(reads, filename)
+
+    monkeypatch.setattr(_hdf5, "_pread_all", slow)
+    f = h5py.File(tmp_path / "a.h5", "r")
+    data = {"x": f["x"], "y": f["y"]}
+    # Room for a span being read besides the one cut (the default budget has it where
+    # the other leaves are narrower than the one read in the background).
+    cache_bytes = 2 * Loader(data, 100, shuffle=False)._rows.store.cache_bytes
+    loader = Loader(data, 100, shuffle=False, prefetch_mode=mode, cache_bytes=cache_bytes)
+    assert loader._rows.store.ahead  # chunks of 128 rows: spans of several chunks
+    for _ in range(2):
+        got = list(loader)  # kept: no span read into while its batches live
+        np.testing.assert_array_equal(np.concatenate([b["x"] for b in got]), x)
+        np.testing.assert_array_equal(np.concatenate([b["y"] for b in got]), np.arange(20_000))
+    assert len(threads) >= 20
+    assert all(name.startswith("looptoolkit-read") for name in threads)
+    assert sum(loader._rows.store.last.chunks_read) == 2 * -(-20_000 // 128)  # each once
+
+
+def test_an_error_of_a_background_read_is_raised_in_the_loop(tmp_path, monkeypatch):
+    # The file cut short while the next span is read in the background: the loop gets
+    # the read's error, naming the file, when it comes to that span.
+    _incompressible(tmp_path / "a.h5")
+    f = h5py.File(tmp_path / "a.h5", "r")
+    loader = Loader({"x": f["x"]}, 100, shuffle=False, prefetch=0)
+    it = iter(loader)
+    next(it)
+    os.truncate(tmp_path / "a.h5", 4096)
+    with pytest.raises(OSError, match=r"a\.h5.*changed since it was opened"):
+        for _ in it:
+            pass

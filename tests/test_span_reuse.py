@@ -137,8 +137,8 @@ def test_a_sequential_epoch_reads_into_few_new_arrays(fine, arrays, mode, monkey
     after: list[tuple[int, int, int]] = []  # (used, free spare bytes, allowed) after each read
     read = ChunkCache._read
 
-    def recording(self, *args):
-        read(self, *args)
+    def recording(self, *args, **kwargs):
+        read(self, *args, **kwargs)
         free = [
             (j, m.nbytes)
             for j, m in zip(self.owners, self.spare, strict=True)

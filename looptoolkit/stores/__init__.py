@@ -18,6 +18,7 @@ once with a message naming what to pass instead.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -157,6 +158,22 @@ class StoreArray:
             out[at : at + b - a] = self.read(a, b)
             at += b - a
 
+    def reads_later(self) -> bool:
+        """Whether this store's reads can run in the background (see `read_ranges_later`)."""
+        return False
+
+    def read_ranges_later(
+        self, starts: np.ndarray, stops: np.ndarray, out: np.ndarray
+    ) -> Callable[[], None]:
+        """Start reading the ranges into ``out``; returns a function that waits for the read.
+
+        The waiting function raises what the read raised. A store whose reads can run
+        in a background thread without the GIL (plain file reads) overrides this and
+        [`reads_later`][looptoolkit.stores.StoreArray.reads_later]; this one reads now.
+        """
+        self.read_ranges(starts, stops, out)
+        return _done
+
     def transient_bytes(self) -> int:
         """Memory a read of ranges may hold besides ``out`` (buffers being decoded)."""
         return 0
@@ -199,3 +216,7 @@ def wrap(obj: Any, path: str) -> StoreArray | dict[str, Any]:
             return wrapped
         message = module.refusal(obj)
     raise TypeError(f"`data` cannot hold {path}: {message}")
+
+
+def _done() -> None:
+    """Wait for a read that has already ended."""

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import h5py
 import numpy as np
 
-from looptoolkit.stores import StoreArray
+from looptoolkit.stores import StoreArray, _done
 
 
 def wrap(obj: Any, path: str) -> StoreArray | dict[str, Any] | None:
@@ -153,7 +155,36 @@ class HDF5Array(StoreArray):
             self.read_ranges(np.array([start]), np.array([stop]), out)
         return out
 
+    def reads_later(self) -> bool:
+        # Chunks stored as they are, read from the file directly once that was checked.
+        return (
+            self.offset is None
+            and self.filters is not None
+            and type(self._fd) is int
+            and self._pid == os.getpid()
+        )
+
+    def read_ranges_later(
+        self, starts: np.ndarray, stops: np.ndarray, out: np.ndarray
+    ) -> Callable[[], None]:
+        """The chunks stored as they are read in a background thread; the rest now."""
+        later: list[tuple[int, np.ndarray, int]] = []
+        self._ranges(starts, stops, out, later)
+        if not later:
+            return _done
+        return _reader().submit(_pread_all, later, self.filename).result
+
     def read_ranges(self, starts: np.ndarray, stops: np.ndarray, out: np.ndarray) -> None:
+        self._ranges(starts, stops, out, None)
+
+    def _ranges(
+        self,
+        starts: np.ndarray,
+        stops: np.ndarray,
+        out: np.ndarray,
+        later: list[tuple[int, np.ndarray, int]] | None,
+    ) -> None:
+        """Read the ranges into ``out``; direct file reads go to ``later`` where it is a list."""
         if self.offset is not None:
             super().read_ranges(starts, stops, out)
             return
@@ -161,7 +192,7 @@ class HDF5Array(StoreArray):
             return
         dataset = self.dataset
         if self.filters is not None and out.flags.c_contiguous:
-            starts, stops, at = self._read_stored(dataset, starts, stops, out)
+            starts, stops, at = self._read_stored(dataset, starts, stops, out, later)
         else:
             at = np.concatenate(([0], np.cumsum(stops - starts)[:-1]))
         if not len(starts):
@@ -180,13 +211,19 @@ class HDF5Array(StoreArray):
             out[...] = target
 
     def _read_stored(
-        self, dataset: h5py.Dataset, starts: np.ndarray, stops: np.ndarray, out: np.ndarray
+        self,
+        dataset: h5py.Dataset,
+        starts: np.ndarray,
+        stops: np.ndarray,
+        out: np.ndarray,
+        later: list[tuple[int, np.ndarray, int]] | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Read the whole chunks of the ranges stored as they are into ``out``.
 
         Chunks next to each other in the file and in ``out`` are read in one
         ``os.preadv`` (without the GIL) where the file can be read directly, else
-        one ``read_direct_chunk`` each.
+        one ``read_direct_chunk`` each. ``later``: a list that takes the direct reads
+        ``(descriptor, bytes of out, offset)`` to make, instead of making them.
 
         Returns:
             The ranges left to read, and where their rows go in ``out``.
@@ -221,6 +258,9 @@ class HDF5Array(StoreArray):
             fd = self._descriptor(dataset, runs[0][3][0])
             zeros = (0,) * (len(self.shape) - 1)
             for offset, place, size, chunks in runs:
+                if fd is not None and later is not None:
+                    later.append((fd, flat[place : place + size], offset))
+                    continue
                 if fd is not None:
                     _pread(fd, flat[place : place + size], offset, self.filename)
                     continue
@@ -304,3 +344,19 @@ def _pread(fd: int, out: np.ndarray, offset: int, filename: str) -> None:
                 f"{offset}: the file changed since it was opened."
             )
         done += got
+
+
+def _pread_all(reads: list[tuple[int, np.ndarray, int]], filename: str) -> None:
+    for fd, out, offset in reads:
+        _pread(fd, out, offset, filename)
+
+
+_READER: tuple[int, ThreadPoolExecutor] | None = None
+
+
+def _reader() -> ThreadPoolExecutor:
+    """This process's thread for direct file reads in the background (made on first use)."""
+    global _READER
+    if _READER is None or _READER[0] != os.getpid():  # a fork has no thread of its parent's
+        _READER = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="looptoolkit-read"))
+    return _READER[1]
