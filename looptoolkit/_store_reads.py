@@ -111,6 +111,9 @@ class StoreReads:
         self.handoff = 1  # batches handed over at once by a background thread (`plan_reads`)
         self.ahead = 0  # rows of the order whose chunks a cache read reads along (`plan_reads`)
         self.forward = False  # the order never goes back to rows before a block (`plan_reads`)
+        # Whether a sequential order's next span may be read in the background (the
+        # Loader's `prefetch > 0`; `ChunkCache.later`).
+        self.background = False
         self.last: ChunkCache | None = None  # the cache of the pass that started last
         self._shared: ChunkCache | None = None
         # The arrays the last pass read into, for the next pass to read into again
@@ -198,7 +201,7 @@ class StoreReads:
         ]
         batches = iter(batches)
         take: Callable[[int], list[np.ndarray]]
-        if self.forward and self.ahead:  # the next span read in the background where it can be
+        if self.background and self.forward and self.ahead:  # the next span, where it can be
             cache.later = max(1, self.ahead // self.unit)
         if self.ahead:
             ahead = LookingAhead(batches, self.ahead)
@@ -379,7 +382,9 @@ def plan_reads(store: StoreReads, order: Any, cache_bytes: int | None) -> None:
     the buffers a read decodes into), so that the reads' memory stays within it.
     An order that uses one chunk at a time (sequential, groups of one chunk)
     reads ``READ_AHEAD_CHUNKS`` chunks ahead, its cache sized for them; with a
-    ``cache_bytes`` too small for them, as many as fit.
+    ``cache_bytes`` too small for them, as many as fit. A sequential order's
+    default cache has room for one more span: the next one, which a leaf read
+    from its file directly reads in the background (`ChunkCache.later`).
 
     Raises:
         ValueError: ``cache_bytes`` with an order that reads rows, or too small
@@ -416,6 +421,8 @@ def plan_reads(store: StoreReads, order: Any, cache_bytes: int | None) -> None:
         ahead = max(1, min(READ_AHEAD_CHUNKS, READ_AHEAD_BYTES // max(1, unit * row_bytes))) * unit
     if cache_bytes is None:
         cache_bytes = 2 * needed(ahead)
+        if ahead and order.chunk_rows is None:  # sequential: room for a span read in the background
+            cache_bytes += (group + ahead) * row_bytes
     elif not isinstance(cache_bytes, int) or isinstance(cache_bytes, bool):
         raise TypeError(f"`cache_bytes` must be an int, got {type(cache_bytes).__name__}.")
     elif cache_bytes < need:

@@ -393,6 +393,8 @@ class Loader:
             _probe.check_not_empty(self._order)
         if store is not None:
             plan_reads(store, self._order, cache_bytes)
+            # `prefetch=0`: nothing is read ahead in the background, not even a span.
+            store.background = prefetch > 0
         # Plain ints, whatever integer type was passed: state_dict() holds them.
         self.batch_size: Any = None if batch_size is None else int(batch_size)
         self.n: int = rows.n

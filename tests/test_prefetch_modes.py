@@ -162,7 +162,7 @@ def test_the_thread_mode_runs_a_thread_and_stops_it():
     assert loader.prefetch_mode == loader.stats.prefetch_mode == "thread"
     names = []
     for i, _ in enumerate(loader):
-        names = [t.name for t in threading.enumerate() if t.name.startswith("looptoolkit")]
+        names = [t.name for t in threading.enumerate() if t.name.startswith("looptoolkit-loader")]
         if i == 2:
             break
     assert names == ["looptoolkit-loader-prefetch"]
@@ -188,7 +188,9 @@ def test_stores_are_read_in_a_thread_unless_told_otherwise(store):
     for loader, threads in ((auto, 1), (inline, 0)):
         got = []
         for batch in loader:
-            running = [t for t in threading.enumerate() if t.name.startswith("looptoolkit")]
+            # (The process's thread for direct file reads, `looptoolkit-read`, is not a
+            # pass's: it serves every pass that reads chunks straight from a file.)
+            running = [t for t in threading.enumerate() if t.name.startswith("looptoolkit-loader")]
             assert len(running) == threads
             got.append(batch["x"].tolist())
         assert got == want

@@ -279,7 +279,8 @@ def test_sequential_small_cache_spans_end_inside_batches(stores, arrays, fmt, ch
     # batches of 100 rows (those batches are joined from two spans).
     default = Loader(stores[fmt], 100, shuffle=False)._rows.store
     row_bytes = sum(leaf.row_bytes for leaf in default.leaves)
-    cache_bytes = default.cache_bytes - 2 * (8 - chunks_ahead) * CHUNK * row_bytes
+    background = (CHUNK + default.ahead) * row_bytes  # the default's room for one more span
+    cache_bytes = default.cache_bytes - background - 2 * (8 - chunks_ahead) * CHUNK * row_bytes
     loader = Loader(stores[fmt], 100, shuffle=False, cache_bytes=cache_bytes, prefetch_mode=mode)
     assert loader._rows.store.ahead == chunks_ahead * CHUNK
     got = list(loader)  # every batch kept until the end: none may change meanwhile
@@ -463,12 +464,33 @@ def test_the_next_span_is_read_in_the_background_and_waited_for(tmp_path, monkey
 def test_an_error_of_a_background_read_is_raised_in_the_loop(tmp_path, monkeypatch):
     # The file cut short while the next span is read in the background: the loop gets
     # the read's error, naming the file, when it comes to that span.
-    _incompressible(tmp_path / "a.h5")
+    from looptoolkit.stores import _hdf5
+
+    _incompressible(tmp_path / "a.h5", rows=20_000)
+    later = []
+    pread_all = _hdf5._pread_all
+
+    def recording(reads, filename):
+        later.append(len(reads))
+        pread_all(reads, filename)
+
+    monkeypatch.setattr(_hdf5, "_pread_all", recording)
     f = h5py.File(tmp_path / "a.h5", "r")
-    loader = Loader({"x": f["x"]}, 100, shuffle=False, prefetch=0)
+    loader = Loader({"x": f["x"]}, 100, shuffle=False, prefetch_mode="inline")
     it = iter(loader)
     next(it)
     os.truncate(tmp_path / "a.h5", 4096)
     with pytest.raises(OSError, match=r"a\.h5.*changed since it was opened"):
         for _ in it:
             pass
+    assert later  # the failing read was one in the background
+
+
+def test_prefetch_0_reads_nothing_in_the_background(tmp_path, monkeypatch):
+    from looptoolkit.stores import _hdf5
+
+    x = _incompressible(tmp_path / "a.h5", rows=20_000)
+    monkeypatch.setattr(_hdf5, "_reader", None)  # a background read would fail
+    f = h5py.File(tmp_path / "a.h5", "r")
+    got = np.concatenate([b["x"] for b in Loader({"x": f["x"]}, 100, shuffle=False, prefetch=0)])
+    np.testing.assert_array_equal(got, x)
