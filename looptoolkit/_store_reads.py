@@ -111,8 +111,8 @@ class StoreReads:
         self.handoff = 1  # batches handed over at once by a background thread (`plan_reads`)
         self.ahead = 0  # rows of the order whose chunks a cache read reads along (`plan_reads`)
         self.forward = False  # the order never goes back to rows before a block (`plan_reads`)
-        # Whether a sequential order's next span may be read in the background (the
-        # Loader's `prefetch > 0`; `ChunkCache.later`).
+        # Whether a sequential order's next span may be read in the background (a
+        # Loader in the thread mode with `prefetch > 0`; `ChunkCache.later`).
         self.background = False
         self.last: ChunkCache | None = None  # the cache of the pass that started last
         self._shared: ChunkCache | None = None

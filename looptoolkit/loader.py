@@ -393,8 +393,6 @@ class Loader:
             _probe.check_not_empty(self._order)
         if store is not None:
             plan_reads(store, self._order, cache_bytes)
-            # `prefetch=0`: nothing is read ahead in the background, not even a span.
-            store.background = prefetch > 0
         # Plain ints, whatever integer type was passed: state_dict() holds them.
         self.batch_size: Any = None if batch_size is None else int(batch_size)
         self.n: int = rows.n
@@ -427,6 +425,8 @@ class Loader:
         )
         # Where batches are made: "thread" or "inline" (the loop's own thread).
         self.prefetch_mode: str = choose_mode(prefetch_mode, prefetch, store is not None)
+        if store is not None:  # a span read in the background too, but never in "inline"
+            store.background = self.prefetch_mode == "thread" and prefetch > 0
         self._stats: LoaderStats | None = LoaderStats(self.prefetch_mode) if stats else None
         if self._ragged:
             rows.stats = self._stats

@@ -424,8 +424,7 @@ def test_chunks_written_out_of_order_read_in_place(tmp_path):
 # -- the next span read in the background ---------------------------------------------
 
 
-@pytest.mark.parametrize("mode", ["thread", "inline"])
-def test_the_next_span_is_read_in_the_background_and_waited_for(tmp_path, monkeypatch, mode):
+def test_the_next_span_is_read_in_the_background_and_waited_for(tmp_path, monkeypatch):
     # A sequential order over chunks read from the file directly: the spans after the
     # first are read by the reading thread of their own while the loop cuts the one
     # before. Each read is slowed down here: a batch must still hold its rows, that is,
@@ -450,7 +449,8 @@ def test_the_next_span_is_read_in_the_background_and_waited_for(tmp_path, monkey
     # Room for a span being read besides the one cut (the default budget has it where
     # the other leaves are narrower than the one read in the background).
     cache_bytes = 2 * Loader(data, 100, shuffle=False)._rows.store.cache_bytes
-    loader = Loader(data, 100, shuffle=False, prefetch_mode=mode, cache_bytes=cache_bytes)
+    loader = Loader(data, 100, shuffle=False, cache_bytes=cache_bytes)
+    assert loader.prefetch_mode == "thread"
     assert loader._rows.store.ahead  # chunks of 128 rows: spans of several chunks
     for _ in range(2):
         got = list(loader)  # kept: no span read into while its batches live
@@ -476,7 +476,7 @@ def test_an_error_of_a_background_read_is_raised_in_the_loop(tmp_path, monkeypat
 
     monkeypatch.setattr(_hdf5, "_pread_all", recording)
     f = h5py.File(tmp_path / "a.h5", "r")
-    loader = Loader({"x": f["x"]}, 100, shuffle=False, prefetch_mode="inline")
+    loader = Loader({"x": f["x"]}, 100, shuffle=False)
     it = iter(loader)
     next(it)
     os.truncate(tmp_path / "a.h5", 4096)
@@ -486,11 +486,13 @@ def test_an_error_of_a_background_read_is_raised_in_the_loop(tmp_path, monkeypat
     assert later  # the failing read was one in the background
 
 
-def test_prefetch_0_reads_nothing_in_the_background(tmp_path, monkeypatch):
+@pytest.mark.parametrize("kw", [{"prefetch": 0}, {"prefetch_mode": "inline"}])
+def test_nothing_is_read_in_the_background_with_prefetch_0_or_inline(tmp_path, monkeypatch, kw):
+    # `prefetch=0` makes nothing ahead; "inline" runs no thread at all.
     from looptoolkit.stores import _hdf5
 
     x = _incompressible(tmp_path / "a.h5", rows=20_000)
     monkeypatch.setattr(_hdf5, "_reader", None)  # a background read would fail
     f = h5py.File(tmp_path / "a.h5", "r")
-    got = np.concatenate([b["x"] for b in Loader({"x": f["x"]}, 100, shuffle=False, prefetch=0)])
+    got = np.concatenate([b["x"] for b in Loader({"x": f["x"]}, 100, shuffle=False, **kw)])
     np.testing.assert_array_equal(got, x)
