@@ -18,7 +18,7 @@ import os
 import h5py
 import numpy as np
 import pytest
-import zarr
+from chunked import chunked_stores, random_table
 
 from looptoolkit import Loader
 from looptoolkit._store_reads import ChunkCache, _cut
@@ -29,29 +29,12 @@ ROWS, DIM, CHUNK = 5_000, 8, 512
 
 @pytest.fixture(scope="module")
 def arrays() -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
-    return {
-        "x": rng.standard_normal((ROWS, DIM)).astype(np.float32),
-        "y": rng.permutation(ROWS).astype(np.int64),
-    }
+    return random_table(ROWS, DIM)
 
 
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory, arrays) -> dict[str, dict]:
-    root = tmp_path_factory.mktemp("sequential")
-    out: dict[str, dict] = {}
-    for codec in ("lzf", "gzip"):
-        with h5py.File(root / f"{codec}.h5", "w") as f:
-            for name, a in arrays.items():
-                f.create_dataset(name, data=a, chunks=(CHUNK, *a.shape[1:]), compression=codec)
-        f = h5py.File(root / f"{codec}.h5", "r")
-        out[f"hdf5-{codec}"] = {name: f[name] for name in arrays}
-    group = zarr.open_group(str(root / "z.zarr"), mode="w")
-    for name, a in arrays.items():
-        group.create_array(name, shape=a.shape, chunks=(CHUNK, *a.shape[1:]), dtype=a.dtype)
-        group[name][:] = a
-    out["zarr"] = {name: group[name] for name in arrays}
-    return out
+    return chunked_stores(tmp_path_factory.mktemp("sequential"), arrays, CHUNK, ("lzf", "gzip"))
 
 
 STORES = ["hdf5-lzf", "hdf5-gzip", "zarr"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import h5py
 import numpy as np
 import pytest
-import zarr
+from chunked import chunked_stores, random_table
 
 from looptoolkit import Loader
 from looptoolkit import _chunk_cache as reads
@@ -26,28 +26,12 @@ ROWS, DIM, CHUNK = 20_000, 8, 256
 
 @pytest.fixture(scope="module")
 def arrays() -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
-    return {
-        "x": rng.standard_normal((ROWS, DIM)).astype(np.float32),
-        "y": rng.permutation(ROWS).astype(np.int64),
-    }
+    return random_table(ROWS, DIM)
 
 
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory, arrays) -> dict[str, dict]:
-    root = tmp_path_factory.mktemp("reuse")
-    with h5py.File(root / "lzf.h5", "w") as f:
-        for name, a in arrays.items():
-            f.create_dataset(name, data=a, chunks=(CHUNK, *a.shape[1:]), compression="lzf")
-    f = h5py.File(root / "lzf.h5", "r")
-    group = zarr.open_group(str(root / "z.zarr"), mode="w")
-    for name, a in arrays.items():
-        group.create_array(name, shape=a.shape, chunks=(CHUNK, *a.shape[1:]), dtype=a.dtype)
-        group[name][:] = a
-    return {
-        "hdf5-lzf": {name: f[name] for name in arrays},
-        "zarr": {name: group[name] for name in arrays},
-    }
+    return chunked_stores(tmp_path_factory.mktemp("reuse"), arrays, CHUNK, ("lzf",))
 
 
 def _small_cache(data: dict, batch: int, **kw) -> int:
