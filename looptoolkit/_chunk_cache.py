@@ -5,7 +5,10 @@ visit chunks whole (sequential, chunk-grouped): a read fills one array (a
 segment) with the chunks a batch needs and those the order visits next; batches
 are gathers from segments, or views of one. An evicted segment's array is read
 into again only once nothing outside the cache holds it (see
-[`ChunkCache.spare`][looptoolkit._chunk_cache.ChunkCache]).
+[`ChunkCache.spare`][looptoolkit._chunk_cache.ChunkCache]). For a sequential
+order, a leaf whose reads can run in the background (plain file reads, no GIL)
+has its next span read there while the loop uses the one before
+(``ChunkCache.later``); its rows are waited for when they are asked for.
 """
 
 from __future__ import annotations
