@@ -44,8 +44,10 @@ class ChunkCache:
         counts = [-(-len(leaf) // u) for leaf, u in zip(self.leaves, self.units, strict=True)]
         self.where = [np.full(c, -1, dtype=np.intp) for c in counts]  # segment of each chunk
         self.base = [np.zeros(c, dtype=np.intp) for c in counts]  # chunk's first row in it
-        # segment id -> (leaf, its chunks, its rows, bytes)
-        self.segments: OrderedDict[int, tuple[int, np.ndarray, np.ndarray, int]] = OrderedDict()
+        # segment id -> (leaf, its chunks, its rows, the flat bytes they view)
+        self.segments: OrderedDict[int, tuple[int, np.ndarray, np.ndarray, np.ndarray]] = (
+            OrderedDict()
+        )
         self.used = 0  # bytes of the cached segments
         self.peak = 0
         # Arrays of evicted segments, to be read into again once nothing outside the
@@ -80,11 +82,7 @@ class ChunkCache:
         seg = where[chunk]
         missing = seg < 0
         if missing.any():
-            need = _distinct(chunk[missing])
-            if self.upcoming is not None:
-                ahead = self._ahead(unit)
-                need = np.union1d(need, ahead[where[ahead] < 0])
-            self._read(j, need, np.unique(seg[~missing]))
+            self._fill(j, _distinct(chunk[missing]), seg[~missing], ahead=True)
             seg = where[chunk]
         if self.waiting:
             self._ready(np.unique(seg).tolist())
@@ -130,16 +128,14 @@ class ChunkCache:
         missing = seg < 0
         later = self.later and self.leaves[j].reads_later()
         if missing.any():
-            need = np.arange(first, last)[missing]
-            if self.upcoming is not None and not later:  # (else read ahead in the background)
-                ahead = self._ahead(unit)
-                need = np.union1d(need, ahead[where[ahead] < 0])
-            self._read(j, need, np.unique(seg[~missing]))
+            # With `later`, what lies ahead is read in the background instead.
+            self._fill(j, np.arange(first, last)[missing], seg[~missing], ahead=not later)
             seg = where[first:last]
-        if later:
-            self._read_later(j, first, last, np.unique(seg))
-        if self.waiting:
-            self._ready(np.unique(seg).tolist())
+        if later or self.waiting:
+            present = np.unique(seg)
+            if later:
+                self._read_later(j, first, last, present)
+            self._ready(present.tolist())
         base, segments = self.base[j], self.segments
         # Consecutive chunks of one segment lie there in order, back to back.
         runs = [0, *(np.flatnonzero(seg[1:] != seg[:-1]) + 1).tolist(), len(seg)]
@@ -167,6 +163,17 @@ class ChunkCache:
         self._memo = (rows, unit, chunks)
         return chunks
 
+    def _fill(self, j: int, need: np.ndarray, present: np.ndarray, ahead: bool) -> None:
+        """Read leaf ``j``'s missing chunks ``need``, keeping the segments of ``present``.
+
+        ``ahead``: with the chunks of the ``upcoming`` rows not cached yet, in the same read.
+        """
+        where = self.where[j]
+        if ahead and self.upcoming is not None:
+            chunks = self._ahead(self.units[j])
+            need = np.union1d(need, chunks[where[chunks] < 0])
+        self._read(j, need, np.unique(present))
+
     def _ready(self, sids: list[int]) -> None:
         """Wait for the background reads of segments ``sids`` (raising what they raised)."""
         for sid in sids:
@@ -183,7 +190,7 @@ class ChunkCache:
         """
         leaf = self.leaves[j]
         frontier, span = self.frontier[j], max(self.later, end - first)
-        count = -(-len(leaf) // self.units[j])
+        count = len(self.where[j])  # the leaf's chunks
         target = min(count, end + span) - 1
         if frontier >= target:
             return
@@ -219,7 +226,7 @@ class ChunkCache:
         offsets = np.concatenate(([0], np.cumsum(stops - starts)[:-1]))
         self.where[j][chunks] = sid
         self.base[j][chunks] = offsets
-        self.segments[sid] = (j, chunks, rows, memory.nbytes)
+        self.segments[sid] = (j, chunks, rows, memory)
         self.used += memory.nbytes
         self.peak = max(self.peak, self.used)
         self.reads += 1
@@ -252,14 +259,11 @@ class ChunkCache:
         # A background read not waited for holds its array until it ends: the array is
         # not free to read into again before then, and what it read is not needed.
         self.waiting.pop(sid, None)
-        j, chunks, rows, size = self.segments.pop(sid)
+        j, chunks, _, memory = self.segments.pop(sid)
         where = self.where[j]
         mine = chunks[where[chunks] == sid]
         where[mine] = -1
-        self.used -= size
-        memory = rows.base  # the flat bytes the segment's rows view
-        assert isinstance(memory, np.ndarray) and memory.base is None
-        del rows
+        self.used -= memory.nbytes
         self.spare.append(memory)
         self.owners.append(j)
 
@@ -275,14 +279,14 @@ class ChunkCache:
         The cache keeps its segments (a view handed out stays valid either way) and
         drops its spares; a later pass reads into these arrays once they are free.
         """
-        memories = [rows.base for _, _, rows, _ in reversed(self.segments.values())]
+        memories = [memory for *_, memory in reversed(self.segments.values())]
         memories += reversed(self.spare)
         self.spare.clear()
         self.owners.clear()
         out: list[np.ndarray] = []
         room = self.budget
         for memory in memories:
-            if isinstance(memory, np.ndarray) and memory.nbytes <= room:
+            if memory.nbytes <= room:
                 room -= memory.nbytes
                 out.append(memory)
         return out[::-1]
