@@ -27,6 +27,7 @@ from looptoolkit.tree import ContainerRebuildWarning
 if TYPE_CHECKING:
     from looptoolkit._records import stack_records
     from looptoolkit.loader import Loader, LoaderStats
+    from looptoolkit.mix import Mix
     from looptoolkit.order import Order
     from looptoolkit.ragged import Flat, Packed, Padded, Ragged
     from looptoolkit.tf_data import loader_dataset
@@ -47,6 +48,7 @@ __all__ = [
     "GetItemsDataset",
     "Loader",
     "LoaderStats",
+    "Mix",
     "Order",
     "Packed",
     "Padded",
@@ -65,6 +67,7 @@ __all__ = [
 _LAZY = {
     "Loader": "looptoolkit.loader",
     "LoaderStats": "looptoolkit.loader",
+    "Mix": "looptoolkit.mix",
     "Order": "looptoolkit.order",
     "Ragged": "looptoolkit.ragged",
     "Padded": "looptoolkit.ragged",

@@ -222,6 +222,7 @@ FINGERPRINT_KEY = "fingerprint"
 PAD_SHARDS_KEY = "pad_shards"
 CHUNK_ROWS_KEY = "chunk_rows"  # rows per chunk of a store's grouped order; None otherwise
 PLAN_KEY = "plan"  # the options of planned ragged batches (layout, budget, ...); absent otherwise
+MIX_KEY = "mixture"  # a mixture's position, counts and stage (looptoolkit.mix); absent otherwise
 
 
 def state_of(order: Order, epoch: int, offset: int) -> dict[str, Any]:
@@ -246,6 +247,9 @@ def state_of(order: Order, epoch: int, offset: int) -> dict[str, Any]:
     plan = getattr(order, "plan_params", None)
     if plan is not None:  # planned ragged batches: offsets count batches of this plan
         state[PLAN_KEY] = dict(plan)
+    sampling = getattr(order, "sampling", None)
+    if getattr(sampling, "positional", False):  # a mixture: its counts and stage there
+        state[MIX_KEY] = sampling.order_fn.state(epoch, offset)
     return state
 
 
@@ -289,6 +293,9 @@ def parse_state(order: Order, state: dict[str, Any]) -> tuple[int, int]:
     plan = getattr(order, "plan_params", None)
     if plan is not None or state.get(PLAN_KEY) is not None:
         mine[PLAN_KEY] = plan
+    if getattr(order.sampling, "positional", False):
+        # A mixture's epoch length follows its weights, which may change at resume.
+        del mine[N_KEY], mine[LENGTH_KEY]
     if order.chunk_rows is not None:  # ranks own whole chunks: the order depends on them
         mine[WORLD_SIZE_KEY] = order.world_size
     if order.shuffle == "grouped":

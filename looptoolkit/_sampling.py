@@ -120,7 +120,10 @@ class Sampling:
             )
         if num_samples is not None and not drawn:
             raise ValueError("`num_samples` needs `weights` or `replacement=True`.")
-        if order_fn is not None and shuffle == "grouped":
+        # An order computed by position (a mixture's): it reads ``source(seed, epoch)``
+        # segment by segment, never a whole epoch, and applies ``shuffle`` itself.
+        self.positional = order_fn is not None and callable(getattr(order_fn, "source", None))
+        if order_fn is not None and shuffle == "grouped" and not self.positional:
             raise ValueError("`order_fn` gives the whole order; it cannot be `shuffle='grouped'`.")
         if weights is not None:
             self.kind = "weights"
@@ -132,6 +135,9 @@ class Sampling:
             self.kind = "indices"
             self.subset = _check_rows(indices, n, "`indices`")
             self.fingerprint = _fingerprint(self.subset.astype(np.int64))
+        elif self.positional:
+            self.kind = str(getattr(order_fn, "kind", "custom"))
+            self.fingerprint = getattr(order_fn, "fingerprint", None)
         elif order_fn is not None:
             if not callable(order_fn):
                 raise TypeError(f"`order_fn` must be callable, got {type(order_fn).__name__}.")
@@ -151,6 +157,8 @@ class Sampling:
             self.length = k
         elif self.subset is not None:
             self.length = len(self.subset)
+        elif self.positional:
+            self.length = int(getattr(order_fn, "length"))  # noqa: B009 (a protocol attribute)
         elif order_fn is not None:
             self.length = -1  # learnt from the first call, below
             self.length = len(self.custom(seed, 0))
@@ -175,6 +183,10 @@ class Sampling:
         if self.kind == "indices":
             assert self.subset is not None
             return Mapped(permutation(self.length), self.subset)
+        if self.positional:
+            assert self.order_fn is not None
+            source: Source = self.order_fn.source(seed, epoch)  # type: ignore[attr-defined]
+            return source
         if self.kind == "custom":
             return Materialized(self.custom(seed, epoch))
         return Materialized(draw(seed, epoch, self.weights, self.length, self.n, self.replacement))

@@ -32,6 +32,10 @@ class LoaderStats:
             for ``"pack"``/``"fit"``).
         truncated_tokens: elements cut off by ``long_rows="truncate"``.
         built: batches built with ragged leaves (prefetched ones included).
+        source_rows: with a [`Mix`][looptoolkit.Mix], the rows of the batches built
+            (prefetched ones included) by source name; empty otherwise.
+        source_tokens: with a Mix of ragged sources (``"pad"``/``"flat"`` batches), the
+            elements of the first ragged leaf in those rows, by source name.
         prefetch_mode: where the Loader makes its batches: ``"thread"`` (one
             background thread, ahead of the loop) or ``"inline"`` (the loop's own
             thread, moves issued ahead); see the Loader's ``prefetch_mode``.
@@ -53,6 +57,8 @@ class LoaderStats:
         "built",
         "prefetch_mode",
         "rows",
+        "source_rows",
+        "source_tokens",
         "step_s",
         "token_slots",
         "tokens",
@@ -102,6 +108,8 @@ class LoaderStats:
         self.rows = 0
         self.truncated_tokens = 0
         self.built = 0
+        self.source_rows: dict[str, int] = {}
+        self.source_tokens: dict[str, int] = {}
 
     def as_dict(self) -> dict[str, float | str]:
         """The counters, the data-wait fraction, the prefetch mode (and ragged data's tokens)."""

@@ -65,6 +65,8 @@ from looptoolkit._store_reads import loader_order, plan_reads
 from looptoolkit._target import Target
 from looptoolkit.adapters import process_group
 from looptoolkit.device import parse_device
+from looptoolkit.mix import Mix
+from looptoolkit.mix import _loader as _mix
 from looptoolkit.order import normalize_shuffle, resolve_rank
 from looptoolkit.ragged._column import find_ragged
 from looptoolkit.ragged._loader import ragged_probe
@@ -83,6 +85,7 @@ def _restore(cls: type[Loader], data: Any, args: dict[str, Any], state: dict[str
     epoch, offset = state[EPOCH_KEY], state[OFFSET_KEY]
     if offset % loader.world_size:  # another world size in this process: resume at the epoch
         offset = 0
+    _mix.load(loader._order, state, epoch, offset)
     loader._cursor.load(epoch, offset)
     return loader
 
@@ -363,6 +366,11 @@ class Loader:
         self._target: Target | None = None if device is None else parse_device(device)
 
         self._data = data
+        # A mixture is its columns as data, and its order as the order options' `order_fn`.
+        self._mix: Mix | None = data if isinstance(data, Mix) else None
+        order_args = self._args
+        if self._mix is not None:
+            data, order_args = _mix.prepare(self._mix, self._args)
         ragged = find_ragged(data)
         self._ragged = ragged is not None
         # Rows and Order, or their ragged counterparts (same interfaces: `looptoolkit.ragged`).
@@ -373,8 +381,9 @@ class Loader:
             rows = Rows(data)
         else:
             # The Loader's arguments (`_args`) say the order; rank and world size are resolved.
-            rows, self._order = ragged_setup(ragged, self._args, ragged_args, rank, world_size)
-        self._expanded = rows.data  # store objects as StoreArrays: what pickles
+            rows, self._order = ragged_setup(ragged, order_args, ragged_args, rank, world_size)
+        # store objects as StoreArrays: what pickles (a mixture pickles as itself)
+        self._expanded = rows.data if self._mix is None else self._mix
         store = rows.store
         if store is not None:
             if resident:
@@ -388,7 +397,7 @@ class Loader:
             )
         if not self._ragged:
             assert batch_size is not None  # checked with the ragged options
-            self._order = loader_order(rows.n, batch_size, self._args, rank, world_size, store)
+            self._order = loader_order(rows.n, batch_size, order_args, rank, world_size, store)
         if not self._ragged:
             _probe.check_not_empty(self._order)
         if store is not None:
@@ -460,6 +469,10 @@ class Loader:
         # Batches are views of blocks of the order, made as the epoch goes: no
         # N-long index array for a grouped or sequential order.
         batches = iter(schedule)
+        if self._mix is not None and self._stats is not None and not isinstance(
+            self._order, UnitOrder
+        ):
+            batches = _mix.counted(batches, self._order, self._mix, self._stats)
         source: Iterator[Any]
         stager = None
         if self._plan.move and self.prefetch > 0 and not self._ragged:
@@ -580,6 +593,7 @@ class Loader:
         epoch, offset = parse_state(self._order, state)
         if self._shards > 1:
             _probe.check_shards(self._order, self._shards, offset)
+        _mix.load(self._order, state, epoch, offset)
         self._cursor.load(epoch, offset)
 
     def __reduce__(self) -> tuple[Any, ...]:

@@ -296,7 +296,8 @@ class Order:
         # Rows per chunk of a chunk-grouped order (a store's), else None.
         self.chunk_rows: int | None = None
         self._shard_rows: tuple[int, ...] = ()
-        if chunk_rows is not None and self.shuffle == "grouped":
+        # (an order computed by position shuffles the rows itself: its sources' chunks)
+        if chunk_rows is not None and self.shuffle == "grouped" and not self.sampling.positional:
             self._chunk_grouped(check_int("chunk_rows", chunk_rows, minimum=1))
 
     def _chunk_grouped(self, chunk_rows: int) -> None:

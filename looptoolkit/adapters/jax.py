@@ -142,6 +142,10 @@ class JaxBackend(BackendBase):
         """The dtype's name."""
         return str(x.dtype.name)
 
+    def concatenate(self, leaves: Sequence[jax.Array]) -> jax.Array:
+        """One array of ``leaves``' rows, one after the other (a mixture's columns)."""
+        return jnp.concatenate(list(leaves))
+
     def stack(self, leaves: Sequence[jax.Array]) -> jax.Array:
         """``jnp.stack(leaves)``."""
         return jnp.stack(list(leaves))

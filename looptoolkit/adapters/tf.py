@@ -146,6 +146,10 @@ class TfBackend(BackendBase):
         """The dtype's name."""
         return str(x.dtype.name)
 
+    def concatenate(self, leaves: Sequence[tf.Tensor]) -> tf.Tensor:
+        """One array of ``leaves``' rows, one after the other (a mixture's columns)."""
+        return tf.concat(list(leaves), axis=0)
+
     def stack(self, leaves: Sequence[tf.Tensor]) -> tf.Tensor:
         """``tf.stack(leaves)``."""
         return tf.stack(list(leaves))

@@ -304,6 +304,10 @@ class TorchBackend(BackendBase):
         """NumPy-style dtype name (``torch.float32`` -> ``"float32"``)."""
         return str(x.dtype).removeprefix("torch.")
 
+    def concatenate(self, leaves: Sequence[torch.Tensor]) -> torch.Tensor:
+        """One array of ``leaves``' rows, one after the other (a mixture's columns)."""
+        return torch.cat(list(leaves))
+
     def stack(self, leaves: Sequence[torch.Tensor]) -> torch.Tensor:
         """``torch.stack(leaves)``."""
         return torch.stack(list(leaves))

@@ -1,0 +1,118 @@
+"""How a Loader (or ``make_dataloader``) takes a [`Mix`][looptoolkit.Mix]: columns and an order.
+
+[`prepare`][looptoolkit.mix._loader.prepare] turns the mixture into what every
+route already takes: the mixture's columns as data, and the mixed order as the
+``order_fn`` of the route's order options (an order computed by position, so
+no epoch is ever materialised). [`load`][looptoolkit.mix._loader.load] resumes
+a saved mixture state; [`counted`][looptoolkit.mix._loader.counted] counts rows
+(and tokens) per source for ``stats``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from looptoolkit import tree as _tree
+from looptoolkit._epochs import MIX_KEY
+from looptoolkit._rows import chunk_unit
+from looptoolkit.mix._mix import Mix
+from looptoolkit.order import normalize_shuffle
+from looptoolkit.ragged._column import Ragged
+from looptoolkit.stores import StoreArray
+
+__all__ = ["MIX_KEY", "counted", "load", "prepare", "state"]
+
+
+# Options that choose rows of the whole data: a mixture's sources choose their own.
+_PER_SOURCE = ("weights", "indices", "order_fn", "num_samples")
+
+
+def _chunk_rows(data: Any) -> int | None:
+    stores = [x for x in _tree.flatten(data)[0] if isinstance(x, StoreArray)]
+    return chunk_unit(stores) if stores else None
+
+
+def prepare(mix: Mix, args: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The data and the order options a route uses for ``mix``.
+
+    Args:
+        mix: the mixture.
+        args: the route's order options by name (the Loader's ``_args``).
+
+    Returns:
+        ``(columns, args)``: the mixture's columns, and ``args`` with the mixed order as
+        ``order_fn``.
+
+    Raises:
+        ValueError: an option that chooses rows of the whole data (``weights``,
+            ``indices``, ``order_fn``, ``num_samples``, ``replacement``).
+    """
+    for name in (*_PER_SOURCE, "replacement"):
+        value = args.get(name)
+        if value is not None and value is not False:
+            raise ValueError(
+                f"`{name}` chooses rows of the whole data; a Mix draws from its sources by "
+                "their weights: subset or weight a source before mixing it."
+            )
+    shuffle = normalize_shuffle(args.get("shuffle", True))
+    mixed = mix.order(
+        shuffle=shuffle,
+        group_size=args.get("group_size"),
+        run_size=args.get("run_size", 1),
+        seed=args.get("seed", 0),
+        chunk_rows=_chunk_rows,
+    )
+    return mix.columns, {**args, "order_fn": mixed}
+
+
+def mixed_order(order: Any) -> Any:
+    """The mixed order an Order reads from, or None (also for orders of planned batches)."""
+    sampling = getattr(order, "sampling", None)
+    if sampling is None:
+        docs = getattr(order, "docs", None)  # planned ragged batches: their documents' order
+        sampling = getattr(docs, "sampling", None)
+    if sampling is None or not getattr(sampling, "positional", False):
+        return None
+    return sampling.order_fn
+
+
+def state(order: Any, epoch: int, offset: int) -> dict[str, Any] | None:
+    """The mixture's part of a saved state at ``(epoch, offset)``, or None without a mixture."""
+    mixed = mixed_order(order)
+    if mixed is None or getattr(order, "sampling", None) is None:
+        return None
+    return dict(mixed.state(epoch, offset))
+
+
+def load(order: Any, saved: dict[str, Any], epoch: int, offset: int) -> None:
+    """Resume the mixture of ``order`` from a saved state (nothing without a mixture)."""
+    mixed = mixed_order(order)
+    part = saved.get(MIX_KEY)
+    if mixed is not None and part is not None and getattr(order, "sampling", None) is not None:
+        mixed.load(part, epoch, offset)
+
+
+def counted(batches: Iterator[np.ndarray], order: Any, mix: Mix, stats: Any) -> Iterator[Any]:
+    """``batches`` (row indices), counting each batch's rows (and tokens) per source."""
+    mixed = mixed_order(order)
+    names = mix.names
+    k = len(names)
+    lengths = None
+    if isinstance(mix.columns, dict):
+        for leaf in _tree.flatten(mix.columns)[0]:
+            if isinstance(leaf, Ragged):
+                lengths = leaf.lengths
+                break
+    rows = np.zeros(k, dtype=np.int64)
+    tokens = np.zeros(k, dtype=np.int64)
+    for idx in batches:
+        which = mixed.sources_of(idx)
+        rows += np.bincount(which, minlength=k)
+        stats.source_rows = dict(zip(names, rows.tolist(), strict=True))
+        if lengths is not None:
+            tokens += np.bincount(which, weights=lengths[idx], minlength=k).astype(np.int64)
+            stats.source_tokens = dict(zip(names, tokens.tolist(), strict=True))
+        yield idx
