@@ -69,6 +69,8 @@ LAYERS: list[tuple[str, set[str]]] = [
     # Variable-length data: the column, its plans and layouts (its sources are recognised by
     # their modules' names, as the store formats are: not a core layer).
     ("ragged", {"looptoolkit.ragged"}),  # and every module under it
+    # Mixtures: data made of several sources, and its order (a layer of its own).
+    ("mix", {"looptoolkit.mix"}),  # and every module under it
     ("loader", {"looptoolkit._pipeline", "looptoolkit._pass", "looptoolkit.loader"}),
     (
         "integrations",
@@ -84,7 +86,7 @@ LAYERS: list[tuple[str, set[str]]] = [
 ]
 # The framework-free layers: everything below the integrations except the registry and
 # backends (the store formats name their libraries, none of them a framework).
-CORE_LAYERS = {"leaf", "stores", "pytree", "order", "steps", "loader"}
+CORE_LAYERS = {"leaf", "stores", "pytree", "order", "steps", "mix", "loader"}
 CORE = set().union(*(members for name, members in LAYERS if name in CORE_LAYERS))
 FRAMEWORKS = {"torch", "jax", "jnp", "tensorflow", "tf", "tensordict"}
 MAX_LINES = 650  # the shared layering check's limit

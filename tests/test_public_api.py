@@ -17,6 +17,7 @@ def test_public_names():
         "GetItemsDataset",
         "Loader",
         "LoaderStats",
+        "Mix",
         "Order",
         "Packed",
         "Padded",
@@ -38,6 +39,7 @@ def test_public_names_live_where_the_layout_says():
 
     homes = {
         "Loader": "looptoolkit.loader",
+        "Mix": "looptoolkit.mix",
         "LoaderStats": "looptoolkit.loader",
         "Order": "looptoolkit.order",
         "Ragged": "looptoolkit.ragged._column",
