@@ -23,6 +23,8 @@ from looptoolkit._epochs import EpochCursor
 from looptoolkit._rows import Rows
 from looptoolkit._store_reads import default_group_size, plan_reads
 from looptoolkit.loader import Loader
+from looptoolkit.mix import Mix
+from looptoolkit.mix._loader import prepare as mix_prepare
 from looptoolkit.order import Order, batch_count, epoch_indices, normalize_shuffle
 from looptoolkit.ragged._column import find_ragged
 from looptoolkit.ragged._layouts import Padded
@@ -76,6 +78,8 @@ def _store_gather(rows: Rows) -> Callable[[tf.Tensor], Any]:
 def _loader_parts(loader: Any, order: Any) -> tuple[Any, int, Any]:
     """Data, batch size and order of a Loader, for ``loader_dataset``."""
     data = loader.data
+    if isinstance(data, Mix):  # the Loader's order reads the mixture's columns
+        data = loader._rows.data
     return data, int(loader.batch_size), loader if order is None else order
 
 
@@ -195,6 +199,11 @@ def loader_dataset(
         cursor = EpochCursor(0 if start_epoch is None else start_epoch)
     elif start_epoch is not None:
         cursor.set_epoch(start_epoch)
+    mixed = None  # a mixture: its columns as data, its order as the order's `order_fn`
+    if isinstance(data, Mix):
+        options = {"shuffle": shuffle, "seed": seed, "group_size": group_size}
+        data, options = mix_prepare(data, options)
+        mixed = options["order_fn"]
     rows = Rows(data)
     store = rows.store
     if store is None:
@@ -206,7 +215,13 @@ def loader_dataset(
     if order is None:
         chunk_rows = None if store is None else rows.chunk_rows
         order = Order(
-            n, batch_size, shuffle=shuffle, seed=seed, group_size=group_size, chunk_rows=chunk_rows
+            n,
+            batch_size,
+            shuffle=shuffle,
+            seed=seed,
+            group_size=group_size,
+            chunk_rows=chunk_rows,
+            order_fn=mixed,
         )
     if store is not None:
         reads = order.order if isinstance(order, Loader) else order

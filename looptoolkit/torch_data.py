@@ -26,6 +26,9 @@ from looptoolkit._rows import Rows
 from looptoolkit._store_reads import loader_order, plan_reads
 from looptoolkit._torch_ragged import as_tensor, ragged_parts
 from looptoolkit.adapters import process_group
+from looptoolkit.mix import Mix
+from looptoolkit.mix._loader import load as mix_load
+from looptoolkit.mix._loader import prepare as mix_prepare
 from looptoolkit.order import Order, resolve_rank
 from looptoolkit.ragged._column import find_ragged
 from looptoolkit.ragged._hf import hf_inputs
@@ -334,7 +337,9 @@ class EpochDataLoader(torch.utils.data.DataLoader[Any]):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from ``state_dict``: the next pass yields exactly the batches left."""
         sampler = self._sampler
-        sampler.cursor.load(*parse_state(sampler.order, state))
+        epoch, offset = parse_state(sampler.order, state)
+        mix_load(sampler.order, state, epoch, offset)
+        sampler.cursor.load(epoch, offset)
 
 
 def keep_batch(batch: Any) -> Any:
@@ -491,6 +496,8 @@ def make_dataloader(
         "resident": False,
         "return_mask": False,
     }
+    if isinstance(data, Mix):  # its columns as data, its order as the options' `order_fn`
+        data, args = mix_prepare(data, args)
     ragged = find_ragged(data)
     if ragged is not None:
         items, order, cursor = ragged_parts(
