@@ -115,6 +115,16 @@ def period(m: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     return ids, counts
 
 
+# Positions a run of sources is read for at once, as a view of a repeated period.
+_SPAN = 1 << 17
+
+
+@functools.lru_cache(maxsize=32)
+def _repeated(m: tuple[int, ...]) -> np.ndarray:
+    ids = period(m)[0]
+    return np.tile(ids, -(-(len(ids) + _SPAN) // len(ids)))
+
+
 class Stage:
     """Positions ``[start, ...)`` served by one period of weights ``m``, from counts ``base``."""
 
@@ -125,6 +135,8 @@ class Stage:
         self.base = base
         self.per_period = np.asarray(m, dtype=np.int64)
         self.ids, self.counts = period(m)
+        # The period repeated to past _SPAN positions: any run of up to _SPAN is a view.
+        self.ext = _repeated(m)
 
     def counts_at(self, q: int) -> np.ndarray:
         """Each source's draws before position ``q`` (``q >= start``)."""
@@ -140,9 +152,9 @@ class Stage:
         """The source of each position in ``[q0, q1)`` (``start <= q0 <= q1``)."""
         j0 = (q0 - self.start) % self.d
         n = q1 - q0
-        if j0 + n <= self.d:
-            return self.ids[j0 : j0 + n]
-        return np.resize(np.roll(self.ids, -j0), n)
+        if j0 + n <= len(self.ext):
+            return self.ext[j0 : j0 + n]
+        return self.ids[(j0 + np.arange(n, dtype=np.int64)) % self.d]
 
 
 class Interleave:
