@@ -407,3 +407,62 @@ def test_resume_after_a_sigkill_equals_an_uninterrupted_run(tmp_path):
     lines = killed.read_text().split("\n")
     expect = whole.read_text().split("\n")
     assert lines == expect and len(expect) > 20
+
+
+def test_a_source_can_be_a_subset_or_a_weighted_draw_of_its_rows():
+    keep = np.arange(0, 100, 10)
+    mix = lt.Mix(
+        _sources([100, 50]),
+        [1, 1],
+        source_options={
+            "s0": {"indices": keep},
+            "s1": {"weights": np.r_[np.zeros(25), np.ones(25)], "num_samples": 25},
+        },
+        epoch=40,
+    )
+    ids = _ids(lt.Loader(mix, 10, seed=0))
+    first = ids[ids < 1000]
+    assert sorted(first[:10].tolist()) == keep.tolist()  # a permutation of the subset
+    assert sorted(first[10:20].tolist()) == keep.tolist()  # and its next epoch
+    assert np.all(ids[ids >= 1000] >= 1025)  # rows of zero weight never drawn
+    with pytest.raises(ValueError, match="`source_options` of 's1'"):
+        lt.Mix(_sources([10, 10]), source_options={"s1": {"indices": [50]}})
+
+
+def test_store_sources_keep_their_chunk_aware_grouped_order(tmp_path):
+    zarr = pytest.importorskip("zarr")
+    sources = _sources([640, 320])
+    stored = {}
+    for name, data in sources.items():
+        group = zarr.open_group(str(tmp_path / f"{name}.zarr"), mode="w")
+        for key, a in data.items():
+            group.create_array(key, shape=a.shape, chunks=(64, *a.shape[1:]), dtype=a.dtype)
+            group[key][:] = a
+        stored[name] = {key: group[key] for key in data}
+    kw = {"seed": 3, "shuffle": "grouped", "group_size": 128}
+    got = list(lt.Loader(lt.Mix(stored, [2, 1]), 30, **kw))
+    for b in got:  # rows read from their own source, aligned across leaves, 20 / 10
+        assert np.array_equal(b["x"][:, 0], b["id"] // 1000)
+        assert np.bincount(b["id"] // 1000, minlength=2).tolist() == [20, 10]
+    ids = _ids(got)
+    assert sorted(ids.tolist()) == list(range(640)) + list(range(1000, 1320))
+    # Each source's grouped order takes whole chunks: its first 128 rows are two chunks.
+    first = ids[ids < 1000][:128]
+    assert len(np.unique(first // 64)) == 2
+    # The same mixture in memory: the same proportions, an order grouped by rows.
+    in_memory = _ids(lt.Loader(lt.Mix(sources, [2, 1]), 30, **kw))
+    assert sorted(in_memory.tolist()) == sorted(ids.tolist())
+
+
+def test_token_weights_hold_on_average():
+    rng = np.random.default_rng(1)
+    short = lt.Ragged.from_rows([np.ones(rng.integers(1, 5)) for _ in range(400)])
+    long = lt.Ragged.from_rows([np.ones(rng.integers(20, 40)) for _ in range(400)])
+    mix = lt.Mix({"a": {"t": short}, "b": {"t": long}}, [0.5, 0.5], by="tokens", epoch=400)
+    loader = lt.Loader(mix, 16, layout="flat", stats=True)
+    for _ in loader:
+        pass
+    tokens = loader.stats.source_tokens
+    assert 0.4 < tokens["a"] / (tokens["a"] + tokens["b"]) < 0.6
+    rows = loader.stats.source_rows
+    assert rows["a"] > 5 * rows["b"]  # many more short documents than long ones

@@ -19,15 +19,18 @@ import numpy as np
 
 from looptoolkit import tree as _tree
 from looptoolkit._rows import expand_stores
+from looptoolkit._sampling import Sampling
 from looptoolkit.mix._columns import concatenate
 from looptoolkit.mix._interleave import Interleave, rational_weights
 from looptoolkit.mix._order import MixedOrder, fingerprint
 from looptoolkit.ragged._column import Ragged, find_ragged
 from looptoolkit.stores import StoreArray
 
-__all__ = ["EPOCHS", "Mix"]
+__all__ = ["EPOCHS", "SOURCE_OPTIONS", "Mix"]
 
 EPOCHS = ("first_exhausted", "all_exhausted")
+# What each source's own order may take besides the Loader's shuffle (as the Loader does).
+SOURCE_OPTIONS = ("indices", "weights", "replacement", "num_samples")
 
 
 def _length(leaf: Any) -> int:
@@ -82,7 +85,13 @@ class Mix:
             index of the source each row came from, as ``uint8``/``int16``.
         by: ``"rows"`` (the default): weights count rows (documents of a ragged
             source); ``"tokens"``: weights count the elements of the first ragged
-            leaf, converted to row weights by each source's mean row length.
+            leaf, converted to row weights by each source's mean row length (so the
+            token proportions hold on average, the row counts exactly).
+        source_options: per source name, the options of its own order that the
+            Loader takes for all the data: ``indices`` (a subset of its rows),
+            ``weights`` (one per row, drawn as ``WeightedRandomSampler``), with
+            ``replacement`` and ``num_samples`` (its draws per epoch). A source's
+            epoch is then its subset or its draw.
 
     Raises:
         TypeError: sources that are not a mapping or a sequence, a weight that is not
@@ -111,8 +120,9 @@ class Mix:
         epoch: int | str | None = None,
         source_key: str | None = None,
         by: str = "rows",
+        source_options: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
-        self._init_args = (sources, weights, schedule, epoch, source_key, by)
+        self._init_args = (sources, weights, schedule, epoch, source_key, by, source_options)
         if isinstance(sources, Mapping):
             self.names = [str(k) for k in sources]
             given = list(sources.values())
@@ -133,6 +143,11 @@ class Mix:
         flat = [_tree.flatten(data) for data in self.sources]
         self._check_leaves(flat)
         self.sizes = [self._size(name, leaves) for name, (leaves, _) in zip(self.names, flat)]
+        self.options = self._check_options(source_options)
+        # Draws per epoch of each source: its rows, or its subset's or its weighted draw's.
+        self.epoch_sizes = [
+            Sampling(n, "full", seed=0, **opts).length for n, opts in zip(self.sizes, self.options)
+        ]
         self.spec = flat[0][1]
         self.source_key = source_key
         paths = _tree.leaf_paths(self.spec, "data")
@@ -161,7 +176,7 @@ class Mix:
             self.stages = self._check_schedule(schedule)
         else:
             w = self._check_weights(weights, "`weights`") if weights is not None else None
-            self.stages = [(0, w if w is not None else [float(n) for n in self.sizes])]
+            self.stages = [(0, w if w is not None else [float(n) for n in self.epoch_sizes])]
         self.weights = self.stages[0][1]
         self.interleave = Interleave(
             [(start, rational_weights(self._scaled(w)), None) for start, w in self.stages],
@@ -210,6 +225,31 @@ class Mix:
         if n == 0:
             raise ValueError(f"source {name!r} is empty; drop it from the Mix.")
         return n
+
+    def _check_options(self, given: Any) -> list[dict[str, Any]]:
+        if given is None:
+            return [{} for _ in self.names]
+        if not isinstance(given, Mapping):
+            raise TypeError(
+                f"`source_options` must map source names to options, got {type(given).__name__}."
+            )
+        unknown = [k for k in given if str(k) not in self.names]
+        if unknown:
+            raise ValueError(f"`source_options` names unknown sources {unknown} ({self.names}).")
+        out = []
+        for name, n in zip(self.names, self.sizes):
+            opts = dict(given.get(name, {}))
+            bad = sorted(set(opts) - set(SOURCE_OPTIONS))
+            if bad:
+                raise ValueError(
+                    f"`source_options` of {name!r} takes {', '.join(SOURCE_OPTIONS)}; got {bad}."
+                )
+            try:
+                Sampling(n, "full", seed=0, **opts)
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"`source_options` of {name!r}: {e}") from None
+            out.append(opts)
+        return out
 
     def _check_weights(self, weights: Any, what: str) -> list[float]:
         if isinstance(weights, Mapping):
@@ -289,13 +329,13 @@ class Mix:
 
     def _epoch_length(self, epoch: Any) -> int:
         if epoch is None:
-            return int(sum(self.sizes))
+            return int(sum(self.epoch_sizes))
         if isinstance(epoch, str):
             if epoch not in EPOCHS:
                 raise ValueError(
                     f"`epoch` must be an int, None, {EPOCHS[0]!r} or {EPOCHS[1]!r}, got {epoch!r}."
                 )
-            ends = [self.interleave.position_of(s, n) for s, n in enumerate(self.sizes)]
+            ends = [self.interleave.position_of(s, n) for s, n in enumerate(self.epoch_sizes)]
             return min(ends) if epoch == "first_exhausted" else max(ends)
         if isinstance(epoch, bool) or not isinstance(epoch, int | np.integer) or epoch < 1:
             raise ValueError(f"`epoch` must be an int >= 1, None or a name, got {epoch!r}.")
@@ -314,7 +354,9 @@ class Mix:
     ) -> MixedOrder:
         """The mixed order for the Loader's order options (an ``order_fn`` computed by position)."""
         units = [None if chunk_rows is None else chunk_rows(data) for data in self.sources]
-        key = fingerprint(self.sizes, str(shuffle), group_size, run_size, self.epoch)
+        key = fingerprint(
+            self.sizes, self.epoch_sizes, str(shuffle), group_size, run_size, self.epoch
+        )
         return MixedOrder(
             self.sizes,
             self.bases,
@@ -326,6 +368,7 @@ class Mix:
             seed=seed,
             chunk_rows=units,
             fingerprint=key,
+            options=self.options,
         )
 
     def __len__(self) -> int:
@@ -341,5 +384,13 @@ class Mix:
 
 
 def _rebuild(*args: Any) -> Mix:
-    sources, weights, schedule, epoch, source_key, by = args
-    return Mix(sources, weights, schedule=schedule, epoch=epoch, source_key=source_key, by=by)
+    sources, weights, schedule, epoch, source_key, by, options = args
+    return Mix(
+        sources,
+        weights,
+        schedule=schedule,
+        epoch=epoch,
+        source_key=source_key,
+        by=by,
+        source_options=options,
+    )

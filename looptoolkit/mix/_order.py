@@ -64,6 +64,7 @@ class MixedOrder:
         shuffle, group_size, run_size, seed: the Loader's order options, applied to
             each source's rows with the source's own seed.
         chunk_rows: rows per chunk of each source that is a store (None otherwise).
+        options: each source's ``indices``/``weights``/``replacement``/``num_samples``.
         fingerprint: a checksum of what the positions' rows depend on besides the weights
             (a state saved with other weights still loads: they apply from its position on).
     """
@@ -83,6 +84,7 @@ class MixedOrder:
         seed: int,
         chunk_rows: Sequence[int | None],
         fingerprint: int,
+        options: Sequence[dict[str, Any]] | None = None,
     ) -> None:
         self.sizes = [int(n) for n in sizes]
         self.bases = np.asarray(bases, dtype=np.intp)
@@ -98,9 +100,12 @@ class MixedOrder:
                 group_size=group_size,
                 run_size=run_size,
                 chunk_rows=chunk_rows[s],
+                **({} if options is None else options[s]),
             )
             for s, n in enumerate(self.sizes)
         ]
+        # Draws per epoch of each source (its rows, subset or weighted draw).
+        self.epoch_sizes = [order.length for order in self.orders]
         self._epochs: list[dict[int, Any]] = [{} for _ in self.sizes]
 
     def __call__(self, seed: int, epoch: int) -> np.ndarray:
@@ -123,7 +128,7 @@ class MixedOrder:
 
     def draws(self, s: int, k0: int, k1: int) -> np.ndarray:
         """Rows of source ``s`` for its draws ``[k0, k1)``, crossing its epochs."""
-        n = self.sizes[s]
+        n = self.epoch_sizes[s]
         pieces = []
         while k0 < k1:
             e, i = divmod(k0, n)
