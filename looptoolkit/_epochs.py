@@ -247,9 +247,13 @@ def state_of(order: Order, epoch: int, offset: int) -> dict[str, Any]:
     plan = getattr(order, "plan_params", None)
     if plan is not None:  # planned ragged batches: offsets count batches of this plan
         state[PLAN_KEY] = dict(plan)
-    sampling = getattr(order, "sampling", None)
-    if getattr(sampling, "positional", False):  # a mixture: its counts and stage there
-        state[MIX_KEY] = sampling.order_fn.state(epoch, offset)
+    sampling: Any = getattr(order, "sampling", None)
+    if getattr(sampling, "positional", False):  # a mixture
+        mixed = sampling.order_fn
+        # Its counts and stage at the position; planned batches (offsets count batches):
+        # the weights they were planned with.
+        planned = plan is not None
+        state[MIX_KEY] = {"stages": mixed.key()} if planned else mixed.state(epoch, offset)
     return state
 
 

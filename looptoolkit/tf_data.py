@@ -201,7 +201,7 @@ def loader_dataset(
         cursor.set_epoch(start_epoch)
     mixed = None  # a mixture: its columns as data, its order as the order's `order_fn`
     if isinstance(data, Mix):
-        options = {"shuffle": shuffle, "seed": seed, "group_size": group_size}
+        options: dict[str, Any] = {"shuffle": shuffle, "seed": seed, "group_size": group_size}
         data, options = mix_prepare(data, options)
         mixed = options["order_fn"]
     rows = Rows(data)

@@ -18,7 +18,10 @@ from looptoolkit.mix._interleave import Interleave, period, rational_weights
 def _sources(sizes, base=1000):
     """Source ``s`` holds ids ``s * base + i``: a row tells its source and its row."""
     return {
-        f"s{s}": {"id": np.arange(n, dtype=np.int64) + s * base, "x": np.full((n, 2), s, np.float32)}
+        f"s{s}": {
+            "id": np.arange(n, dtype=np.int64) + s * base,
+            "x": np.full((n, 2), s, np.float32),
+        }
         for s, n in enumerate(sizes)
     }
 
@@ -151,7 +154,6 @@ def test_ranks_together_are_the_mixed_order_and_each_source_a_permutation(
     ]
     per_rank = [[np.asarray(b["id"]) for b in loader] for loader in ranks]
     assert len({len(p) for p in per_rank}) == 1  # equal batch counts
-    n = len(order)
     step = batch * world
     for i in range(len(per_rank[0])):
         window = order[i * step : (i + 1) * step]
@@ -299,7 +301,7 @@ def test_memmap_sources_read_in_place_give_the_in_memory_batches(tmp_path):
     a = list(lt.Loader(lt.Mix(sources, [3, 1]), 32, seed=9))
     b = list(lt.Loader(lt.Mix(mapped, [3, 1]), 32, seed=9))
     assert len(a) == len(b)
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         assert np.array_equal(x["id"], y["id"]) and np.array_equal(x["x"], y["x"])
 
 
@@ -466,3 +468,27 @@ def test_token_weights_hold_on_average():
     assert 0.4 < tokens["a"] / (tokens["a"] + tokens["b"]) < 0.6
     rows = loader.stats.source_rows
     assert rows["a"] > 5 * rows["b"]  # many more short documents than long ones
+
+
+def test_planned_ragged_batches_of_a_mixture_resume_exactly_and_refuse_new_weights():
+    def sources():
+        r = np.random.default_rng(3)
+        return {
+            name: {"t": lt.Ragged.from_rows([np.full(r.integers(1, 12), v) for _ in range(80)])}
+            for name, v in (("a", 1), ("b", 2))
+        }
+
+    kw = {"layout": "pack", "seq_len": 16, "seed": 4}
+    whole = [np.asarray(b["t"].values) for b in lt.Loader(lt.Mix(sources(), [3, 1]), 3, **kw)]
+    loader = lt.Loader(lt.Mix(sources(), [3, 1]), 3, **kw)
+    it = iter(loader)
+    head = [np.asarray(next(it)["t"].values) for _ in range(4)]
+    state = loader.state_dict()
+    again = lt.Loader(lt.Mix(sources(), [3, 1]), 3, **kw)
+    again.load_state_dict(state)
+    rest = [np.asarray(b["t"].values) for b in again]
+    assert len(head + rest) == len(whole)
+    assert all(np.array_equal(x, y) for x, y in zip(head + rest, whole, strict=True))
+    other = lt.Loader(lt.Mix(sources(), [1, 1]), 3, **kw)
+    with pytest.raises(ValueError, match="planned with"):
+        other.load_state_dict(state)

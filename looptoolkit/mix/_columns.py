@@ -105,7 +105,7 @@ def concatenate(parts: Sequence[Any], path: str) -> Any:
     if all(isinstance(p, Ragged) for p in parts):
         return _concat_ragged(parts, path)
     if not all(map(_in_memory, parts)):
-        return Concatenated([p if isinstance(p, StoreArray) else p for p in parts], path)
+        return Concatenated(parts, path)
     backend = backend_of(parts[0])
     if backend is None or backend.name == "numpy":
         return np.concatenate([np.asarray(p) for p in parts])

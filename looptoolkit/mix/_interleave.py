@@ -59,7 +59,9 @@ def rational_weights(weights: Sequence[float]) -> tuple[int, ...]:
     """
     total = math.fsum(weights)
     exact = [Fraction(w / total).limit_denominator(1000) for w in weights]
-    if sum(exact) == 1 and all(abs(float(f) - w / total) <= 1e-12 for f, w in zip(exact, weights)):
+    if sum(exact) == 1 and all(
+        abs(float(f) - w / total) <= 1e-12 for f, w in zip(exact, weights, strict=True)
+    ):
         d = math.lcm(*(f.denominator for f in exact))
         if d <= MAX_PERIOD:
             return tuple(int(f * d) for f in exact)

@@ -4,8 +4,9 @@
 route already takes: the mixture's columns as data, and the mixed order as the
 ``order_fn`` of the route's order options (an order computed by position, so
 no epoch is ever materialised). [`load`][looptoolkit.mix._loader.load] resumes
-a saved mixture state; [`counted`][looptoolkit.mix._loader.counted] counts rows
-(and tokens) per source for ``stats``.
+a saved mixture state (``_epochs.state_of`` writes it);
+[`counted`][looptoolkit.mix._loader.counted] counts rows (and tokens) per source for
+``stats``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from looptoolkit.order import normalize_shuffle
 from looptoolkit.ragged._column import Ragged
 from looptoolkit.stores import StoreArray
 
-__all__ = ["MIX_KEY", "counted", "load", "prepare", "state"]
+__all__ = ["counted", "load", "mixed_order", "prepare"]
 
 
 # Options that choose rows of the whole data: a mixture's sources choose their own.
@@ -70,29 +71,32 @@ def prepare(mix: Mix, args: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
 
 def mixed_order(order: Any) -> Any:
     """The mixed order an Order reads from, or None (also for orders of planned batches)."""
-    sampling = getattr(order, "sampling", None)
-    if sampling is None:
-        docs = getattr(order, "docs", None)  # planned ragged batches: their documents' order
-        sampling = getattr(docs, "sampling", None)
+    sampling = getattr(order, "sampling", None)  # planned batches: their documents' order's
     if sampling is None or not getattr(sampling, "positional", False):
         return None
     return sampling.order_fn
 
 
-def state(order: Any, epoch: int, offset: int) -> dict[str, Any] | None:
-    """The mixture's part of a saved state at ``(epoch, offset)``, or None without a mixture."""
-    mixed = mixed_order(order)
-    if mixed is None or getattr(order, "sampling", None) is None:
-        return None
-    return dict(mixed.state(epoch, offset))
-
-
 def load(order: Any, saved: dict[str, Any], epoch: int, offset: int) -> None:
-    """Resume the mixture of ``order`` from a saved state (nothing without a mixture)."""
+    """Resume the mixture of ``order`` from a saved state (nothing without a mixture).
+
+    Raises:
+        ValueError: planned ragged batches (token budgets, length grouping, packed or
+            fitted rows) saved with other weights: their offsets count batches of a plan
+            made with those weights.
+    """
     mixed = mixed_order(order)
     part = saved.get(MIX_KEY)
-    if mixed is not None and part is not None and getattr(order, "sampling", None) is not None:
+    if mixed is None or part is None:
+        return
+    if getattr(order, "plan_params", None) is None:
         mixed.load(part, epoch, offset)
+    elif part.get("stages") != mixed.key():
+        raise ValueError(
+            "`state` was saved with other mixture weights; planned batches (`batch_tokens`, "
+            '`group_by_length`, `layout="pack"` or `"fit"`) resume with the weights they were '
+            "planned with: keep the saved weights, or change them at an epoch's start."
+        )
 
 
 def counted(batches: Iterator[np.ndarray], order: Any, mix: Mix, stats: Any) -> Iterator[Any]:

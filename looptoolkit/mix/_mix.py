@@ -139,23 +139,25 @@ class Mix:
         if by not in ("rows", "tokens"):
             raise ValueError(f'`by` must be "rows" or "tokens", got {by!r}.')
         self.by = by
-        self.sources = [self._normalize(name, data) for name, data in zip(self.names, given)]
+        self.sources = [
+            self._normalize(name, data) for name, data in zip(self.names, given, strict=True)
+        ]
         flat = [_tree.flatten(data) for data in self.sources]
         self._check_leaves(flat)
-        self.sizes = [self._size(name, leaves) for name, (leaves, _) in zip(self.names, flat)]
+        self.sizes = [
+            self._size(name, leaves) for name, (leaves, _) in zip(self.names, flat, strict=True)
+        ]
         self.options = self._check_options(source_options)
         # Draws per epoch of each source: its rows, or its subset's or its weighted draw's.
         self.epoch_sizes = [
-            Sampling(n, "full", seed=0, **opts).length for n, opts in zip(self.sizes, self.options)
+            Sampling(n, "full", seed=0, **opts).length
+            for n, opts in zip(self.sizes, self.options, strict=True)
         ]
         self.spec = flat[0][1]
         self.source_key = source_key
         paths = _tree.leaf_paths(self.spec, "data")
         columns = self.spec.unflatten(
-            [
-                concatenate([leaves[i] for leaves, _ in flat], paths[i])
-                for i in range(len(paths))
-            ]
+            [concatenate([leaves[i] for leaves, _ in flat], paths[i]) for i in range(len(paths))]
         )
         if source_key is not None:
             if type(columns) is not dict:
@@ -197,13 +199,13 @@ class Mix:
     def _check_leaves(self, flat: list[tuple[list[Any], Any]]) -> None:
         leaves0, spec0 = flat[0]
         paths = _tree.leaf_paths(spec0, "data")
-        for name, (leaves, spec) in zip(self.names[1:], flat[1:]):
+        for name, (leaves, spec) in zip(self.names[1:], flat[1:], strict=True):
             if spec != spec0:
                 raise ValueError(
                     f"every source of a Mix must have the same leaves; source {self.names[0]!r} "
                     f"is {spec0} and source {name!r} is {spec}: give them the same keys."
                 )
-            for path, a, b in zip(paths, leaves0, leaves):
+            for path, a, b in zip(paths, leaves0, leaves, strict=True):
                 if _signature(a) != _signature(b):
                     raise ValueError(
                         f"{path} must have one dtype and row shape in every source; "
@@ -237,7 +239,7 @@ class Mix:
         if unknown:
             raise ValueError(f"`source_options` names unknown sources {unknown} ({self.names}).")
         out = []
-        for name, n in zip(self.names, self.sizes):
+        for name, n in zip(self.names, self.sizes, strict=True):
             opts = dict(given.get(name, {}))
             bad = sorted(set(opts) - set(SOURCE_OPTIONS))
             if bad:
@@ -276,7 +278,7 @@ class Mix:
                 f"got {type(weights).__name__}."
             )
         out = []
-        for name, v in zip(self.names, values):
+        for name, v in zip(self.names, values, strict=True):
             if isinstance(v, bool) or not isinstance(v, int | float | np.integer | np.floating):
                 raise TypeError(f"{what} of source {name!r} must be a number, got {v!r}.")
             f = float(v)
@@ -301,7 +303,9 @@ class Mix:
         stages: list[tuple[int, list[float]]] = []
         for item in schedule:
             if not isinstance(item, Sequence) or len(item) != 2:
-                raise TypeError(f"`schedule` items must be `(position, weights)` pairs, got {item!r}.")
+                raise TypeError(
+                    f"`schedule` items must be `(position, weights)` pairs, got {item!r}."
+                )
             position, w = item
             if isinstance(position, bool) or not isinstance(position, int | np.integer):
                 raise TypeError(f"`schedule` positions must be ints, got {position!r}.")
@@ -320,12 +324,14 @@ class Mix:
             if isinstance(leaf, Ragged):
                 means = [float(leaves[i].lengths.mean()) for leaves, _ in flat]
                 return [1.0 / max(m, 1e-12) for m in means]
-        raise ValueError('`by="tokens"` counts the elements of a ragged leaf; the sources have none.')
+        raise ValueError(
+            '`by="tokens"` counts the elements of a ragged leaf; the sources have none.'
+        )
 
     def _scaled(self, w: Sequence[float]) -> list[float]:
         if self._row_weights is None:
             return list(w)
-        return [a * b for a, b in zip(w, self._row_weights)]
+        return [a * b for a, b in zip(w, self._row_weights, strict=True)]
 
     def _epoch_length(self, epoch: Any) -> int:
         if epoch is None:
@@ -379,7 +385,7 @@ class Mix:
         return (_rebuild, self._init_args)
 
     def __repr__(self) -> str:
-        parts = ", ".join(f"{k}: {n} rows" for k, n in zip(self.names, self.sizes))
+        parts = ", ".join(f"{k}: {n} rows" for k, n in zip(self.names, self.sizes, strict=True))
         return f"Mix({{{parts}}}, weights={self.weights}, epoch={self.length})"
 
 

@@ -74,7 +74,7 @@ class MixedOrder:
     def __init__(
         self,
         sizes: Sequence[int],
-        bases: Sequence[int],
+        bases: Any,
         interleave: Interleave,
         length: int,
         *,
@@ -155,6 +155,10 @@ class MixedOrder:
     def sources_of(self, rows: np.ndarray) -> np.ndarray:
         """The source of each row of the mixture's columns."""
         return np.searchsorted(self.bases, rows, side="right") - 1
+
+    def key(self) -> str:
+        """The stages of weights this order follows (what planned batches' states record)."""
+        return repr([(int(s.start), s.m) for s in self.interleave.stages])
 
     def state(self, epoch: int, offset: int) -> dict[str, Any]:
         """What a saved state records of the mixture at ``(epoch, offset)``.
