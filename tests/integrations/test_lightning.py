@@ -189,3 +189,38 @@ def test_ddp_on_two_processes_gives_each_rank_its_shard(tmp_path):
         shard = Loader(data, 50, seed=4, rank=rank, world_size=2)
         for epoch in (0, 1):
             np.testing.assert_array_equal(rows[str(epoch)], shard.indices(epoch))
+
+
+def _mixture(tensors: bool = False) -> Any:
+    from looptoolkit import Mix
+
+    data = _numpy_data()
+    if tensors:
+        data = {k: torch.from_numpy(v) for k, v in data.items()}
+    cuts = {"a": slice(0, 600), "b": slice(600, N)}
+    halves = {name: {k: v[s] for k, v in data.items()} for name, s in cuts.items()}
+    return Mix(halves, {"a": 0.7, "b": 0.3}, epoch=N)
+
+
+@pytest.mark.parametrize("route", ["loader", "dataloader-w2"])
+def test_a_mixture_trains_on_its_epochs_and_resumes_mid_epoch(route, tmp_path):
+    def loader() -> Any:
+        if route == "loader":
+            return Loader(_mixture(tensors=True), B, seed=SEED)
+        return make_dataloader(
+            _mixture(), B, seed=SEED, num_workers=2, multiprocessing_context="fork"
+        )
+
+    reference = Loader(_mixture(), B, seed=SEED)  # the columns' rows are the data's ids
+    mid = tmp_path / "mid.ckpt"
+    first = Recorder(save_at=(1, 4), path=mid)
+    _trainer(limit_val_batches=0).fit(first, loader())
+    for epoch in range(3):
+        rows = first.epochs()[epoch]
+        np.testing.assert_array_equal(rows, reference.indices(epoch))
+        for batch in rows.reshape(-1, B):  # 70 rows of a, 30 of b in every batch
+            assert int((batch >= 600).sum()) == 30
+    after_mid = Recorder()
+    _trainer(limit_val_batches=0).fit(after_mid, loader(), ckpt_path=mid)
+    np.testing.assert_array_equal(after_mid.epochs()[1], reference.indices(1)[5 * B :])
+    np.testing.assert_array_equal(after_mid.epochs()[2], reference.indices(2))
