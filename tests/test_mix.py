@@ -492,3 +492,36 @@ def test_planned_ragged_batches_of_a_mixture_resume_exactly_and_refuse_new_weigh
     other = lt.Loader(lt.Mix(sources(), [1, 1]), 3, **kw)
     with pytest.raises(ValueError, match="planned with"):
         other.load_state_dict(state)
+
+
+@pytest.mark.parametrize("layout", ["pad", "flat", "pack"])
+def test_memory_mapped_token_sources_are_read_in_place(tmp_path, layout):
+    mapped, in_memory = {}, {}
+    for s in range(2):
+        values = np.arange(1000 * (s + 1), dtype=np.int32) + s * 100_000
+        np.save(tmp_path / f"v{s}.npy", values)
+        offsets = np.r_[0, np.cumsum(np.random.default_rng(s).integers(1, 20, 200))]
+        offsets = offsets[offsets < len(values)]
+        offsets = np.r_[offsets, len(values)]
+        mapped[f"s{s}"] = {"t": lt.Ragged(np.load(tmp_path / f"v{s}.npy", mmap_mode="r"), offsets)}
+        in_memory[f"s{s}"] = {"t": lt.Ragged(values, offsets)}
+    kw = {"seed": 0, "layout": layout, **({"seq_len": 32} if layout == "pack" else {})}
+    a = list(lt.Loader(lt.Mix(mapped, [2, 1]), 8, **kw))
+    b = list(lt.Loader(lt.Mix(in_memory, [2, 1]), 8, **kw))
+    assert len(a) == len(b) > 0
+    for x, y in zip(a, b, strict=True):
+        assert np.array_equal(np.asarray(x["t"].values), np.asarray(y["t"].values))
+
+
+def test_hf_datasets_and_array_weights():
+    datasets = pytest.importorskip("datasets")
+    a = datasets.Dataset.from_dict({"input_ids": [[1, 2, 3], [4, 5], [6]] * 10, "label": range(30)})
+    b = datasets.Dataset.from_dict(
+        {"input_ids": [[7, 8], [9, 9, 9]] * 10, "label": range(100, 120)}
+    )
+    mix = lt.Mix({"a": a, "b": b}, np.array([3, 2]), source_key="src")
+    batches = list(lt.Loader(mix, 10, seed=0))
+    labels = np.concatenate([np.asarray(x["label"]) for x in batches])
+    assert sorted(labels.tolist()) == list(range(30)) + list(range(100, 120))
+    for x in batches:
+        assert np.array_equal(np.asarray(x["src"]), (np.asarray(x["label"]) >= 100).astype(int))

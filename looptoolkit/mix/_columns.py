@@ -18,6 +18,7 @@ import numpy as np
 
 from looptoolkit.adapters import backend_of
 from looptoolkit.ragged._column import Ragged
+from looptoolkit.ragged._stored import StoredValues
 from looptoolkit.stores import StoreArray
 
 __all__ = ["Concatenated", "concatenate"]
@@ -72,12 +73,29 @@ class Concatenated(StoreArray):
         return out
 
     def read(self, start: int, stop: int) -> np.ndarray:
-        """Rows ``[start, stop)``."""
-        return self.gather(np.arange(start, stop, dtype=np.intp))
+        """Rows ``[start, stop)``: a slice of each source it spans."""
+        pieces = []
+        s = int(np.searchsorted(self.bases, start, side="right")) - 1
+        while start < stop:
+            base, end = int(self.bases[s]), int(self.bases[s + 1])
+            a, b = start - base, min(stop, end) - base
+            part = self.parts[s]
+            pieces.append(
+                part.read(a, b) if isinstance(part, StoreArray) else np.asarray(part[a:b])
+            )
+            start, s = base + b, s + 1
+        if not pieces:
+            return np.empty((0, *self.shape[1:]), dtype=self.dtype)
+        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
 
     def read_rows(self, rows: np.ndarray) -> np.ndarray:
         """Rows ``rows`` (sorted, distinct), in that order."""
         return self.gather(rows)
+
+
+def _stored(values: Any) -> Any:
+    """A ragged column's values as a part: a store's values as their store array."""
+    return values.array if isinstance(values, StoredValues) else values
 
 
 def _in_memory(x: Any) -> bool:
@@ -85,7 +103,9 @@ def _in_memory(x: Any) -> bool:
 
 
 def _concat_ragged(parts: Sequence[Ragged], path: str) -> Ragged:
-    values = concatenate([p.values for p in parts], path + ".values")
+    values = concatenate([_stored(p.values) for p in parts], path + ".values")
+    if isinstance(values, Concatenated):  # tokens read in place, whole blocks through a cache
+        values = StoredValues(values)
     shifts = np.cumsum([0] + [int(p.offsets[-1]) for p in parts[:-1]])
     offsets = np.concatenate(
         [np.asarray(p.offsets[:-1], dtype=np.int64) + d for p, d in zip(parts, shifts, strict=True)]

@@ -192,9 +192,8 @@ class Mix:
     def _normalize(self, name: str, data: Any) -> Any:
         if isinstance(data, Mix):
             raise TypeError(f"source {name!r} is a Mix; mixtures of mixtures are not offered.")
-        data = expand_stores(data)
-        ragged = find_ragged(data)
-        return data if ragged is None else ragged
+        ragged = find_ragged(data)  # list and Arrow columns first, then stores' arrays
+        return expand_stores(data if ragged is None else ragged)
 
     def _check_leaves(self, flat: list[tuple[list[Any], Any]]) -> None:
         leaves0, spec0 = flat[0]
@@ -265,8 +264,10 @@ class Mix:
                 )
             by_name = {str(k): v for k, v in weights.items()}
             values = [by_name[k] for k in self.names]
-        elif isinstance(weights, Sequence) and not isinstance(weights, str | bytes):
-            values = list(weights)
+        elif isinstance(weights, Sequence | np.ndarray) and not isinstance(weights, str | bytes):
+            values = list(
+                np.asarray(weights).tolist() if isinstance(weights, np.ndarray) else weights
+            )
             if len(values) != len(self.names):
                 raise ValueError(
                     f"{what} must have one weight per source ({len(self.names)}), "
