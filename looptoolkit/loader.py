@@ -29,6 +29,7 @@ Where the work runs:
 
 from __future__ import annotations
 
+import inspect
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -46,6 +47,7 @@ from looptoolkit._epochs import (
     state_of,
 )
 from looptoolkit._errors import check_int
+from looptoolkit._habits import dataset_data, refuse_dataloader_args
 from looptoolkit._pass import CLOSED as _CLOSED
 from looptoolkit._pass import LoaderIterator
 from looptoolkit._pipeline import (
@@ -261,6 +263,15 @@ class Loader:
     BATCH_SIZE_KEY = _epochs.BATCH_SIZE_KEY
     STATE_VERSION = _epochs.STATE_VERSION
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Loader:
+        """A new Loader; a ``DataLoader`` argument is refused here, with its equivalent.
+
+        ``__init__`` would refuse it bare; the signature stays ``__init__``'s
+        (``__signature__``, set below the class).
+        """
+        refuse_dataloader_args(kwargs)
+        return super().__new__(cls)
+
     def __init__(
         self,
         data: Any,
@@ -363,6 +374,7 @@ class Loader:
         self._target: Target | None = None if device is None else parse_device(device)
 
         self._data = data
+        data = dataset_data(data)  # a TensorDataset's tensors; another dataset is refused
         ragged = find_ragged(data)
         self._ragged = ragged is not None
         # Rows and Order, or their ragged counterparts (same interfaces: `looptoolkit.ragged`).
@@ -605,3 +617,10 @@ class Loader:
             data = data[:-1] + f", ragged: {', '.join(rows.ragged_paths)}>"
         args = ", ".join(f"{k}={v!r}" for k, v in self._args.items())
         return f"Loader({data}, {args})"
+
+
+# `__new__` takes anything (to refuse DataLoader arguments with a hint): the signature a user,
+# an IDE or `inspect` sees is `__init__`'s.
+_init = inspect.signature(Loader.__init__)
+_params = list(_init.parameters.values())[1:]  # without `self`
+Loader.__signature__ = _init.replace(parameters=_params)  # type: ignore[attr-defined]
