@@ -69,7 +69,10 @@ LAYERS: list[tuple[str, set[str]]] = [
     # Variable-length data: the column, its plans and layouts (its sources are recognised by
     # their modules' names, as the store formats are: not a core layer).
     ("ragged", {"looptoolkit.ragged"}),  # and every module under it
-    ("loader", {"looptoolkit._pipeline", "looptoolkit._pass", "looptoolkit.loader"}),
+    (
+        "loader",
+        {"looptoolkit._pipeline", "looptoolkit._pass", "looptoolkit._habits", "looptoolkit.loader"},
+    ),
     (
         "integrations",
         {
