@@ -112,7 +112,10 @@ class Loader:
             may stand for arrays or containers: zarr arrays and groups, HDF5
             datasets and files, Arrow tables and HF ``datasets.Dataset``s (their
             batches are NumPy; a group, file, table or dataset is a dict; see
-            ``docs/stores.md``).
+            ``docs/stores.md``). A ``TensorDataset`` (any object with a ``tensors``
+            tuple) is its tensors, batched as a tuple. Under a key, a list of 1-D
+            arrays or of token lists (a tokenizer's output) is one ragged column,
+            whatever the lengths (``docs/ragged.md``).
         batch_size: samples per batch (per rank).
         shuffle: ``False`` (sequential), ``True`` or ``"full"`` (a permutation per
             epoch), or ``"grouped"`` (groups of ``group_size`` consecutive indices,
@@ -195,8 +198,8 @@ class Loader:
         cache_bytes: the chunk cache of store data read whole chunks at a time
             (``shuffle=False`` or ``"grouped"``): None for two groups of chunks
             of every store leaf; at least one group.
-        layout: how ragged leaves ([`Ragged`][looptoolkit.Ragged], lists of arrays of
-            different lengths, object arrays of arrays, Arrow and HF list columns, jagged
+        layout: how ragged leaves ([`Ragged`][looptoolkit.Ragged], lists of token lists or
+            of 1-D arrays under a key, object arrays of arrays, Arrow and HF list columns, jagged
             nested tensors, ``tf.RaggedTensor``) are batched: ``"pad"`` (default,
             [`Padded`][looptoolkit.Padded]), ``"flat"`` ([`Flat`][looptoolkit.Flat]),
             ``"pack"`` (concatenate-then-split into rows of ``seq_len``) or ``"fit"`` (whole
@@ -231,7 +234,12 @@ class Loader:
             that gets no row.
         TypeError: a leaf that is not an array (named by its key path); a list of
             per-sample records (the message says how to stack it, see
-            [`looptoolkit.stack_records`][looptoolkit.stack_records]); an argument of a wrong type.
+            [`looptoolkit.stack_records`][looptoolkit.stack_records]); a list of 1-D arrays
+            of one length as ``data`` itself (columns or documents: both fixes named);
+            a dataset object other than a ``TensorDataset`` (with the line to write);
+            a ``DataLoader``-only argument (``num_workers``, ``pin_memory``,
+            ``collate_fn``, ``sampler``...: the Loader's equivalent named); an argument
+            of a wrong type.
         TransferError: ``device`` is not present, or ``dtype`` cannot be applied
             (checked on one row at construction).
 

@@ -255,7 +255,7 @@ def _rows_kind(x: Any) -> str | None:
     if type(x) is not list or not x:
         return None
     if type(x[0]) is list:
-        if not all(type(r) is list for r in x):
+        if set(map(type, x)) != {list}:  # mapped in C: milliseconds for a million rows
             return None
         first = next((r[0] for r in x if r), 0)
         return "lists" if isinstance(first, _NUMBER) else None
