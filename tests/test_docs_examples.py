@@ -195,3 +195,13 @@ def test_the_integrations_page_names_the_extra_that_brings_its_stacks():
     assert (
         'pip install -c constraints.txt ".[integrations]"' in (DOCS / "integrations.md").read_text()
     )
+
+
+def test_the_gpu_page_opens_with_an_example_that_runs_on_a_cpu_too():
+    """The first block of the GPU page picks "cuda" when there is one, else the CPU, and runs."""
+    pytest.importorskip("torch")
+    text = (DOCS / "gpu.md").read_text()
+    first = next(block for block in blocks(text, "gpu.md") if block.language == "python")
+    assert text.index("## Hello GPU") < text.index("## What runs where")
+    assert first.needs == "torch" and 'torch.cuda.is_available() else "cpu"' in first.code
+    run(first)
