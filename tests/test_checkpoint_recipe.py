@@ -36,12 +36,11 @@ def instrumented(code: str) -> str:
         ),
         (
             "        opt.step()\n",
-            "        opt.step()\n"
-            '        print("batch", epoch, batch["y"].tolist(), flush=True)\n',
+            '        opt.step()\n        print("batch", epoch, batch["y"].tolist(), flush=True)\n',
         ),
         (
-            "            torch.save({**state, \"loader\": loader.state_dict()}, path)\n",
-            "            torch.save({**state, \"loader\": loader.state_dict()}, path)\n"
+            '            torch.save({**state, "loader": loader.state_dict()}, path)\n',
+            '            torch.save({**state, "loader": loader.state_dict()}, path)\n'
             '            if os.environ.get("STOP_AT") == f"{epoch}:{step}":\n'
             '                print("saved", flush=True)\n'
             "                import time; time.sleep(120)\n",
