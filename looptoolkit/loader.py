@@ -275,9 +275,11 @@ class Loader:
         """A new Loader; a ``DataLoader`` argument is refused here, with its equivalent.
 
         ``__init__`` would refuse it bare; the signature stays ``__init__``'s
-        (``__signature__``, set below the class).
+        (``__signature__``, set below the class). A subclass with its own ``__init__``
+        may take such a name for itself: its arguments are left to it.
         """
-        refuse_dataloader_args(kwargs)
+        if cls.__init__ is Loader.__init__:
+            refuse_dataloader_args(kwargs)
         return super().__new__(cls)
 
     def __init__(

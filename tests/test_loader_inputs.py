@@ -377,3 +377,12 @@ def test_the_loaders_signature_repr_and_pickling_are_unchanged_by_the_check():
     ]
     with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
         Loader(_data(8), 4, bogus=1)
+
+
+def test_a_subclass_may_take_a_dataloader_name_for_itself():
+    class WithWorkers(Loader):
+        def __init__(self, data: Any, batch_size: int, num_workers: int = 0) -> None:
+            super().__init__(data, batch_size)
+            self.num_workers = num_workers
+
+    assert WithWorkers(_data(4), 2, num_workers=3).num_workers == 3
