@@ -136,7 +136,10 @@ class Loader:
         device: where batches go (``"cpu"``, ``"cuda"``, ``"/GPU:0"``, a
             ``torch.device``, a ``jax.Device``...), through
             [`looptoolkit.to_device`][looptoolkit.to_device].
-            None: batches stay where the data is.
+            None: batches stay where the data is. It also decides the framework the
+            loop receives: ``"cpu"`` keeps NumPy leaves NumPy, ``torch.device("cpu")``
+            or ``"cuda"`` makes them torch tensors, a JAX device JAX arrays, ``"/GPU:0"``
+            tf tensors (``docs/loader.md``, "Which arrays the loop receives").
         prefetch: batches prepared ahead of the one the loop is given (0: none,
             every step when the batch is asked for). Where, ``prefetch_mode`` says.
         prefetch_mode: ``"auto"`` (the default): store data is read, moved and
