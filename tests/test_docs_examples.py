@@ -207,10 +207,10 @@ def test_the_gpu_page_opens_with_an_example_that_runs_on_a_cpu_too():
     run(first)
 
 
-# The house line length. What the built site shows whole at 1280 px, from its theme's CSS:
-# a 61rem grid (20 px rem) less two 12.1rem sidebars and the content's and the code's padding
-# leaves 656 px for code at 13.6 px, 80 characters in DejaVu Sans Mono (0.602 em each), 87 in
-# Consolas (0.55 em); the 17 clipped blocks the issue counted are those with lines over ~94.
+# The house line length. What the built site shows whole at 1280 px, from its CSS: Material's
+# defaults leave 656 px for code at 13.6 px, 80 characters of DejaVu Sans Mono (0.602 em
+# each); docs/stylesheets/code.css widens the grid and sets code at 0.8em: about 700 px at
+# 12.8 px, 91 characters. (The 17 clipped blocks the issue counted are those with lines over ~94.)
 CODE_LINE_LIMIT = 88
 
 
