@@ -280,8 +280,9 @@ def _read_lists(rows: list[list[Any]], where: str) -> tuple[np.ndarray, np.ndarr
 
     The lengths come from ``map(len, rows)``; the values from one flat list
     (``itertools.chain``) that NumPy converts at once, its dtype inferred from every element
-    (measured fastest of the ways tried: ``np.fromiter`` over the chain, then a type check,
-    took longer; ``docs/ragged.md`` has the figures).
+    (the fastest of the ways tried: ``np.fromiter`` over the chain plus a type check took
+    longer, and ``np.fromiter`` into int64 alone would cut floats silently; the figures are in
+    ``docs/ragged.md``).
 
     Raises:
         TypeError: an element that is not a number (a string, a nested list of other
