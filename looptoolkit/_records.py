@@ -17,6 +17,7 @@ has items. Anything else is read as columns (whose lengths must then agree).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -68,6 +69,31 @@ def _looks_like_records(spec: optree.PyTreeSpec, leaves: Sequence[Any]) -> str |
     return None
 
 
+def _looks_like_rows(spec: optree.PyTreeSpec, leaves: Sequence[Any], keyed: bool) -> str | None:
+    """What the rows of the list node ``spec`` are when it is a ragged column, or None.
+
+    Lists of numbers (a tokenizer's ``input_ids``) anywhere, and 1-D arrays of one dtype
+    under a key (a column's place), whatever their lengths: the rule of
+    [`looptoolkit.ragged._column`][looptoolkit.ragged._column].
+    """
+    children = spec.children()
+    if not children:
+        return None
+    if all(c.type is list for c in children):
+        if any(c.is_leaf() or not all(g.is_leaf() for g in c.children()) for c in children):
+            return None
+        if leaves and all(isinstance(x, int | float | np.number | np.bool_) for x in leaves[:1000]):
+            return "each a list of numbers"
+        return None
+    if not keyed or not all(c.is_leaf() for c in children):
+        return None
+    if any(backend_of(x) is None or len(getattr(x, "shape", ())) != 1 for x in leaves):
+        return None
+    if len({str(x.dtype) for x in leaves}) != 1:
+        return None
+    return "each a 1-D array"
+
+
 def find_records(data_spec: optree.PyTreeSpec, leaves: Sequence[Any]) -> str | None:
     """The error message for a list of per-sample records in ``data``, or None.
 
@@ -77,31 +103,40 @@ def find_records(data_spec: optree.PyTreeSpec, leaves: Sequence[Any]) -> str | N
     """
     accessors: list[optree.PyTreeAccessor] | None = None
 
-    def visit(spec: optree.PyTreeSpec, start: int, depth: int) -> str | None:
+    def visit(spec: optree.PyTreeSpec, start: int, depth: int, keyed: bool) -> str | None:
         nonlocal accessors
         if spec.is_leaf():
             return None
         if spec.type is not None and issubclass(spec.type, list):
-            what = _looks_like_records(spec, leaves[start : start + spec.num_leaves])
+            own = leaves[start : start + spec.num_leaves]
+            rows = _looks_like_rows(spec, own, keyed)
+            what = rows or _looks_like_records(spec, own)
             if what is not None:
                 if accessors is None:
                     accessors = data_spec.accessors()
                 where = optree.PyTreeAccessor(accessors[start][:depth]).codify("data")
                 count = spec.num_children
+                if rows is not None:
+                    return (
+                        f"{where} is a list of {count} variable-length rows ({rows}), one ragged "
+                        f"column; read it with `looptoolkit.Ragged.from_rows({where})`, which "
+                        "`Loader`, `make_dataloader` and `loader_dataset` batch."
+                    )
                 return (
                     f"`data` must be a pytree of columns (arrays whose leading dimension "
                     f"indexes the samples), but {where} is a list of {count} per-sample records "
                     f"({what}), which would be batched inside each sample; stack them into "
                     f"columns first, with `looptoolkit.stack_records({where})`."
                 )
+        sequence = spec.type is not None and issubclass(spec.type, list | deque)
         for child in spec.children():
-            found = visit(child, start, depth + 1)
+            found = visit(child, start, depth + 1, not sequence)
             if found is not None:
                 return found
             start += child.num_leaves
         return None
 
-    return visit(data_spec, 0, 0)
+    return visit(data_spec, 0, 0, False)
 
 
 def _stack(leaves: list[Any], where: str) -> Any:

@@ -6,13 +6,14 @@ yields what the Loader's epoch order yields (the rows of a padded or flat batch,
 a packed one), and [`RaggedItemsDataset`][looptoolkit._torch_ragged.RaggedItemsDataset] builds
 the batch's layout from it in the DataLoader's worker, as the Loader does.
 
-This module imports torch.
+Also [`hf_inputs`][looptoolkit.torch_data.hf_inputs], a batch as a ``transformers`` model's
+torch keyword arguments. This module imports torch.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -20,13 +21,14 @@ import optree
 import torch.utils.data
 
 from looptoolkit._epochs import EpochCursor
+from looptoolkit.ragged._hf import hf_inputs as _hf_inputs
 from looptoolkit.ragged._loader import RaggedRows
 from looptoolkit.ragged._loader import setup as ragged_setup
 from looptoolkit.ragged._options import Options
 from looptoolkit.ragged._units import UnitEpoch, UnitOrder
 from looptoolkit.tree import NAMESPACE
 
-__all__ = ["PerBatch", "RaggedItemsDataset", "as_tensor", "ragged_parts"]
+__all__ = ["PerBatch", "RaggedItemsDataset", "as_tensor", "hf_inputs", "ragged_parts"]
 
 _TENSOR_KINDS = frozenset("biufc")
 
@@ -179,3 +181,99 @@ class _Batches:
     def __iter__(self) -> Iterator[Any]:
         schedule = self.schedule
         return (schedule.batch(i) for i in range(len(schedule)))
+
+
+def hf_inputs(
+    batch: Mapping[str, Any],
+    *,
+    key: str = "input_ids",
+    labels: bool = True,
+    ignore_index: int = -100,
+    flash_attn_kwargs: bool = False,
+    use_cache: bool | None = False,
+    return_tensors: str = "pt",
+) -> dict[str, Any]:
+    """The keyword arguments of a ``transformers`` model for a batch of ragged token ids.
+
+    ``batch[key]`` is the token column in the Loader's layout; every other entry is kept (a
+    classification label, or ``labels`` of your own, which then win). Other ragged entries
+    (a tokenizer's ``token_type_ids``) give their values, shaped as ``input_ids``; a ragged
+    ``attention_mask`` is replaced by the one built here.
+
+    - [`Padded`][looptoolkit.Padded] (``layout="pad"``): ``input_ids`` ``(B, L)`` and
+      ``attention_mask`` ``(B, L)`` int64, what ``DataCollatorWithPadding`` gives.
+    - [`Flat`][looptoolkit.Flat] (``layout="flat"``): ``input_ids`` ``(1, T)`` and
+      ``position_ids`` ``(1, T)`` restarting at 0 for every document, what
+      ``DataCollatorWithFlattening`` gives, and ``use_cache=False``: transformers 5 finds the
+      documents from the position ids when it gets no ``attention_mask`` and builds no cache
+      (with a cache, as a Llama config's ``use_cache=True`` asks even in training, the
+      documents of a batch would attend to each other); the flash-attention kernels take
+      the boundaries below.
+    - [`Packed`][looptoolkit.Packed] (``layout="pack"`` or ``"fit"``): ``input_ids`` and
+      ``position_ids`` ``(R, seq_len)``, positions restarting at each document piece.
+
+    Args:
+        batch: a mapping with the token column at ``key`` (NumPy arrays or torch tensors).
+        key: the token column.
+        labels: add causal-LM ``labels`` (unless ``batch`` has ``labels``): the token ids with
+            ``ignore_index`` at padding. ``Padded`` keeps every document's first token (the
+            model shifts the labels by one, so a row's first label is never a target);
+            ``Flat`` and ``Packed`` also put ``ignore_index`` at the first token of every
+            document (piece), so no loss crosses a boundary, as
+            ``DataCollatorWithFlattening`` marks them.
+        ignore_index: the label of tokens the loss skips.
+        flash_attn_kwargs: for ``Flat`` and ``Packed``, also ``cu_seq_lens_q`` /
+            ``cu_seq_lens_k`` (int32 boundaries over the flattened batch) and
+            ``max_length_q`` / ``max_length_k`` (a Python int), the names
+            ``transformers.modeling_flash_attention_utils.FlashAttentionKwargs`` gives them.
+        use_cache: for ``Flat`` and ``Packed``, the model's ``use_cache`` argument; None
+            leaves it out (for a model that takes none).
+        return_tensors: ``"pt"`` (the default, as the HF collators'): NumPy arrays become
+            torch tensors sharing their memory (tensors stay where they are, on their
+            device); ``"np"``: NumPy arrays, as ``return_tensors="np"`` gives (tensors are
+            copied to the host).
+
+    Returns:
+        A new dict of the model's keyword arguments.
+
+    Raises:
+        TypeError: ``batch`` is not a mapping, ``batch[key]`` is not a ragged layout, or its
+            arrays are neither NumPy nor torch.
+        ValueError: ``return_tensors`` is neither ``"pt"`` nor ``"np"``.
+
+    Examples:
+        >>> import numpy as np
+        >>> import looptoolkit as lt
+        >>> col = lt.Ragged(np.array([5, 6, 7, 8, 9]), np.array([0, 3, 5]))
+        >>> padded = next(iter(lt.Loader({"input_ids": col}, 2, shuffle=False)))
+        >>> kw = hf_inputs(padded)
+        >>> type(kw["input_ids"]).__name__, kw["input_ids"].tolist()
+        ('Tensor', [[5, 6, 7], [8, 9, 0]])
+        >>> kw["attention_mask"].tolist(), kw["labels"].tolist()
+        ([[1, 1, 1], [1, 1, 0]], [[5, 6, 7], [8, 9, -100]])
+        >>> flat = next(iter(lt.Loader({"input_ids": col}, 2, shuffle=False, layout="flat")))
+        >>> kw = hf_inputs(flat, flash_attn_kwargs=True, return_tensors="np")
+        >>> kw["input_ids"].tolist(), kw["position_ids"].tolist(), kw["labels"].tolist()
+        ([[5, 6, 7, 8, 9]], [[0, 1, 2, 0, 1]], [[-100, 6, 7, -100, 9]])
+        >>> kw["cu_seq_lens_q"].tolist(), kw["max_length_q"]
+        ([0, 3, 5], 3)
+    """
+    if return_tensors not in ("pt", "np"):
+        raise ValueError(f'`return_tensors` must be "pt" or "np", got {return_tensors!r}.')
+    out = _hf_inputs(
+        batch,
+        key=key,
+        labels=labels,
+        ignore_index=ignore_index,
+        flash_attn_kwargs=flash_attn_kwargs,
+        use_cache=use_cache,
+    )
+    convert = as_tensor if return_tensors == "pt" else _as_numpy
+    return {k: convert(v) for k, v in out.items()}
+
+
+def _as_numpy(leaf: Any) -> Any:
+    """A torch tensor as a NumPy array on the host; anything else as it is."""
+    if isinstance(leaf, torch.Tensor):
+        return leaf.detach().cpu().numpy()
+    return leaf

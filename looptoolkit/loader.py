@@ -29,6 +29,7 @@ Where the work runs:
 
 from __future__ import annotations
 
+import inspect
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -46,6 +47,7 @@ from looptoolkit._epochs import (
     state_of,
 )
 from looptoolkit._errors import check_int
+from looptoolkit._habits import dataset_data, refuse_dataloader_args
 from looptoolkit._pass import CLOSED as _CLOSED
 from looptoolkit._pass import LoaderIterator
 from looptoolkit._pipeline import (
@@ -113,7 +115,10 @@ class Loader:
             may stand for arrays or containers: zarr arrays and groups, HDF5
             datasets and files, Arrow tables and HF ``datasets.Dataset``s (their
             batches are NumPy; a group, file, table or dataset is a dict; see
-            ``docs/stores.md``).
+            ``docs/stores.md``). A ``TensorDataset`` (any object with a ``tensors``
+            tuple) is its tensors, batched as a tuple. Under a key, a list of 1-D
+            arrays or of token lists (a tokenizer's output) is one ragged column,
+            whatever the lengths (``docs/ragged.md``).
         batch_size: samples per batch (per rank).
         shuffle: ``False`` (sequential), ``True`` or ``"full"`` (a permutation per
             epoch), or ``"grouped"`` (groups of ``group_size`` consecutive indices,
@@ -134,7 +139,10 @@ class Loader:
         device: where batches go (``"cpu"``, ``"cuda"``, ``"/GPU:0"``, a
             ``torch.device``, a ``jax.Device``...), through
             [`looptoolkit.to_device`][looptoolkit.to_device].
-            None: batches stay where the data is.
+            None: batches stay where the data is. It also decides the framework the
+            loop receives: ``"cpu"`` keeps NumPy leaves NumPy, ``torch.device("cpu")``
+            or ``"cuda"`` makes them torch tensors, a JAX device JAX arrays, ``"/GPU:0"``
+            tf tensors (``docs/loader.md``, "Which arrays the loop receives").
         prefetch: batches prepared ahead of the one the loop is given (0: none,
             every step when the batch is asked for). Where, ``prefetch_mode`` says.
         prefetch_mode: ``"auto"`` (the default): store data is read, moved and
@@ -196,8 +204,8 @@ class Loader:
         cache_bytes: the chunk cache of store data read whole chunks at a time
             (``shuffle=False`` or ``"grouped"``): None for two groups of chunks
             of every store leaf; at least one group.
-        layout: how ragged leaves ([`Ragged`][looptoolkit.Ragged], lists of arrays of
-            different lengths, object arrays of arrays, Arrow and HF list columns, jagged
+        layout: how ragged leaves ([`Ragged`][looptoolkit.Ragged], lists of token lists or
+            of 1-D arrays under a key, object arrays of arrays, Arrow and HF list columns, jagged
             nested tensors, ``tf.RaggedTensor``) are batched: ``"pad"`` (default,
             [`Padded`][looptoolkit.Padded]), ``"flat"`` ([`Flat`][looptoolkit.Flat]),
             ``"pack"`` (concatenate-then-split into rows of ``seq_len``) or ``"fit"`` (whole
@@ -232,7 +240,12 @@ class Loader:
             that gets no row.
         TypeError: a leaf that is not an array (named by its key path); a list of
             per-sample records (the message says how to stack it, see
-            [`looptoolkit.stack_records`][looptoolkit.stack_records]); an argument of a wrong type.
+            [`looptoolkit.stack_records`][looptoolkit.stack_records]); a list of 1-D arrays
+            of one length as ``data`` itself (columns or documents: both fixes named);
+            a dataset object other than a ``TensorDataset`` (with the line to write);
+            a ``DataLoader``-only argument (``num_workers``, ``pin_memory``,
+            ``collate_fn``, ``sampler``...: the Loader's equivalent named); an argument
+            of a wrong type.
         TransferError: ``device`` is not present, or ``dtype`` cannot be applied
             (checked on one row at construction).
 
@@ -263,6 +276,17 @@ class Loader:
     WORLD_SIZE_KEY = _epochs.WORLD_SIZE_KEY
     BATCH_SIZE_KEY = _epochs.BATCH_SIZE_KEY
     STATE_VERSION = _epochs.STATE_VERSION
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Loader:
+        """A new Loader; a ``DataLoader`` argument is refused here, with its equivalent.
+
+        ``__init__`` would refuse it bare; the signature stays ``__init__``'s
+        (``__signature__``, set below the class). A subclass with its own ``__init__``
+        may take such a name for itself: its arguments are left to it.
+        """
+        if cls.__init__ is Loader.__init__:
+            refuse_dataloader_args(kwargs)
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -371,6 +395,7 @@ class Loader:
         order_args = self._args
         if self._mix is not None:
             data, order_args = _mix.prepare(self._mix, self._args)
+        data = dataset_data(data)  # a TensorDataset's tensors; another dataset is refused
         ragged = find_ragged(data)
         self._ragged = ragged is not None
         # Rows and Order, or their ragged counterparts (same interfaces: `looptoolkit.ragged`).
@@ -619,3 +644,10 @@ class Loader:
             data = data[:-1] + f", ragged: {', '.join(rows.ragged_paths)}>"
         args = ", ".join(f"{k}={v!r}" for k, v in self._args.items())
         return f"Loader({data}, {args})"
+
+
+# `__new__` takes anything (to refuse DataLoader arguments with a hint): the signature a user,
+# an IDE or `inspect` sees is `__init__`'s.
+_init = inspect.signature(Loader.__init__)
+_params = list(_init.parameters.values())[1:]  # without `self`
+Loader.__signature__ = _init.replace(parameters=_params)  # type: ignore[attr-defined]

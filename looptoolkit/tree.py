@@ -31,7 +31,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import optree
@@ -130,25 +130,32 @@ def looks_into(cls: type) -> bool:
     return cls in _nodes[NAMESPACE]
 
 
-def flatten(tree: Any, *, move: bool = False) -> tuple[list[Any], optree.PyTreeSpec]:
+def flatten(
+    tree: Any, *, move: bool = False, is_leaf: Callable[[Any], bool] | None = None
+) -> tuple[list[Any], optree.PyTreeSpec]:
     """Leaves and treespec of ``tree`` in looptoolkit's optree namespace.
 
     ``None`` is kept as a leaf so that it comes back where it was. ``move``:
-    ``to_device``'s view (see the module's docstring).
+    ``to_device``'s view (see the module's docstring). ``is_leaf``: nodes not looked into
+    (a list of a million token lists is one leaf, not its tokens).
     """
-    leaves, spec, _ = flatten_typed(tree, move=move)
+    leaves, spec, _ = flatten_typed(tree, move=move, is_leaf=is_leaf)
     return leaves, spec
 
 
 def flatten_typed(
-    tree: Any, *, move: bool = False
+    tree: Any, *, move: bool = False, is_leaf: Callable[[Any], bool] | None = None
 ) -> tuple[list[Any], optree.PyTreeSpec, set[type]]:
     """``flatten``, plus the set of the leaves' types (computed anyway, reused by callers)."""
     namespace = MOVE_NAMESPACE if move else NAMESPACE
     nodes = _nodes[namespace]
     while True:
-        leaves, spec = optree.tree_flatten(tree, none_is_leaf=True, namespace=namespace)
+        leaves, spec = optree.tree_flatten(
+            tree, is_leaf=is_leaf, none_is_leaf=True, namespace=namespace
+        )
         types = set(map(type, leaves))
+        if is_leaf is not None:
+            types.discard(list)  # a list is a leaf only where `is_leaf` made it one
         if not types <= _seen:
             _classify(types)
         # A leaf that is a container (registered here or by another thread since

@@ -54,6 +54,19 @@ class Meta(dict):
 Meta.__module__ = "__main__"
 
 
+class _Samples:
+    """A map-style dataset (``__getitems__`` marks it as one), one sample per index."""
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int) -> Any:
+        return {"x": np.full(2, i)}
+
+    def __getitems__(self, idx: Any) -> Any:
+        return [self[i] for i in idx]
+
+
 class Broken:
     def to(self, device: Any) -> Any:
         raise RuntimeError("no")
@@ -106,6 +119,12 @@ LOADER: dict[str, Callable[[], Any]] = {
     "`drop_last=True` and fewer rows in a shard than `batch_size` (every epoch would be empty)": (
         lambda: Loader({"x": np.ones(5)}, 8, drop_last=True)
     ),
+    "a list of 1-D arrays of one length as the data itself": lambda: Loader(
+        [np.arange(4), np.arange(4) * 2], 2
+    ),
+    "a dataset object (not a `TensorDataset`)": lambda: Loader(_Samples(), 2),
+    "a `DataLoader`-only argument (`num_workers`, `pin_memory`, `collate_fn`, `sampler`, "
+    "`persistent_workers`, ...)": lambda: Loader({"x": np.ones(4)}, 2, pin_memory=True),
 }
 
 

@@ -148,3 +148,47 @@ class _PadOnly:
             ids[i, : len(f["input_ids"])] = f["input_ids"]
             mask[i, : len(f["input_ids"])] = 1
         return {"input_ids": ids, "attention_mask": mask}
+
+
+def test_a_numpy_loader_feeds_a_real_gpt2_through_hf_inputs():
+    """NumPy batches (no `device`) reach a torch model as tensors: `hf_inputs` returns "pt"."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from looptoolkit.torch_data import hf_inputs as public
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    docs = [[1, 2, 3, 4], [5, 6], [7, 8, 9], [10, 11, 12, 13, 14]]
+    batch = next(iter(lt.Loader({"input_ids": docs}, 2, shuffle=False)))
+    assert isinstance(batch["input_ids"].values, np.ndarray)  # no device: NumPy, as given
+    kw = public(batch)
+    assert isinstance(kw["input_ids"], torch.Tensor) and kw["input_ids"].dtype == torch.int64
+    with torch.no_grad():
+        loss = model(**kw).loss
+    assert torch.isfinite(loss)
+    # Asking for torch in the Loader (a torch.device) gives tensors already: the same loss.
+    on_torch = lt.Loader({"input_ids": docs}, 2, shuffle=False, device=torch.device("cpu"))
+    tensors = next(iter(on_torch))
+    assert isinstance(tensors["input_ids"].values, torch.Tensor)
+    with torch.no_grad():
+        assert torch.allclose(model(**public(tensors)).loss, loss)
+    # device="cpu" (a string) keeps NumPy; "np" keeps NumPy out of hf_inputs too.
+    kept = next(iter(lt.Loader({"input_ids": docs}, 2, shuffle=False, device="cpu")))
+    assert isinstance(kept["input_ids"].values, np.ndarray)
+    assert isinstance(public(kept, return_tensors="np")["input_ids"], np.ndarray)
+    with pytest.raises(ValueError, match="`return_tensors` must be"):
+        public(kept, return_tensors="tf")
+
+
+def test_a_tokenizers_own_mask_and_type_ids_are_laid_out_like_the_tokens():
+    enc = {
+        "input_ids": [[1, 2, 3], [4, 5]],
+        "token_type_ids": [[0, 0, 1], [0, 1]],
+        "attention_mask": [[1, 1, 1], [1, 1]],
+    }
+    for layout, shape in (("pad", (2, 3)), ("flat", (1, 5))):
+        batch = next(iter(lt.Loader(enc, 2, shuffle=False, layout=layout)))
+        kw = hf_inputs(batch)
+        assert kw["input_ids"].shape == kw["token_type_ids"].shape == shape
+        assert ("attention_mask" in kw) == (layout == "pad")

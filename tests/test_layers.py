@@ -71,7 +71,10 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("ragged", {"looptoolkit.ragged"}),  # and every module under it
     # Mixtures: data made of several sources, and its order (a layer of its own).
     ("mix", {"looptoolkit.mix"}),  # and every module under it
-    ("loader", {"looptoolkit._pipeline", "looptoolkit._pass", "looptoolkit.loader"}),
+    (
+        "loader",
+        {"looptoolkit._pipeline", "looptoolkit._pass", "looptoolkit._habits", "looptoolkit.loader"},
+    ),
     (
         "integrations",
         {

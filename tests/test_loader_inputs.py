@@ -290,3 +290,99 @@ def test_a_tokenizer_output_is_batched_as_its_own_type():
     for batch in Loader(encoding, 4, device=device, dtype=torch.float16):
         assert type(batch) is BatchEncodingLike and batch.moved_to is device
         assert batch["input_ids"].dtype == torch.int64 and batch["mask"].dtype == torch.float16
+
+
+# -- DataLoader habits -------------------------------------------------------------------
+
+
+def test_a_tensor_dataset_is_taken_as_its_tensors():
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader, TensorDataset
+
+    x, y = torch.arange(20.0).reshape(10, 2), torch.arange(10)
+    ds = TensorDataset(x, y)
+    loader = Loader(ds, 4, shuffle=False)
+    want = list(DataLoader(ds, batch_size=4))
+    got = list(loader)
+    assert len(got) == len(want) == 3 and loader.data is ds
+    for (gx, gy), (wx, wy) in zip(got, want, strict=True):
+        assert torch.equal(gx, wx) and torch.equal(gy, wy)
+    import pickle
+
+    assert len(list(pickle.loads(pickle.dumps(loader)))) == 3
+
+
+def test_other_datasets_are_refused_with_the_line_to_write():
+    torch = pytest.importorskip("torch")
+
+    class Samples(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return 4
+
+        def __getitem__(self, i: int) -> Any:
+            return {"x": np.full(2, i)}
+
+    with pytest.raises(
+        TypeError, match=r"stack_records\(\[ds\[i\] for i in range\(len\(ds\)\)\]\)"
+    ):
+        Loader(Samples(), 2)
+
+    class Batched:  # any object that answers `__getitems__` is a dataset too
+        def __len__(self) -> int:
+            return 4
+
+        def __getitem__(self, i: int) -> Any:
+            return i
+
+        def __getitems__(self, idx: Any) -> Any:
+            return idx
+
+    with pytest.raises(TypeError, match=r"`data` is a dataset .*Batched"):
+        Loader(Batched(), 2)
+
+
+@pytest.mark.parametrize(
+    ("name", "equivalent"),
+    [
+        ("num_workers", "make_dataloader"),
+        ("pin_memory", '`device="cuda"`'),
+        ("collate_fn", "`transform=fn`"),
+        ("sampler", "`order_fn=`"),
+        ("persistent_workers", "drop it"),
+        ("batch_sampler", "`batch_size=`"),
+        ("prefetch_factor", "`prefetch=`"),
+        ("worker_init_fn", "`seed=`"),
+        ("generator", "`seed=`"),
+        ("timeout", "drop it"),
+    ],
+)
+def test_dataloader_arguments_are_refused_with_the_loaders_equivalent(name, equivalent):
+    with pytest.raises(TypeError, match=rf"^`Loader` takes no `{name}` \(a `DataLoader`.*"):
+        Loader(_data(8), 4, **{name: 1})
+    with pytest.raises(TypeError) as caught:
+        Loader(_data(8), 4, **{name: 1})
+    assert equivalent in str(caught.value)
+
+
+def test_the_loaders_signature_repr_and_pickling_are_unchanged_by_the_check():
+    import inspect
+    import pickle
+
+    params = inspect.signature(Loader).parameters
+    assert list(params)[:3] == ["data", "batch_size", "shuffle"] and len(params) == 36
+    loader = Loader(_data(8), 4, seed=2)
+    assert repr(loader).startswith("Loader(<2 numpy leaves of 8 rows>, batch_size=4")
+    assert [b["y"].tolist() for b in pickle.loads(pickle.dumps(loader))] == [
+        b["y"].tolist() for b in loader
+    ]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+        Loader(_data(8), 4, bogus=1)
+
+
+def test_a_subclass_may_take_a_dataloader_name_for_itself():
+    class WithWorkers(Loader):
+        def __init__(self, data: Any, batch_size: int, num_workers: int = 0) -> None:
+            super().__init__(data, batch_size)
+            self.num_workers = num_workers
+
+    assert WithWorkers(_data(4), 2, num_workers=3).num_workers == 3

@@ -54,9 +54,17 @@ def test_list_of_variable_length_arrays_is_a_ragged_column():
     assert "ragged: data['ids']>" in repr(nested)
 
 
-def test_list_of_equal_length_arrays_stays_columns():
-    batches = list(lt.Loader([np.arange(4), np.arange(4) * 2], 2, shuffle=False))
-    assert isinstance(batches[0], list) and batches[0][1].tolist() == [0, 2]
+def test_a_list_of_equal_length_arrays_as_the_data_is_refused_with_both_readings():
+    """``[a, b]`` of one length could be two columns or two documents: refused, both fixes named.
+
+    A tuple is always a container of columns, and a list of 2-D columns stays one.
+    """
+    with pytest.raises(TypeError, match=r"Ragged\.from_rows\(data\)`.*`tuple\(data\)`"):
+        lt.Loader([np.arange(4), np.arange(4) * 2], 2)
+    batches = list(lt.Loader((np.arange(4), np.arange(4) * 2), 2, shuffle=False))
+    assert isinstance(batches[0], tuple) and batches[0][1].tolist() == [0, 2]
+    columns = list(lt.Loader([np.zeros((4, 2)), np.ones((4, 2))], 2, shuffle=False))
+    assert isinstance(columns[0], list) and columns[0][1].shape == (2, 2)
 
 
 def test_mismatched_columns_still_name_both_leaves():

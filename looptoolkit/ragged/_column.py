@@ -12,6 +12,9 @@ time, through [`Ragged.host`][looptoolkit.Ragged.host].
 
 from __future__ import annotations
 
+import collections
+import itertools
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -94,18 +97,39 @@ class Ragged:
 
     @classmethod
     def from_rows(cls, rows: Sequence[Any]) -> Ragged:
-        """The column of ``rows``: arrays of one dtype and trailing shape, concatenated once.
+        """The column of ``rows``: arrays, or lists of numbers (a tokenizer's ``input_ids``).
+
+        Arrays must share dtype and trailing shape and are concatenated once. Lists of
+        numbers (ints, floats, bools) are read in one vectorised pass, never a Python loop
+        per element: their dtype is what NumPy makes of all of them together (``int64``
+        for token ids, ``float64`` once any is a float).
 
         Raises:
             ValueError: no rows, or rows of different dtypes or trailing shapes (named).
-            TypeError: a row that is not an array.
+            TypeError: a row that is not an array, or lists that hold something other than
+                numbers.
+
+        Examples:
+            >>> Ragged.from_rows([[101, 7, 102], [101, 102]]).lengths.tolist()
+            [3, 2]
         """
         rows = list(rows)
         if not rows:
             raise ValueError("`rows` must hold at least one array.")
-        host = [_host_view(r) for r in rows]
-        _check_rows(host, "rows")
-        lengths = np.fromiter((len(r) for r in host), dtype=np.int64, count=len(host))
+        return cls._of(rows, _rows_kind(rows), "rows")
+
+    @classmethod
+    def _of(cls, rows: list[Any], kind: str | None, where: str) -> Ragged:
+        """``from_rows``, for rows whose ``_rows_kind`` is known, named ``where`` in errors."""
+        if kind == "lists":
+            values, offsets = _read_lists(rows, where)
+            return cls(values, offsets)
+        if kind == "arrays" and type(rows[0]) is np.ndarray and rows[0].dtype != object:
+            host = rows  # host arrays of one dtype and trailing shape: nothing to convert
+        else:
+            host = [_host_view(r) for r in rows]
+            _check_rows(host, where)
+        lengths = np.fromiter(map(len, host), dtype=np.int64, count=len(host))
         offsets = np.zeros(len(host) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         values = np.concatenate(host) if len(host) > 1 else np.asarray(host[0])
@@ -217,24 +241,121 @@ def _module(x: Any) -> str:
     return type(x).__module__.partition(".")[0]
 
 
-def _is_row_list(x: Any) -> bool:
-    """A plain list of arrays of one dtype and trailing shape, not all of one length.
+_NUMBER = (int, float, np.number, np.bool_)
 
-    Such a list is read as the rows of one ragged column. A list of arrays of one length, or
-    a tuple, stays a container of columns (the rectangular reading).
+
+def _rows_kind(x: Any) -> str | None:
+    """What the rows of a list are: ``"lists"`` of numbers, ``"arrays"`` of one kind, or None.
+
+    ``"lists"``: a non-empty plain list of plain lists whose first element is a number (a
+    tokenizer's ``input_ids``; the rest is checked when the values are read, in one pass).
+    ``"arrays"``: a non-empty plain list of arrays of one backend, dtype and trailing shape,
+    each with a leading dimension. A tuple is never rows: ``(x, y)`` is a pair of columns.
     """
-    if type(x) is not list or len(x) < 2:
+    if type(x) is not list or not x:
+        return None
+    if type(x[0]) is list:
+        if set(map(type, x)) != {list}:  # mapped in C: milliseconds for a million rows
+            return None
+        first = next((r[0] for r in x if r), 0)
+        return "lists" if isinstance(first, _NUMBER) else None
+    if len(set(map(type, x))) != 1:
+        return None
+    backend = backend_of(x[0])
+    if backend is None:
+        return None
+    # Attribute reads mapped in C: a list of a million arrays is checked in milliseconds.
+    shapes = list(map(tuple, map(operator.attrgetter("shape"), x)))
+    if not all(shapes) or len(set(map(operator.attrgetter("dtype"), x))) != 1:
+        return None
+    if len(shapes[0]) > 1 and len({s[1:] for s in shapes}) != 1:
+        return None
+    if len(set(map(len, shapes))) != 1:
+        return None
+    return "arrays"
+
+
+def _read_lists(rows: list[list[Any]], where: str) -> tuple[np.ndarray, np.ndarray]:
+    """The values and offsets of lists of numbers, in one vectorised pass.
+
+    The lengths come from ``map(len, rows)``; the values from one flat list
+    (``itertools.chain``) that NumPy converts at once, its dtype inferred from every element
+    (the fastest of the ways tried: ``np.fromiter`` over the chain plus a type check took
+    longer, and ``np.fromiter`` into int64 alone would cut floats silently; the figures are in
+    ``docs/ragged.md``).
+
+    Raises:
+        TypeError: an element that is not a number (a string, a nested list of other
+            lengths, an int too large for int64).
+    """
+    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    flat = list(itertools.chain.from_iterable(rows))
+    if not flat:
+        return np.zeros(0, dtype=np.int64), offsets
+    try:
+        values = np.array(flat)
+    except (ValueError, TypeError, OverflowError):
+        values = np.array(flat, dtype=object)
+    if values.dtype.kind not in "biuf" or values.ndim != 1:
+        kinds = sorted({type(v).__name__ for v in flat if not isinstance(v, _NUMBER)})
+        raise TypeError(
+            f"{where} is a list of lists read as ragged rows, and its rows hold "
+            f"{', '.join(kinds) or 'values of another kind'} besides numbers; a ragged row holds "
+            "numbers (tokenize text first)."
+        )
+    return values, offsets
+
+
+def _place(accessor: optree.PyTreeAccessor) -> str:
+    """Where a list stands in ``data``: ``"key"`` (a column's place) or ``"structure"``.
+
+    Under a mapping's key, a dataclass's or namedtuple's field, or as an item of a tuple, a
+    list is one column; as ``data`` itself or an item of another list it may be a container
+    of columns (``data=[x, y]``).
+    """
+    if not len(accessor):
+        return "structure"
+    parent = accessor[-1].type
+    if isinstance(parent, type) and issubclass(parent, list | collections.deque):
+        return "structure"
+    if isinstance(parent, type) and issubclass(parent, collections.UserList):
+        return "structure"
+    return "key"
+
+
+def _rows_or_columns(x: list[Any], where: str, place: str) -> bool:
+    """Whether the list of arrays ``x`` at ``where`` is the rows of one ragged column.
+
+    One rule, whatever the lengths, for the lists that can only be rows: under a key (a
+    column's place), 1-D arrays are the rows of one column, also when their lengths are
+    equal (a [`Ragged`][looptoolkit.Ragged] whose lengths are all equal). Lists of arrays of
+    different lengths are rows anywhere (they cannot be columns). Anything else stays a
+    container of columns, except a list of 1-D arrays of one length as ``data`` itself or
+    an item of a list, which means two things and is refused.
+
+    Raises:
+        TypeError: the ambiguous list, with both fixes named.
+    """
+    lengths = {int(shape[0]) for shape in map(operator.attrgetter("shape"), x)}
+    one_d = len(x[0].shape) == 1
+    if place == "key":
+        return one_d or len(lengths) > 1
+    if len(x) < 2:
         return False
-    shapes = []
-    for item in x:
-        backend = backend_of(item)
-        shape = getattr(item, "shape", ())
-        if backend is None or len(shape) == 0:
-            return False
-        shapes.append((tuple(shape[1:]), backend.dtype_name(item), backend.name))
-    if len(set(shapes)) != 1:
+    if len(lengths) > 1:
+        return True
+    if not one_d:
         return False
-    return len({int(item.shape[0]) for item in x}) > 1
+    (length,) = lengths
+    raise TypeError(
+        f"{where} is a list of {len(x)} 1-D arrays of one length ({length}), which reads as "
+        f"{len(x)} columns of {length} rows or as {len(x)} per-sample records (documents) of "
+        f"{length} values; for documents pass `looptoolkit.Ragged.from_rows({where})` (or put "
+        f'the list under a key, `{{"input_ids": {where}}}`), for columns a tuple, '
+        f"`tuple({where})`."
+    )
 
 
 def _from_arrow(x: Any, path: str) -> Ragged | None:
@@ -288,7 +409,7 @@ def _table_columns(x: Any, path: str) -> dict[str, Any] | None:
     }
 
 
-def _convert(x: Any, path: str) -> Any:
+def _convert(x: Any, path: str, kind: str | None = None) -> Any:
     """``x`` as a Ragged leaf when it is a ragged input; ``x`` itself otherwise.
 
     Raises:
@@ -296,8 +417,8 @@ def _convert(x: Any, path: str) -> Any:
     """
     if isinstance(x, Ragged):
         return x
-    if type(x) is list:  # a list of rows (only lists `_is_row_list` accepted get here)
-        return Ragged.from_rows(x)
+    if kind is not None:  # a list of rows
+        return Ragged._of(x, kind, path)
     if isinstance(x, np.ndarray) and x.dtype == object:
         items = x.ravel().tolist()
         arrays = [backend_of(i) is not None for i in items]
@@ -348,22 +469,39 @@ def find_ragged(data: Any) -> Any | None:
         TypeError: a ragged input that cannot be read as a column, with the fix named.
         ValueError: rows of a ragged input that do not share dtype and trailing shape.
     """
-    _tree.flatten(data)  # registers the data's container types in the namespace
     found = False
+    kinds: dict[int, str | None] = {}  # `_rows_kind` of the lists met (a pass over each)
 
-    def convert(path: tuple[Any, ...], x: Any) -> Any:
+    def is_rows(x: Any) -> bool:
+        if type(x) is not list:
+            return False
+        if id(x) not in kinds:
+            kinds[id(x)] = _rows_kind(x)
+        return kinds[id(x)] is not None
+
+    # Registers the data's container types in the namespace; lists of rows are not looked into.
+    _tree.flatten(data, is_leaf=is_rows)
+
+    def convert(accessor: optree.PyTreeAccessor, x: Any) -> Any:
         nonlocal found
-        where = "data" + "".join(f"[{k!r}]" for k in path)
+        where = accessor.codify("data")
         if _module(x) in ("datasets", "pyarrow"):
             columns = _table_columns(x, where)
             if columns is not None:
                 found = True
                 return columns
-        out = _convert(x, where)
+        kind = kinds.get(id(x)) if is_rows(x) else None
+        if kind == "arrays" and not _rows_or_columns(x, where, _place(accessor)):
+            return x  # a container of columns: its leaves are read by `Rows`
+        out = _convert(x, where, kind)
         found = found or isinstance(out, Ragged)
         return out
 
-    out = optree.tree_map_with_path(
-        convert, data, is_leaf=_is_row_list, none_is_leaf=True, namespace=_tree.NAMESPACE
+    out = optree.tree_map_with_accessor(
+        convert,
+        data,
+        is_leaf=is_rows,
+        none_is_leaf=True,
+        namespace=_tree.NAMESPACE,
     )
     return out if found else None

@@ -31,43 +31,11 @@ def hf_inputs(
     flash_attn_kwargs: bool = False,
     use_cache: bool | None = False,
 ) -> dict[str, Any]:
-    """The keyword arguments of a ``transformers`` model for a batch of ragged token ids.
+    """The keyword arguments of a ``transformers`` model, in the batch's own arrays.
 
-    ``batch[key]`` is the token column in the Loader's layout; every other entry is kept as it
-    is (a classification label, or ``labels`` of your own, which then win).
-
-    - [`Padded`][looptoolkit.Padded] (``layout="pad"``): ``input_ids`` ``(B, L)`` and
-      ``attention_mask`` ``(B, L)`` int64, what ``DataCollatorWithPadding`` gives.
-    - [`Flat`][looptoolkit.Flat] (``layout="flat"``): ``input_ids`` ``(1, T)`` and
-      ``position_ids`` ``(1, T)`` restarting at 0 for every document, what
-      ``DataCollatorWithFlattening`` gives, and ``use_cache=False``: transformers 5 finds the
-      documents from the position ids when it gets no ``attention_mask`` and builds no cache
-      (with a cache, as a Llama config's ``use_cache=True`` asks even in training, the
-      documents of a batch would attend to each other); the flash-attention kernels take
-      the boundaries below.
-    - [`Packed`][looptoolkit.Packed] (``layout="pack"`` or ``"fit"``): ``input_ids`` and
-      ``position_ids`` ``(R, seq_len)``, positions restarting at each document piece.
-
-    Args:
-        batch: a mapping with the token column at ``key``.
-        key: the token column.
-        labels: add causal-LM ``labels`` (unless ``batch`` has ``labels``): the token ids, with
-            ``ignore_index`` at padding and at the first token of every document (piece), so
-            no loss crosses a boundary, as ``DataCollatorWithFlattening`` marks them.
-        ignore_index: the label of tokens the loss skips.
-        flash_attn_kwargs: for ``Flat`` and ``Packed``, also ``cu_seq_lens_q`` /
-            ``cu_seq_lens_k`` (int32 boundaries over the flattened batch) and
-            ``max_length_q`` / ``max_length_k`` (a Python int), the names
-            ``transformers.modeling_flash_attention_utils.FlashAttentionKwargs`` gives them.
-        use_cache: for ``Flat`` and ``Packed``, the model's ``use_cache`` argument; None
-            leaves it out (for a model that takes none).
-
-    Returns:
-        A new dict of the model's keyword arguments.
-
-    Raises:
-        TypeError: ``batch`` is not a mapping, ``batch[key]`` is not a ragged layout, or its
-            arrays are neither NumPy nor torch.
+    The framework-free core of
+    [`looptoolkit.torch_data.hf_inputs`][looptoolkit.torch_data.hf_inputs] (documented there),
+    which also makes them torch tensors: here NumPy in, NumPy out; torch in, torch out.
 
     Examples:
         >>> import numpy as np
@@ -93,7 +61,9 @@ def hf_inputs(
             f"{type(ids).__name__}; build the batch with a Loader over a `Ragged` column."
         )
     ops = _ops(ids.values)
-    out = {k: v for k, v in batch.items() if k != key}
+    # Other ragged entries (a tokenizer's own `attention_mask`, `token_type_ids`) are laid out
+    # like the tokens: their values, shaped as `input_ids`; the mask is built here, below.
+    out = {k: _values(v) for k, v in batch.items() if k != key and not _own_mask(k, v)}
     add_labels = labels and "labels" not in out
     if isinstance(ids, Padded):
         out[key] = ids.values
@@ -119,6 +89,20 @@ def hf_inputs(
         out["cu_seq_lens_q"] = out["cu_seq_lens_k"] = ids.cu_seqlens
         out["max_length_q"] = out["max_length_k"] = int(ids.max_seqlen)
     return out
+
+
+def _own_mask(name: str, value: Any) -> bool:
+    """A ragged ``attention_mask`` entry, which the layout's own mask replaces."""
+    return name == "attention_mask" and isinstance(value, Padded | Flat | Packed)
+
+
+def _values(value: Any) -> Any:
+    """A ragged layout's values shaped as ``input_ids`` (``(1, T)`` for Flat); others as is."""
+    if isinstance(value, Flat):
+        return value.values[None]
+    if isinstance(value, Padded | Packed):
+        return value.values
+    return value
 
 
 class _NumPy:
