@@ -493,11 +493,7 @@ class Loader:
         progress = Progress(epoch, offset, len(schedule), first)
         # Batches are views of blocks of the order, made as the epoch goes: no
         # N-long index array for a grouped or sequential order.
-        batches = iter(schedule)
-        if self._mix is not None and self._stats is not None and not isinstance(
-            self._order, UnitOrder
-        ):
-            batches = _mix.counted(batches, self._order, self._mix, self._stats)
+        batches = _mix.counted(iter(schedule), self._order, self._mix, self._stats)
         source: Iterator[Any]
         stager = None
         if self._plan.move and self.prefetch > 0 and not self._ragged:

@@ -99,9 +99,20 @@ def load(order: Any, saved: dict[str, Any], epoch: int, offset: int) -> None:
         )
 
 
-def counted(batches: Iterator[np.ndarray], order: Any, mix: Mix, stats: Any) -> Iterator[Any]:
-    """``batches`` (row indices), counting each batch's rows (and tokens) per source."""
-    mixed = mixed_order(order)
+def counted(
+    batches: Iterator[np.ndarray], order: Any, mix: Mix | None, stats: Any
+) -> Iterator[Any]:
+    """``batches`` (row indices), counting each batch's rows (and tokens) per source.
+
+    ``batches`` as they are without a mixture, without ``stats``, or for planned batches
+    (whose items are plans, not rows).
+    """
+    if mix is None or stats is None or getattr(order, "plan_params", None) is not None:
+        return batches
+    return _counting(batches, mixed_order(order), mix, stats)
+
+
+def _counting(batches: Iterator[np.ndarray], mixed: Any, mix: Mix, stats: Any) -> Iterator[Any]:
     names = mix.names
     k = len(names)
     lengths = None
