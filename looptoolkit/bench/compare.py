@@ -255,8 +255,11 @@ def run(argv: Sequence[str] | None = None) -> int:
         extras["transfer"] = by_batch_size(device, args.quick, args.seed, progress)
         if args.verbose:
             progress.emit("\n" + sweep_table(extras["transfer"]).text())
-    if judged := {"tabular", "tokens"} & {g.name for g in result.groups}:  # the targets' workloads
-        values = {r.name: r.median_s for g in judged for r in result.group(g).rows if r.timed}
+    if judged := {"tabular", "tokens", "mix"} & {g.name for g in result.groups}:  # with targets
+        named = judged - {"mix"}  # the mix rows by "mix:<name>": it has a loader-numpy of its own
+        values = {r.name: r.median_s for g in named for r in result.group(g).rows if r.timed}
+        if "mix" in judged:
+            values |= {f"mix:{r.name}": r.median_s for r in result.group("mix").rows if r.timed}
         if "tokens" in judged:  # each tokens row over its floor: the faster hand loop
             group = result.group("tokens")
             for r in group.rows:

@@ -93,6 +93,6 @@ VARIANTS = (
     tokens.on_tokens(
         _v("tf-bucket", loop(documents_dataset, host=True, bucket=True), **_DOCS), "group"
     ),
-    *mix_variants(NAME, ("tf-mix",)),
+    *mix_variants(NAME, ("tf-mix",), slow=("tf-mix",)),
 )
 KIT = Kit(NAME, VARIANTS, leaves=lambda leaves, _: [tf.convert_to_tensor(x) for x in leaves])
