@@ -173,8 +173,9 @@ def tf_mix(data: dict[str, Any], batch_size: int, *, mix: str, seed: int = 0) ->
     """tf.data: ``sample_from_datasets`` of each source's ids (shuffled, repeated), a gather.
 
     ``Dataset.range(a, b).shuffle(b - a, reshuffle_each_iteration=True).repeat()`` per source,
-    ``sample_from_datasets(weights, seed)``, ``.batch(B)``, ``.map(tf.gather per leaf)``,
-    ``.prefetch(AUTOTUNE)`` (tf data).
+    ``sample_from_datasets(weights, seed)``, ``.batch(B)``, ``.map(tf.gather per leaf)`` (tf
+    data). No ``prefetch``: in an interleaved run a prefetching pipeline works on while the
+    other loops are timed (its buffer filled between rounds flattered it 40x and slowed them).
     """
     import tensorflow as tf
 
@@ -189,7 +190,7 @@ def tf_mix(data: dict[str, Any], batch_size: int, *, mix: str, seed: int = 0) ->
     mixed = tf.data.Dataset.sample_from_datasets(parts, weights=list(w), seed=seed)
     items = list(data.items())
     ds = mixed.batch(batch_size).map(lambda ids: {key: tf.gather(x, ids) for key, x in items})
-    return _epochs(iter(ds.prefetch(tf.data.AUTOTUNE)), n, batch_size, f"tf_mix[{mix}]")
+    return _epochs(iter(ds), n, batch_size, f"tf_mix[{mix}]")
 
 
 def grain_mix(data: dict[str, np.ndarray], batch_size: int, *, mix: str, seed: int = 0) -> Any:
@@ -237,7 +238,7 @@ _LABELS: dict[str, tuple[str, Callable[..., Any], str | None]] = {
     ),
     "tf-mix": (
         "tf.data: sample_from_datasets(range.shuffle.repeat per source, weights={w}), "
-        ".batch(B).map(tf.gather per leaf).prefetch",
+        ".batch(B).map(tf.gather per leaf), no prefetch",
         tf_mix,
         None,
     ),
