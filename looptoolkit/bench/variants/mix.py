@@ -214,8 +214,8 @@ def grain_mix(data: dict[str, np.ndarray], batch_size: int, *, mix: str, seed: i
                 for i, x in enumerate(ids)
             ]
             mixed = grain.MapDataset.mix(parts, weights=list(w)).batch(batch_size)
-            for batch in mixed:
-                rows = np.asarray(batch)
+            for b in range(len(mixed)):  # by index: no read-ahead threads between rounds
+                rows = np.asarray(mixed[b])
                 yield {key: x.take(rows, axis=0) for key, x in items}
 
     return _epochs(stream(), n, batch_size, f"grain_mix[{mix}]")
