@@ -6,8 +6,9 @@ source's rows once. Each mixture (`MIXES`) is timed as ``Loader(Mix(...))`` and 
 (torchdata ``MultiNodeWeightedSampler``, HF ``interleave_datasets``, tf.data
 ``sample_from_datasets``, grain ``MapDataset.mix``), each only where installed. Every peer mixes
 row ids and gathers each batch's rows with one call per leaf, the fastest way each one offers;
-its stream goes on across the harness's epochs of ``N / B`` batches, every source in its own
-shuffled order, a new one each time the source runs out.
+the torchdata and tf.data streams go on across the harness's epochs of ``N / B`` batches,
+every source in its own shuffled order, a new one each time the source runs out; HF and grain
+build each epoch's mixture anew (their way to a new order), and that is timed with the epoch.
 """
 
 from __future__ import annotations
@@ -100,6 +101,14 @@ def _epochs(stream: Iterator[Any], n: int, batch_size: int, name: str) -> EpochP
     return EpochPipeline(lambda _: islice(stream, length), length, name=name)
 
 
+def _per_epoch(
+    epoch_fn: Callable[[int], Iterator[Any]], n: int, batch_size: int, name: str
+) -> EpochPipeline:
+    """Epochs built one at a time (``epoch_fn(e)``), each its first ``n / batch_size`` batches."""
+    length = batch_count(n, batch_size)
+    return EpochPipeline(lambda e: islice(epoch_fn(e), length), length, name=name)
+
+
 def _orders(n: int, mix: str, seed: int) -> tuple[tuple[float, ...], list[SourceOrder]]:
     w = weights_of(mix)
     edges = bounds(n, w).tolist()
@@ -141,10 +150,11 @@ def torchdata_mix(data: dict[str, Any], batch_size: int, *, mix: str, seed: int 
 def hf_mix(data: dict[str, np.ndarray], batch_size: int, *, mix: str, seed: int = 0) -> Any:
     """HF datasets: ``interleave_datasets(shuffled sources, probabilities, seed)``, NumPy batches.
 
-    Each source is a ``Dataset`` of its ids; per pass of the stream, each source is shuffled
+    Each source is a ``Dataset`` of its ids; each epoch, each source is shuffled
     (``Dataset.shuffle``), the sources interleaved (``stopping_strategy="all_exhausted"``: a
     source that runs out starts over, in the same order) and read in batches of ids
-    (``.iter(batch_size)``, NumPy format), whose rows one ``take`` per leaf gathers.
+    (``.iter(batch_size)``, NumPy format), whose rows one ``take`` per leaf gathers. The epoch
+    is its first ``N / B`` batches; building it (0.75 s at 300,000 rows) is part of its time.
     """
     import datasets
 
@@ -155,18 +165,17 @@ def hf_mix(data: dict[str, np.ndarray], batch_size: int, *, mix: str, seed: int 
     ]
     items = list(data.items())
 
-    def stream() -> Iterator[dict[str, np.ndarray]]:
-        for e in count():
-            shuffled = [s.shuffle(seed=seed * 1000 + 10 * e + i) for i, s in enumerate(sources)]
-            mixed = datasets.interleave_datasets(
-                shuffled, probabilities=list(w), seed=seed * 1000 + e,
-                stopping_strategy="all_exhausted",
-            )  # fmt: skip
-            for batch in mixed.with_format("numpy").iter(batch_size):
-                ids = batch["id"]
-                yield {key: x.take(ids, axis=0) for key, x in items}
+    def epoch_fn(e: int) -> Iterator[dict[str, np.ndarray]]:
+        shuffled = [s.shuffle(seed=seed * 1000 + 10 * e + i) for i, s in enumerate(sources)]
+        mixed = datasets.interleave_datasets(
+            shuffled, probabilities=list(w), seed=seed * 1000 + e,
+            stopping_strategy="all_exhausted",
+        )  # fmt: skip
+        for batch in mixed.with_format("numpy").iter(batch_size):
+            ids = batch["id"]
+            yield {key: x.take(ids, axis=0) for key, x in items}
 
-    return _epochs(stream(), n, batch_size, f"hf_mix[{mix}]")
+    return _per_epoch(epoch_fn, n, batch_size, f"hf_mix[{mix}]")
 
 
 def tf_mix(data: dict[str, Any], batch_size: int, *, mix: str, seed: int = 0) -> Any:
@@ -196,9 +205,9 @@ def tf_mix(data: dict[str, Any], batch_size: int, *, mix: str, seed: int = 0) ->
 def grain_mix(data: dict[str, np.ndarray], batch_size: int, *, mix: str, seed: int = 0) -> Any:
     """grain: ``MapDataset.mix`` of each source's ids (shuffled per pass), ``batch``, a gather.
 
-    Per pass of the stream: ``MapDataset.source(ids).shuffle(seed)`` per source,
-    ``MapDataset.mix(sources, weights)`` (it ends when the first source does), ``.batch(B)``;
-    one ``take`` per leaf gathers each batch's rows.
+    Each epoch: ``MapDataset.source(ids).shuffle(seed)`` per source, ``MapDataset.mix(sources,
+    weights)`` (it ends when the first source does), ``.batch(B)`` read by index; one ``take``
+    per leaf gathers each batch's rows.
     """
     import grain
 
@@ -207,18 +216,17 @@ def grain_mix(data: dict[str, np.ndarray], batch_size: int, *, mix: str, seed: i
     ids = [np.arange(o.start, o.start + o.size) for o in orders]
     items = list(data.items())
 
-    def stream() -> Iterator[dict[str, np.ndarray]]:
-        for e in count():
-            parts = [
-                grain.MapDataset.source(x).shuffle(seed=seed * 1000 + 10 * e + i)
-                for i, x in enumerate(ids)
-            ]
-            mixed = grain.MapDataset.mix(parts, weights=list(w)).batch(batch_size)
-            for b in range(len(mixed)):  # by index: no read-ahead threads between rounds
-                rows = np.asarray(mixed[b])
-                yield {key: x.take(rows, axis=0) for key, x in items}
+    def epoch_fn(e: int) -> Iterator[dict[str, np.ndarray]]:
+        parts = [
+            grain.MapDataset.source(x).shuffle(seed=seed * 1000 + 10 * e + i)
+            for i, x in enumerate(ids)
+        ]
+        mixed = grain.MapDataset.mix(parts, weights=list(w)).batch(batch_size)
+        for b in range(len(mixed)):  # by index: no read-ahead threads between rounds
+            rows = np.asarray(mixed[b])
+            yield {key: x.take(rows, axis=0) for key, x in items}
 
-    return _epochs(stream(), n, batch_size, f"grain_mix[{mix}]")
+    return _per_epoch(epoch_fn, n, batch_size, f"grain_mix[{mix}]")
 
 
 _WEIGHTS = {name: "/".join(f"{x:g}" for x in w) for name, w in MIXES.items()}
