@@ -50,7 +50,9 @@ class Workload:
     n: int
     num_batches: int  # per epoch, the last partial batch counted
     nbytes: int
-    kind: str = "rows"  # "documents": variable-length rows, checked by content; "mixture"
+    # "documents": variable-length rows, checked by content; "mixture": rows in sources by
+    # weight, checked per source with each batch's counts against the weights
+    kind: str = "rows"
     info: dict[str, Any] = field(default_factory=dict)
 
     def runs(self, variant: Any) -> bool:
@@ -75,8 +77,13 @@ def make_workload(
         data = {"x": rng.standard_normal((n, 64), dtype=np.float32), "y": ids}
     elif name == "images":
         data = {"image": rng.integers(0, 256, (n, 3, 64, 64), dtype=np.uint8), "label": ids}
-    paths = {"index": "batch", "tabular": "batch['y']", "images": "batch['label']"}
-    id_path = paths.get(name, "batch['y']")
+    paths = {
+        "index": "batch",
+        "tabular": "batch['y']",
+        "images": "batch['label']",
+        "mix": "batch['y']",
+    }
+    id_path = paths[name]
     nbytes = sum(int(leaf.nbytes) for leaf in _tree.flatten(data)[0])
     description = f"{description}, N = {n:_}, batch {size}"
     kind = "mixture" if name == "mix" else "rows"
