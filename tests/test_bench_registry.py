@@ -60,3 +60,15 @@ def test_a_registered_backend_s_variants_are_checked_and_timed(tmp_path, monkeyp
     assert rows["np2-wrong"].status == "failed" and not rows["np2-wrong"].timed
     markdown = (tmp_path / "compare-cpu.md").read_text()
     assert "| np2-take | numpy2 |" in markdown
+
+
+def test_a_registered_loop_runs_on_the_mix_workload_only_when_it_says_so():
+    from looptoolkit.bench.workloads import SHARED, make_workload
+
+    mix, tabular = make_workload("mix", quick=True), make_workload("tabular", quick=True)
+    plain = Variant("np2-take", "numpy2", "a take loop", _take_loop, shuffle=None)
+    mixing = Variant("np2-mix", "numpy2", "a mixture", _take_loop, None, ("mix",), mix="2")
+    assert tabular.runs(plain) and not mix.runs(plain)  # a row loop: not on the mixtures
+    assert mix.runs(mixing) and not tabular.runs(mixing)
+    shared = [Variant(name, "numpy", "", _take_loop) for name in SHARED["mix"]]
+    assert all(mix.runs(v) and tabular.runs(v) for v in shared)

@@ -342,6 +342,12 @@ def test_targets_set_synthetic_timings_against_their_bounds():
     assert _status(rows, "loader-jax") == (pytest.approx(1.0), "met", None)
     assert _status(rows, "loader-tf")[1] == "not measured"  # no floor-tf timed
     assert _status(rows, "gpu-resident-vs-gather") == (None, "GPU only", None)
+    # The mixtures: against the mix workload's own plain Loader ("mix:"), not tabular's.
+    assert _status(rows, "mix-2")[1] == "not measured"
+    mixes = {"mix:loader-numpy": 20.0, "mix:loader-mix2": 21.0, "mix:loader-mix5": 23.0}
+    rows = targets.evaluate("compare", values | mixes, gpu=False)
+    assert _status(rows, "mix-2") == (pytest.approx(1.05), "met", None)
+    assert _status(rows, "mix-5") == (pytest.approx(1.15), "not met", None)
 
 
 def test_gpu_targets_and_missing_variants():

@@ -62,8 +62,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add(
         "--workload",
         default=",".join(DEFAULT_WORKLOADS),
-        help="index, tabular, images, tokens, a comma list, or all (default: the first three; "
-        "tokens, variable-length documents, has floors and peers of its own)",
+        help="index, tabular, images, tokens, mix, a comma list, or all (default: the first "
+        "three; tokens, variable-length documents, and mix, the tabular rows in sources mixed by "
+        "weight, have variants and peers of their own)",
     )
     add("--backends", help="comma list of numpy, torch, jax, tf (default: every installed one)")
     add("--variants", help=f"comma list of variant names or globs ({BASELINE} always runs)")
@@ -186,7 +187,7 @@ def _workload(
     entries = run_workload(w, settings, progress)
     rows = [e.row for e in entries]
     info = {"description": w.description, "n": w.n, "bytes": w.nbytes}
-    if w.kind == "rows":
+    if w.kind != "documents":
         title = f"{name} ({result.device}): {w.description}; {w.num_batches} batches/epoch"
         group = Group(name, title, rows, "epoch", BASELINE, w.num_batches, info)
     else:  # each row against its own batching's floor, batches per epoch its own
@@ -236,7 +237,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         progress.emit(wrap(f"backend {name} skipped: {why}"))
     timing = {key: getattr(args, key) for key in _TIMING}
     settings = Settings(device, backends, _split(args.variants), _split(args.skip), **timing)
-    fallback = [w for w in names[-1:] if w != "tokens"]  # no step section on documents
+    # no step section on documents, nor on the mixtures (their peers are per-sample loops)
+    fallback = [w for w in names[-1:] if w not in ("tokens", "mix")]
     steps = [w for w in _split(args.step_workload) or [] if w in names] or fallback
     args.step_workload = ",".join(steps) if args.step_ms > 0 else None
     only = [] if gpu else [v.name for v in variants(backends) if v.accelerator]
@@ -253,8 +255,11 @@ def run(argv: Sequence[str] | None = None) -> int:
         extras["transfer"] = by_batch_size(device, args.quick, args.seed, progress)
         if args.verbose:
             progress.emit("\n" + sweep_table(extras["transfer"]).text())
-    if judged := {"tabular", "tokens"} & {g.name for g in result.groups}:  # the targets' workloads
-        values = {r.name: r.median_s for g in judged for r in result.group(g).rows if r.timed}
+    if judged := {"tabular", "tokens", "mix"} & {g.name for g in result.groups}:  # with targets
+        named = judged - {"mix"}  # the mix rows by "mix:<name>": it has a loader-numpy of its own
+        values = {r.name: r.median_s for g in named for r in result.group(g).rows if r.timed}
+        if "mix" in judged:
+            values |= {f"mix:{r.name}": r.median_s for r in result.group("mix").rows if r.timed}
         if "tokens" in judged:  # each tokens row over its floor: the faster hand loop
             group = result.group("tokens")
             for r in group.rows:

@@ -18,7 +18,9 @@ CHECK_LEGEND = (
     "check: exact = the Loader's batches for the same seed, compared batch for batch "
     "(values and dtypes); cover = its own order, checked for every row once, rows aligned "
     "with their ids; docs = every document's tokens once (matched by content), the batch "
-    "layout's fields consistent. Lower ms is better; 'vs best' is the ratio to the best "
+    "layout's fields consistent; mix = real rows aligned with their ids, each source's rows "
+    "once per pass over it (a Loader mixture: every batch within one row of the weights). "
+    "Lower ms is better; 'vs best' is the ratio to the best "
     f"manual loop ({BASELINE}) in this run, 'vs floor' a Loader row's ratio to its floor."
 )
 

@@ -14,6 +14,11 @@ __all__ = ["fmt_duration", "fmt_ms", "group_table", "legend", "markdown", "plot"
 __all__ += ["side_by_side", "targets_table"]
 
 _NOT_TIMED = {"failed": ("FAIL", "FAILED the check, not timed: ")}
+_DEVIATION_NOTE = (
+    "max dev: the largest |count - weight x rows| of any source in any batch of the checked "
+    "epoch (a row's source from its id); below 1 is exact in every batch. The rows that mix "
+    "nothing show a plain shuffle's against the first mixture's weights."
+)
 
 
 def fmt_ms(ms: float) -> str:
@@ -46,7 +51,15 @@ def _bandwidth(row: Row) -> str:
 
 def _check_word(row: Row) -> str:
     """How a row was checked, in a word: exact, cover, docs."""
-    return {"exact": "exact", "documents": "docs"}.get(row.check.split(":")[0], "cover")
+    return {"exact": "exact", "documents": "docs", "mixture": "mix"}.get(
+        row.check.split(":")[0], "cover"
+    )
+
+
+def _deviation(row: Row) -> str:
+    """A row's largest deviation from its mixture's weights in a batch, where measured."""
+    x = row.extra
+    return f"{x['max_deviation']:.2f}" if "max_deviation" in x else ""
 
 
 def group_table(
@@ -59,7 +72,7 @@ def group_table(
     """
     (scale, unit), g, rows = _scale(group), group, group.rows
     floors, tokens = any(r.floor for r in rows), g.info.get("tokens")
-    checked = any(r.check.startswith(("exact", "coverage", "documents")) for r in rows)
+    checked = any(r.check.startswith(("exact", "coverage", "documents", "mixture")) for r in rows)
     efficiency = any("padding_efficiency" in r.extra for r in rows)
     columns: list[tuple[str, object, Callable[[Row], str]]] = [  # header, shown, a timed cell
         ("variant", True, lambda r: r.name),
@@ -76,6 +89,7 @@ def group_table(
         ("vs floor", floors, lambda r: _ratio(g.ratio(r, r.floor) if r.floor else None)),
         (f"{epochs} epochs", epochs, lambda r: fmt_duration(r.median_s * (epochs or 0))),
         ("GB/s", any("gb_per_s" in r.extra for r in rows), _bandwidth),
+        ("max dev", any("max_deviation" in r.extra for r in rows), _deviation),
         ("check", checked, _check_word),
     ]
     shown = [(header, cell) for header, on, cell in columns if on]
@@ -85,6 +99,12 @@ def group_table(
             "ms/Mtok: ms per 1M real tokens; eff: padding efficiency (real tokens / tokens in "
             "the batches); vs floor: over the faster hand loop of the same batching."
         )
+    if any("max_deviation" in r.extra for r in rows):
+        notes.append(_DEVIATION_NOTE)
+        fewer = [r for r in rows if r.extra.get("deviation_batches", g.batches) < g.batches]
+        if fewer:
+            counts = ", ".join(f"{r.name} {r.extra['deviation_batches']}" for r in fewer)
+            notes.append(f"max dev over the first batches of an epoch only: {counts}.")
     bounded = [f"{r.name} {r.bounded}" for r in rows if r.timed and r.bounded and bounded_note]
     if bounded:
         notes.append("Timed on the first batches of each epoch, scaled (*): " + ", ".join(bounded))

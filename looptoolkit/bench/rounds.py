@@ -16,6 +16,7 @@ from typing import Any
 
 from looptoolkit.bench.check import Check, check_batches, host_leaves
 from looptoolkit.bench.check_documents import check_documents
+from looptoolkit.bench.check_mixture import check_mixture
 from looptoolkit.bench.progress import Progress
 from looptoolkit.bench.results import Row
 from looptoolkit.bench.timing import CudaEventClock, interleave
@@ -188,7 +189,7 @@ class Entry:
 
     def batches(self, workload: Workload) -> int:
         """Batches per epoch: the workload's; on documents the loop's ``len()`` (its batching)."""
-        if workload.kind == "rows":
+        if workload.kind != "documents":
             return workload.num_batches
         try:
             return len(self.pipeline) or workload.num_batches
@@ -215,6 +216,8 @@ def _check(entry: Entry, workload: Workload, settings: Settings, data: dict[str,
         entry.pipeline = v.factory(ctx)
         if workload.kind == "documents":
             check = check_documents(v, entry.pipeline, ctx, limit=entry.limit)
+        elif workload.kind == "mixture":
+            check = check_mixture(v, entry.pipeline, ctx, data[v.backend][1], limit=entry.limit)
         else:
             check = check_batches(v, entry.pipeline, ctx, data[v.backend][1], limit=entry.limit)
     except Exception as e:
@@ -268,7 +271,7 @@ def run_workload(
         Entry(v, Row(v.name, v.label, v.backend, v.floor))
         for v in variants(s.backends)
         if selected(v.name, s.patterns, s.skip)
-        and (name in v.workloads if v.workloads is not None else workload.kind == "rows")
+        and workload.runs(v)
         # Accelerator-only variants are not run on the CPU (listed once in the results instead).
         and not (v.accelerator and s.device == "cpu")
         and all(importlib.util.find_spec(module) for module in v.needs)

@@ -37,7 +37,8 @@ class Target:
 
 # key | suite | what | ratio op bound | floor; the quantities: compare's medians (tabular, tokens),
 # wait:<v> / step:<v> per batch (step section), floor:<v> the median of the tokens row v's floor
-# (the faster of its two hand loops), transfer's <section>:<name> values.
+# (the faster of its two hand loops), mix:<v> the median of row v of the mix workload,
+# transfer's <section>:<name> values.
 _TABLE = """
 loader-numpy | compare | Loader, NumPy data, full shuffle | loader-numpy / numpy-take <= 1.02 | numpy-take
 loader-grouped | compare | Loader, NumPy data, grouped shuffle | loader-grouped / numpy-take <= 0.65 | floor-seq-take
@@ -54,6 +55,8 @@ tokens-group | compare | tokens: Loader, length-grouped padded batches, over the
 tokens-budget | compare | tokens: Loader, padded token budget of 8,192, over the faster hand loop | loader-budget / floor:loader-budget <= 1.1 |
 tokens-pack | compare | tokens: Loader, concat-then-split rows of 2,048, over the faster hand loop | loader-pack / floor:loader-pack <= 1.1 |
 tokens-flat | compare | tokens: Loader, 32 documents padding-free, over the faster hand loop | loader-flat / floor:loader-flat <= 1.1 |
+mix-2 | compare | mix: Loader(Mix) of 2 sources (0.7/0.3) over the plain Loader on the same rows | mix:loader-mix2 / mix:loader-numpy <= 1.1 |
+mix-5 | compare | mix: Loader(Mix) of 5 sources (0.4/0.25/0.15/0.12/0.08) over the plain Loader on the same rows | mix:loader-mix5 / mix:loader-numpy <= 1.1 |
 nested-torch-optree | transfer | to_device over optree.tree_map (nested, torch leaves) | torch:to_device / torch:optree <= 1.2 |
 nested-torch-move-to | transfer | to_device over a hand-written move_to (nested, torch leaves) | torch:to_device / torch:move_to < 1.0 |
 nested-numpy-optree | transfer | to_device over optree.tree_map (nested, NumPy leaves to torch) | numpy:to_device / numpy:optree <= 1.2 |

@@ -128,6 +128,8 @@ def machine_info() -> dict[str, Any]:
         "jaxlib",
         "tensorflow",
         "transformers",
+        "datasets",
+        "torchdata",
         "grain",
     )
     info: dict[str, Any] = {

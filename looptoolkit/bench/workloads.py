@@ -2,6 +2,8 @@
 
 The id leaf holds each row's own index, so any batch can be checked (right rows, each once). The
 ``tokens`` workload is variable-length documents (``{"values", "offsets"}``), checked by content.
+The ``mix`` workload is the tabular rows cut into sources by weight (the id says the source): its
+mixture loops are checked per source and their batches' counts against the weights.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import numpy as np
 from looptoolkit import tree as _tree
 from looptoolkit.order import batch_count
 
-__all__ = ["DEFAULT_WORKLOADS", "WORKLOADS", "Workload", "host_array", "make_workload"]
+__all__ = ["DEFAULT_WORKLOADS", "SHARED", "WORKLOADS", "Workload", "host_array", "make_workload"]
 
 # name -> (description, rows, rows in --quick, batch size, batch size in --quick)
 # What `looptoolkit compare` (and `make compare`) runs unless told: the rectangular workloads.
@@ -24,7 +26,16 @@ WORKLOADS: dict[str, tuple[str, int, int, int, int]] = {
     "tabular": ('{"x": float32 (N, 64), "y": int64 row id}', 300_000, 3_000, 300, 30),
     "images": ('{"image": uint8 (N, 3, 64, 64), "label": int64 row id}', 50_000, 512, 256, 32),
     "tokens": ("N documents, lognormal lengths, median 250, int32", 20_000, 600, 32, 32),
+    "mix": (
+        '{"x": float32 (N, 64), "y": int64 row id} in sources by weight',
+        300_000,
+        3_000,
+        300,
+        30,
+    ),
 }
+# The workload-agnostic row loops that a workload of another kind runs too (a "rows" one runs all).
+SHARED = {"mix": ("numpy-take", "floor-memcpy", "floor-seq-take", "loader-numpy")}
 
 
 @dataclass
@@ -39,8 +50,16 @@ class Workload:
     n: int
     num_batches: int  # per epoch, the last partial batch counted
     nbytes: int
-    kind: str = "rows"  # "documents": variable-length rows, checked by content
+    # "documents": variable-length rows, checked by content; "mixture": rows in sources by
+    # weight, checked per source with each batch's counts against the weights
+    kind: str = "rows"
     info: dict[str, Any] = field(default_factory=dict)
+
+    def runs(self, variant: Any) -> bool:
+        """Whether ``variant`` applies: named for this workload, or a row loop it shares."""
+        if variant.workloads is not None:
+            return self.name in variant.workloads
+        return self.kind == "rows" or variant.name in SHARED.get(self.name, ())
 
 
 def make_workload(
@@ -54,14 +73,21 @@ def make_workload(
         return _documents(description, n, seed)
     rng, ids = np.random.default_rng(seed), np.arange(n, dtype=np.int64)
     data: Any = ids
-    if name == "tabular":
+    if name in ("tabular", "mix"):
         data = {"x": rng.standard_normal((n, 64), dtype=np.float32), "y": ids}
     elif name == "images":
         data = {"image": rng.integers(0, 256, (n, 3, 64, 64), dtype=np.uint8), "label": ids}
-    id_path = {"index": "batch", "tabular": "batch['y']", "images": "batch['label']"}[name]
+    paths = {
+        "index": "batch",
+        "tabular": "batch['y']",
+        "images": "batch['label']",
+        "mix": "batch['y']",
+    }
+    id_path = paths[name]
     nbytes = sum(int(leaf.nbytes) for leaf in _tree.flatten(data)[0])
     description = f"{description}, N = {n:_}, batch {size}"
-    return Workload(name, description, data, size, id_path, n, batch_count(n, size), nbytes)
+    kind = "mixture" if name == "mix" else "rows"
+    return Workload(name, description, data, size, id_path, n, batch_count(n, size), nbytes, kind)
 
 
 def _documents(description: str, n: int, seed: int) -> Workload:

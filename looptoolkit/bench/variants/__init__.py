@@ -44,6 +44,9 @@ class Variant:
         batching: on the ``tokens`` workload, the batches it makes (``pad``, ``grouped``,
             ``budget``, ``pack``, ``flat``; `looptoolkit.bench.variants.tokens`).
         needs: modules it imports beyond its backend; left out where one is not installed.
+        mix: on the ``mix`` workload, the mixture it draws (a key of
+            `looptoolkit.bench.variants.mix.MIXES`); its batches' deviation from the weights is
+            measured.
     """
 
     name: str
@@ -58,6 +61,7 @@ class Variant:
     floor: str | None = None
     batching: str | None = None
     needs: tuple[str, ...] = ()
+    mix: str | None = None
 
     is_floor = property(lambda self: self.name.startswith("floor-"), doc="A floor, not a loop.")
 

@@ -15,6 +15,7 @@ from looptoolkit._rows import Rows
 from looptoolkit.bench.variants import BASELINE, Kit, loop, tokens, variant
 from looptoolkit.bench.variants.epochs import EpochPipeline, batch_slices, split_batches
 from looptoolkit.bench.variants.grain_pack import grain_variants
+from looptoolkit.bench.variants.mix import mix_variants
 from looptoolkit.order import batch_count
 
 # A chunk's bytes of rows (at most 64 batches): faster than 16 batches for JAX and tf on tabular.
@@ -186,5 +187,6 @@ VARIANTS = (
     _v("loader-runs", loop(Loader, shuffle="grouped", run_size=16), shuffle=None, floor=_SEQ),
     *tokens.numpy_variants(NAME),
     *grain_variants(NAME),
+    *mix_variants(NAME, ("loader-mix", "hf-mix", "grain-mix"), slow=("hf-mix", "grain-mix")),
 )
 KIT = Kit(NAME, VARIANTS)

@@ -16,6 +16,7 @@ from looptoolkit._rows import Rows
 from looptoolkit.adapters.torch import from_numpy
 from looptoolkit.bench.variants import Context, Kit, images, loop, tokens, variant
 from looptoolkit.bench.variants.epochs import EpochPipeline, batch_slices, order_length
+from looptoolkit.bench.variants.mix import mix_variants
 from looptoolkit.bench.variants.numpy import each, numpy_manual
 from looptoolkit.order import batch_count, epoch_indices
 from looptoolkit.torch_data import GetItemsDataset, keep_batch, make_dataloader
@@ -252,6 +253,7 @@ VARIANTS = (
             ("hf-flatten", "hf-flatten", "flat", {"convert": hf_flat, **_HF}),
         )
     ),
+    *mix_variants(NAME, ("torchdata-mix",), slow=("torchdata-mix",)),
 )
 KIT = Kit(
     NAME,
