@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from fractions import Fraction
 
 import numpy as np
@@ -122,9 +122,23 @@ _SPAN = 1 << 17
 
 
 @functools.lru_cache(maxsize=32)
-def _repeated(m: tuple[int, ...]) -> np.ndarray:
+def _repeated(m: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The period's source ids repeated past ``_SPAN`` positions, and each one's draw.
+
+    ``draw[i]`` is how many positions of the same source come before position ``i`` of the
+    repeated period: the draw of its source that position ``i`` is, from the period's start.
+    """
     ids = period(m)[0]
-    return np.tile(ids, -(-(len(ids) + _SPAN) // len(ids)))
+    d, k = len(ids), len(m)
+    laps = -(-(d + _SPAN) // d)
+    rank = np.empty(d, dtype=np.int64)
+    for s in range(k):
+        where = np.flatnonzero(ids == s)
+        rank[where] = np.arange(len(where))
+    ext = np.tile(ids, laps)
+    per_lap = np.asarray(m, dtype=np.int64)[ids]
+    draw = (rank[None, :] + np.arange(laps, dtype=np.int64)[:, None] * per_lap[None, :]).ravel()
+    return ext, draw
 
 
 class Stage:
@@ -138,7 +152,7 @@ class Stage:
         self.per_period = np.asarray(m, dtype=np.int64)
         self.ids, self.counts = period(m)
         # The period repeated to past _SPAN positions: any run of up to _SPAN is a view.
-        self.ext = _repeated(m)
+        self.ext, self.draw = _repeated(m)
 
     def counts_at(self, q: int) -> np.ndarray:
         """Each source's draws before position ``q`` (``q >= start``)."""
@@ -149,6 +163,23 @@ class Stage:
             a = mark * _CHECKPOINT
             out = out + np.bincount(self.ids[a : a + rest], minlength=len(self.m))
         return out
+
+    def draws(self, q0: int, q1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Which draw of which source each position in ``[q0, q1)`` is.
+
+        Returns:
+            ``(ids, first, draw)``: position ``i``'s source ``ids[i]`` and its draw of that
+            source, ``first[ids[i]] + draw[i]`` (``first`` has one entry per source).
+        """
+        laps, j0 = divmod(q0 - self.start, self.d)
+        n = q1 - q0
+        first = self.base + laps * self.per_period  # each source's draws before the lap
+        if j0 + n <= len(self.ext):
+            return self.ext[j0 : j0 + n], first, self.draw[j0 : j0 + n]
+        x = j0 + np.arange(n, dtype=np.int64)
+        j = x % self.d
+        ids = self.ids[j]
+        return ids, first, (x // self.d) * self.per_period[ids] + self.draw[j]
 
     def sources(self, q0: int, q1: int) -> np.ndarray:
         """The source of each position in ``[q0, q1)`` (``start <= q0 <= q1``)."""
@@ -208,18 +239,21 @@ class Interleave:
         """Each source's draws before position ``q`` (a fresh ``int64`` array of ``k``)."""
         return self.stage_at(q).counts_at(q)
 
-    def sources(self, q0: int, q1: int) -> np.ndarray:
-        """The source of each position in ``[q0, q1)``, as ``uint16``."""
+    def pieces(self, q0: int, q1: int) -> Iterator[tuple[Stage, int, int]]:
+        """``(stage, a, b)``: the stages serving ``[q0, q1)``, each over its part ``[a, b)``."""
         i = self.stages.index(self.stage_at(q0))
-        pieces = []
         while q0 < q1:
             stop = self._starts[i + 1] if i + 1 < len(self._starts) else q1
             end = min(q1, stop)
-            pieces.append(self.stages[i].sources(q0, end))
+            yield self.stages[i], q0, end
             q0, i = end, i + 1
-        if not pieces:
+
+    def sources(self, q0: int, q1: int) -> np.ndarray:
+        """The source of each position in ``[q0, q1)``, as ``uint16``."""
+        parts = [stage.sources(a, b) for stage, a, b in self.pieces(q0, q1)]
+        if not parts:
             return np.empty(0, dtype=np.uint16)
-        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def position_of(self, s: int, count: int) -> int:
         """The first position ``q`` with ``count`` draws of source ``s`` before it."""

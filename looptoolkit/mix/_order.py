@@ -135,22 +135,35 @@ class MixedOrder:
             j = min(n, i + k1 - k0)
             pieces.append(self._source_order(s, e).segment(i, j))
             k0 += j - i
+        if not pieces:
+            return np.empty(0, dtype=np.intp)
         return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
 
     def rows(self, q0: int, q1: int) -> np.ndarray:
-        """Rows of the mixture's columns at stream positions ``[q0, q1)``."""
-        ids = self.interleave.sources(q0, q1)
-        counts = self.interleave.counts_at(q0)
-        out = np.empty(q1 - q0, dtype=np.intp)
-        if len(self.sizes) == 1:
-            out[:] = self.draws(0, int(counts[0]), int(counts[0]) + q1 - q0)
-            return out
-        for s in range(len(self.sizes)):
-            where = np.flatnonzero(ids == s)
-            if len(where):
-                k0 = int(counts[s])
-                out[where] = self.draws(s, k0, k0 + len(where)) + self.bases[s]
-        return out
+        """Rows of the mixture's columns at stream positions ``[q0, q1)``.
+
+        Each source's draws there are consecutive: they are read as one run of the source's
+        own orders each, into one pool, and every position then takes its draw from the pool
+        (one gather, whatever the number of sources).
+        """
+        out = []
+        for stage, a, b in self.interleave.pieces(q0, q1):
+            ids, lap, draw = stage.draws(a, b)
+            first = stage.counts_at(a)
+            last = stage.counts_at(b)
+            runs = [
+                self.draws(s, int(first[s]), int(last[s])) + self.bases[s]
+                for s in range(len(self.sizes))
+            ]
+            pool = np.concatenate(runs) if len(runs) > 1 else runs[0]
+            # Draw k of source s is pool[at[s] + k - first[s]]; k is lap[s] + draw.
+            at = np.cumsum([0] + [len(r) for r in runs[:-1]]) - first + lap
+            index = at.take(ids)
+            index += draw
+            out.append(pool.take(index))
+        if not out:
+            return np.empty(0, dtype=np.intp)
+        return out[0] if len(out) == 1 else np.concatenate(out)
 
     def sources_of(self, rows: np.ndarray) -> np.ndarray:
         """The source of each row of the mixture's columns."""
