@@ -251,6 +251,14 @@ class Mapped:
         self.inner = inner
         self.subset = subset
 
+    @property
+    def positional(self) -> bool:
+        """Whether ``at`` computes positions on their own (a keyed inner order)."""
+        return getattr(self.inner, "positional", False)
+
+    def at(self, positions: np.ndarray) -> np.ndarray:
+        return self.subset[self.inner.at(positions)]  # type: ignore[attr-defined]
+
     def segment(self, start: int, stop: int) -> np.ndarray:
         return self.subset[self.inner.segment(start, stop)]
 

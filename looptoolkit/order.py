@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from looptoolkit._errors import check_int
+from looptoolkit._keyed import KEYED_MIN_ROWS, Keyed
 from looptoolkit._sampling import Sampling
 from looptoolkit._sources import (
     STREAM_FULL,
@@ -425,6 +426,8 @@ class Order:
         if self.shuffle == "none":
             return Sequential(n)
         if self.shuffle == "full":
+            if n >= KEYED_MIN_ROWS:  # by position: no n-long array (the choice depends on n alone)
+                return Keyed(n, self.seed, epoch)
             rng = generator(self.seed, epoch, STREAM_FULL)
             return Materialized(rng.permutation(n).astype(np.intp, copy=False), fresh=True)
         return Grouped(n, self.group_size, self.seed, epoch, self.run_size)
@@ -497,16 +500,19 @@ class EpochOrder:
     def _blocks(self) -> Iterator[Iterable[np.ndarray]]:
         b, w, r = self.order.batch_size, self.order.world_size, self.order.rank
         g = self.global_batch
-        step = max(1, _BLOCK_POSITIONS // g)  # global batches per block
+        own = w > 1 and self._positional  # compute this rank's positions alone
+        step = max(1, _BLOCK_POSITIONS // (b if own else g))  # global batches per block
         for k0 in range(0, self._full, step):
             k1 = min(self._full, k0 + step)
-            block = self._values(self.offset + k0 * g, self.offset + k1 * g)
+            start, stop = self.offset + k0 * g, self.offset + k1 * g
             # Rows of a 2-D block are the batches. Position j * w + r of a global
             # batch is row j of rank r's batch.
             if w == 1:
-                yield block.reshape(k1 - k0, b)
+                yield self._values(start, stop).reshape(k1 - k0, b)
+            elif own:
+                yield self._own(start, stop).reshape(k1 - k0, b)
             else:
-                yield block.reshape(k1 - k0, b, w)[:, :, r]
+                yield self._values(start, stop).reshape(k1 - k0, b, w)[:, :, r]
         if self._last:
             yield (self.batch(self._full),)
 
@@ -518,6 +524,8 @@ class EpochOrder:
         """
         start, stop = self._span(i)
         w = self.order.world_size
+        if w > 1 and self._positional:
+            return self._own(start, stop)
         values = self._values(start, stop)
         return values if w == 1 else values[self.order.rank :: w]
 
@@ -552,11 +560,12 @@ class EpochOrder:
         if w == 1:
             return self._values(self.offset, self.offset + total)
         out = np.empty(total, dtype=np.intp)
-        per_block = max(1, _BLOCK_POSITIONS // w)  # this rank's samples per block
-        for j0 in range(0, total, per_block):
+        own = self._positional
+        per_block = _BLOCK_POSITIONS if own else max(1, _BLOCK_POSITIONS // w)
+        for j0 in range(0, total, per_block):  # this rank's samples per block: per_block
             j1 = min(total, j0 + per_block)
-            block = self._values(self.offset + j0 * w, self.offset + j1 * w)
-            out[j0:j1] = block[r::w]
+            start, stop = self.offset + j0 * w, self.offset + j1 * w
+            out[j0:j1] = self._own(start, stop) if own else self._values(start, stop)[r::w]
         return out
 
     def _span(self, i: int) -> tuple[int, int]:
@@ -574,6 +583,22 @@ class EpochOrder:
         if i < self._full:
             return start, start + self.global_batch
         return start, start + self._last * self.order.world_size
+
+    @property
+    def _positional(self) -> bool:
+        """Whether the source computes any position on its own (then a rank reads only its own)."""
+        return getattr(self._source, "positional", False)
+
+    def _own(self, start: int, stop: int) -> np.ndarray:
+        """This rank's positions of ``[start, stop)`` of the padded order, from a positional source.
+
+        Positions ``start + rank, start + rank + world_size, ...``; padding wraps by position.
+        """
+        w = self.order.world_size
+        positions = np.arange(start + self.order.rank, stop, w, dtype=np.int64)
+        if stop > self._n:
+            positions %= self._n
+        return self._source.at(positions)
 
     def _values(self, start: int, stop: int) -> np.ndarray:
         """Padded global order at positions ``[start, stop)``; wraps past ``n``."""
