@@ -169,3 +169,23 @@ def test_one_rank_of_thousands_at_ten_billion_rows():
     keyed = Keyed(n, 0, 5)
     assert np.array_equal(first, keyed.at(np.arange(4095, b * w, w)))
     assert np.array_equal(resumed, keyed.at(1000 * b * w + np.arange(4095, b * w, w)))
+
+
+@pytest.mark.parametrize("m", [16, 17, 20])
+def test_keyed_bits_look_random(m):
+    # On a power of two (no cycle-walking), every output bit agrees with every input
+    # bit half the time, and flipping one input bit flips each output bit half the
+    # time (avalanche): a weak round function or a half that is never fully mixed
+    # fails this.
+    n = 2**m
+    x = np.arange(n)
+    y = Keyed(n, 9, 4).at(x)
+    bits = np.arange(m)
+    same = ((x[:, None] >> bits) & 1) == ((y[:, None] >> bits) & 1)
+    assert np.abs(same.mean(axis=0) - 0.5).max() < 0.02  # sd 0.002 or less
+    for j in (0, m // 2 - 1, m // 2, m - 1):
+        flipped = Keyed(n, 9, 4).at(x ^ (1 << j))
+        changed = (((y ^ flipped)[:, None] >> bits) & 1).mean(axis=0)
+        assert np.abs(changed - 0.5).max() < 0.02, (j, changed)
+    # Neighbouring positions are not correlated.
+    assert abs(np.corrcoef(y[:-1], y[1:])[0, 1]) < 0.02
