@@ -158,7 +158,10 @@ class EpochSampler:
 
     def __iter__(self) -> Iterator[int]:
         epoch, offset, _ = self.cursor.bind()
-        return iter(self.order.epoch(epoch, offset).indices().tolist())
+        schedule = self.order.epoch(epoch, offset)
+        if isinstance(self.order, Order):  # batch by batch: no array of the rank's whole share
+            return itertools.chain.from_iterable(batch.tolist() for batch in schedule)
+        return iter(schedule.indices().tolist())
 
     def __len__(self) -> int:
         order = self.order
