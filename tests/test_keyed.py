@@ -66,11 +66,8 @@ def test_keyed_beyond_two_to_the_32(n):
     keyed = Keyed(n, 7, 2)
     rng = np.random.default_rng(0)
     # Random positions, both ends of the range and a run of consecutive ones.
-    positions = np.unique(
-        np.concatenate(
-            (rng.integers(0, n, 200_000), np.arange(64), n - 1 - np.arange(64), 2**32 + np.arange(9))
-        )
-    )
+    ends = (np.arange(64), n - 1 - np.arange(64), 2**32 + np.arange(9))
+    positions = np.unique(np.concatenate((rng.integers(0, n, 200_000), *ends)))
     positions = positions[positions < n]
     values = keyed.at(positions)
     assert values.dtype == np.intp
