@@ -2,10 +2,14 @@
 
 [`Order`][looptoolkit.Order] asks one of these sources for segments of the
 epoch's global order: [`Sequential`][looptoolkit._sources.Sequential] (``arange``),
-[`Materialized`][looptoolkit._sources.Materialized] (a full permutation) or
+[`Materialized`][looptoolkit._sources.Materialized] (a permutation held whole: the full shuffle
+below ``KEYED_MIN_ROWS`` rows, a weighted draw, a custom order) or
 [`Grouped`][looptoolkit._sources.Grouped] (grouped shuffling, generated chunk by chunk so that any
-position is computed without an ``n``-long array). Every random choice comes from
-[`generator`][looptoolkit._sources.generator], a pure function of ``(seed, epoch, stream, ...)``.
+position is computed without an ``n``-long array); the full shuffle from ``KEYED_MIN_ROWS`` rows
+on is [`Keyed`][looptoolkit._keyed.Keyed], whose every position is computed on its own. A source
+with ``positional = True`` also has ``at(positions)``: a rank then reads only its own positions.
+Every random choice comes from [`generator`][looptoolkit._sources.generator], a pure function of
+``(seed, epoch, stream, ...)``.
 """
 
 from __future__ import annotations

@@ -10,7 +10,11 @@ An epoch is built in three steps (``docs/order.md`` has the details and the
 measured trade-offs):
 
 1. The **global order** ``G`` of the epoch, a permutation of ``[0, n)``:
-   ``"none"`` is ``arange(n)``; ``"full"`` a uniform random permutation;
+   ``"none"`` is ``arange(n)``; ``"full"`` is ``rng.permutation(n)`` below
+   ``KEYED_MIN_ROWS`` (2**20) rows and, from it on, a keyed bijection of ``[0, n)``
+   per ``(seed, epoch)`` (Feistel rounds with cycle-walking, ``looptoolkit._keyed``)
+   whose positions are computed on their own, so that a rank computes only its
+   own positions, a block at a time (the choice depends on ``n`` alone);
    ``"grouped"`` cuts a randomly rotated index range into groups of
    ``group_size``, shuffles the order of the groups and, independently for each
    group, the order inside it, then rotates the resulting stream by a random
@@ -345,6 +349,18 @@ class Order:
         if self.drop_last:
             return (m // w) * w
         return -(-m // w) * w
+
+    @property
+    def full_order(self) -> str | None:
+        """How the full shuffle's permutation is computed: ``"keyed"`` or ``"permutation"``.
+
+        None when the order shuffles no permutation of its own (other shuffles, weighted
+        draws, custom orders). A saved state records it: a state from before the keyed
+        order existed described a materialised permutation at any length.
+        """
+        if self.shuffle != "full" or self.sampling.kind not in ("permutation", "indices"):
+            return None
+        return "keyed" if self.length >= KEYED_MIN_ROWS else "permutation"
 
     def per_rank(self, offset: int = 0) -> int:
         """Samples this rank gets in an epoch resumed at ``offset`` (before ``drop_last``)."""

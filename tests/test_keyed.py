@@ -186,3 +186,28 @@ def test_keyed_bits_look_random(m):
         assert np.abs(changed - 0.5).max() < 0.02, (j, changed)
     # Neighbouring positions are not correlated.
     assert abs(np.corrcoef(y[:-1], y[1:])[0, 1]) < 0.02
+
+
+def test_a_state_names_the_full_order_it_resumes():
+    from looptoolkit import Loader
+
+    big = Loader(np.zeros(KEYED_MIN_ROWS, np.uint8), 1000, seed=1, rank=1, world_size=2)
+    it = iter(big)
+    for _ in range(3):
+        next(it)
+    state = big.state_dict()
+    assert state["full_order"] == "keyed"
+    again = Loader(np.zeros(KEYED_MIN_ROWS, np.uint8), 1000, seed=1, rank=1, world_size=2)
+    again.load_state_dict(state)
+    assert np.array_equal(next(iter(again)), next(it))
+    # A state saved before the keyed order existed described a materialised permutation.
+    old = {k: v for k, v in state.items() if k != "full_order"}
+    with pytest.raises(ValueError, match=r"`full_order` 'permutation' \(this loader: 'keyed'\)"):
+        again.load_state_dict(old)
+    small = Loader(np.zeros(1000, np.uint8), 10, seed=1)
+    state = small.state_dict()
+    assert state["full_order"] == "permutation"
+    del state["full_order"]
+    small.load_state_dict(state)  # an old state of a small order still resumes
+    grouped = Loader(np.zeros(1000, np.uint8), 10, shuffle="grouped").state_dict()
+    assert "full_order" not in grouped
