@@ -14,7 +14,7 @@ Every random choice comes from [`generator`][looptoolkit._sources.generator], a 
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, cast
 
 import numpy as np
 
@@ -23,6 +23,7 @@ __all__ = [
     "ChunkGrouped",
     "Grouped",
     "Materialized",
+    "Positional",
     "Sequential",
     "Source",
     "chunk_shards",
@@ -50,6 +51,16 @@ class Source(Protocol):
 
     def materialize(self) -> np.ndarray:
         """The whole order as a fresh array."""
+        ...
+
+
+class Positional(Source, Protocol):
+    """A source whose values at any positions are computed on their own (``positional`` True)."""
+
+    positional: bool
+
+    def at(self, positions: np.ndarray) -> np.ndarray:
+        """Values at ``positions`` (integers in ``[0, n)``) as ``np.intp``."""
         ...
 
 
@@ -261,7 +272,7 @@ class Mapped:
         return getattr(self.inner, "positional", False)
 
     def at(self, positions: np.ndarray) -> np.ndarray:
-        return self.subset[self.inner.at(positions)]  # type: ignore[attr-defined]
+        return self.subset[cast(Positional, self.inner).at(positions)]
 
     def segment(self, start: int, stop: int) -> np.ndarray:
         return self.subset[self.inner.segment(start, stop)]

@@ -45,7 +45,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -57,6 +57,7 @@ from looptoolkit._sources import (
     ChunkGrouped,
     Grouped,
     Materialized,
+    Positional,
     Sequential,
     Source,
     chunk_shards,
@@ -614,7 +615,7 @@ class EpochOrder:
         positions = np.arange(start + self.order.rank, stop, w, dtype=np.int64)
         if stop > self._n:
             positions %= self._n
-        return self._source.at(positions)
+        return cast(Positional, self._source).at(positions)
 
     def _values(self, start: int, stop: int) -> np.ndarray:
         """Padded global order at positions ``[start, stop)``; wraps past ``n``."""
