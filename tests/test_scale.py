@@ -16,6 +16,8 @@ import pytest
 from looptoolkit._keyed import Keyed
 from looptoolkit.order import Order
 
+pytestmark = pytest.mark.slow  # about 15 s in all on the project machine
+
 N, W, B = 10**7, 4096, 256
 PER_RANK = -(-N // W)  # 2442: the last 2,432 positions of the padded order are padding
 # Ranks checked through their own Order where one costs a whole epoch's order.
