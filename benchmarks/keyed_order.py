@@ -39,7 +39,7 @@ from unittest import mock
 
 import numpy as np
 
-from looptoolkit import order as order_module
+from looptoolkit import _keyed as keyed_module
 from looptoolkit._keyed import KEYED_MIN_ROWS, Keyed
 from looptoolkit._sources import STREAM_FULL, generator
 from looptoolkit.bench.results import REFERENCE_HELP, results_dir, write_results
@@ -122,7 +122,7 @@ def quality(args: argparse.Namespace, n: int) -> list[dict[str, Any]]:
 
 @contextmanager
 def threshold(rows: int) -> Iterator[None]:
-    with mock.patch.object(order_module, "KEYED_MIN_ROWS", rows):
+    with mock.patch.object(keyed_module, "KEYED_MIN_ROWS", rows):
         yield
 
 

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from looptoolkit._sources import STREAM_FULL, generator
+from looptoolkit._sources import STREAM_FULL, STREAM_KEYED_DRAWS, generator
 
-__all__ = ["KEYED_MIN_ROWS", "KEYED_ROUNDS", "Keyed"]
+__all__ = ["KEYED_MIN_ROWS", "KEYED_ROUNDS", "Keyed", "KeyedDraws"]
 
 KEYED_MIN_ROWS: int = 1 << 20
 """Rows from which the ``"full"`` order is the keyed bijection; below it, ``rng.permutation(n)``.
@@ -117,3 +117,41 @@ class Keyed:
             stop = min(self.n, start + step)
             out[start:stop] = self.segment(start, stop)
         return out
+
+
+class KeyedDraws:
+    """``k`` uniform draws from ``[0, n)`` with replacement, each computed from its position.
+
+    Draw ``p`` is ``fmix64(fmix64(p ^ a) ^ b) mod n`` for two 64-bit keys ``a, b`` drawn
+    per ``(seed, epoch)``: distinct positions hash to distinct 64-bit words (fmix64
+    is a bijection), reduced modulo ``n`` (a bias of at most ``n / 2**64`` per value:
+    5e-10 at 10**10 rows).
+
+    Args:
+        n: rows to draw from.
+        k: draws per epoch.
+        seed: the order's seed.
+        epoch: the epoch.
+    """
+
+    positional = True
+
+    def __init__(self, n: int, k: int, seed: int, epoch: int) -> None:
+        self.n, self.k = n, k
+        rng = generator(seed, epoch, STREAM_KEYED_DRAWS)
+        self.keys = rng.integers(0, 1 << 64, size=2, dtype=np.uint64, endpoint=False)
+
+    def at(self, positions: np.ndarray) -> np.ndarray:
+        z = np.asarray(positions).astype(np.uint64)
+        t = np.empty_like(z)
+        for key in self.keys:
+            z ^= key
+            _mix(z, t)
+        z %= np.uint64(self.n)
+        return z.view(np.int64).astype(np.intp, copy=False)
+
+    def segment(self, start: int, stop: int) -> np.ndarray:
+        return self.at(np.arange(start, stop, dtype=np.uint64))
+
+    def materialize(self) -> np.ndarray:
+        return self.segment(0, self.k).astype(np.int64, copy=False)

@@ -20,6 +20,7 @@ import numpy as np
 
 __all__ = [
     "STREAM_FULL",
+    "STREAM_KEYED_DRAWS",
     "ChunkGrouped",
     "Grouped",
     "Materialized",
@@ -40,6 +41,7 @@ _CHUNK_POSITIONS = 1 << 16
 STREAM_FULL = 0
 _STREAM_GROUPS = 1
 _STREAM_CHUNK = 2
+STREAM_KEYED_DRAWS = 6  # the keys of uniform draws with replacement computed by position
 
 
 class Source(Protocol):

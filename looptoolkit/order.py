@@ -50,7 +50,7 @@ from typing import Any, cast
 import numpy as np
 
 from looptoolkit._errors import check_int
-from looptoolkit._keyed import KEYED_MIN_ROWS, Keyed
+from looptoolkit import _keyed
 from looptoolkit._sampling import Sampling
 from looptoolkit._sources import (
     STREAM_FULL,
@@ -356,12 +356,17 @@ class Order:
         """How the full shuffle's permutation is computed: ``"keyed"`` or ``"permutation"``.
 
         None when the order shuffles no permutation of its own (other shuffles, weighted
-        draws, custom orders). A saved state records it: a state from before the keyed
+        draws, custom orders); for uniform draws with replacement, whether they are
+        computed by position. A saved state records it: a state from before the keyed
         order existed described a materialised permutation at any length.
         """
-        if self.shuffle != "full" or self.sampling.kind not in ("permutation", "indices"):
+        if self.shuffle != "full":
             return None
-        return "keyed" if self.length >= KEYED_MIN_ROWS else "permutation"
+        if self.sampling.kind == "replacement":  # uniform draws: "permutation" names the old ones
+            return "keyed" if self.sampling.keyed else "permutation"
+        if self.sampling.kind not in ("permutation", "indices"):
+            return None
+        return "keyed" if self.length >= _keyed.KEYED_MIN_ROWS else "permutation"
 
     def per_rank(self, offset: int = 0) -> int:
         """Samples this rank gets in an epoch resumed at ``offset`` (before ``drop_last``)."""
@@ -443,8 +448,8 @@ class Order:
         if self.shuffle == "none":
             return Sequential(n)
         if self.shuffle == "full":
-            if n >= KEYED_MIN_ROWS:  # by position: no n-long array (the choice depends on n alone)
-                return Keyed(n, self.seed, epoch)
+            if n >= _keyed.KEYED_MIN_ROWS:  # by position: no n-long array (depends on n alone)
+                return _keyed.Keyed(n, self.seed, epoch)
             rng = generator(self.seed, epoch, STREAM_FULL)
             return Materialized(rng.permutation(n).astype(np.intp, copy=False), fresh=True)
         return Grouped(n, self.group_size, self.seed, epoch, self.run_size)

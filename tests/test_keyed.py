@@ -22,8 +22,8 @@ import test_order as definitions
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from looptoolkit import order as order_module
-from looptoolkit._keyed import KEYED_MIN_ROWS, Keyed
+from looptoolkit import _keyed as keyed_module
+from looptoolkit._keyed import KEYED_MIN_ROWS, Keyed, KeyedDraws
 from looptoolkit._sources import STREAM_FULL, Materialized, generator
 from looptoolkit.order import Order
 
@@ -36,7 +36,7 @@ SMALL_N = sorted(
 @pytest.fixture
 def keyed_everywhere() -> Iterator[None]:
     """Every full shuffle is the keyed one, whatever its length."""
-    with mock.patch.object(order_module, "KEYED_MIN_ROWS", 1):
+    with mock.patch.object(keyed_module, "KEYED_MIN_ROWS", 1):
         yield
 
 
@@ -211,3 +211,33 @@ def test_a_state_names_the_full_order_it_resumes():
     small.load_state_dict(state)  # an old state of a small order still resumes
     grouped = Loader(np.zeros(1000, np.uint8), 10, shuffle="grouped").state_dict()
     assert "full_order" not in grouped
+
+
+def test_uniform_draws_with_replacement_by_position(keyed_everywhere):
+    n, k, w = 100, 200_000, 3
+    orders = [
+        Order(n, 7, seed=2, replacement=True, num_samples=k, rank=r, world_size=w)
+        for r in range(w)
+    ]
+    assert isinstance(orders[0].epoch(1)._source, KeyedDraws)
+    g = KeyedDraws(n, k, 2, 1).materialize()
+    assert np.array_equal(orders[0].global_order(1), g)
+    assert g.min() >= 0 and g.max() < n
+    counts = np.bincount(g, minlength=n)
+    assert np.abs(counts - k / n).max() < 5 * np.sqrt(k / n)  # uniform: within 5 sd
+    assert np.corrcoef(g[:-1], g[1:])[0, 1] < 0.02  # successive draws independent
+    padded = np.resize(g, orders[0].padded_length)
+    for r, order in enumerate(orders):
+        assert np.array_equal(order.epoch(1).indices(), padded[r::w])
+        rest = order.epoch(1, 70 * w).indices()  # resumed after 10 batches of 7
+        assert np.array_equal(rest, padded[70 * w + r :: w])
+    assert not np.array_equal(g, KeyedDraws(n, k, 2, 2).materialize())
+    assert not np.array_equal(g, KeyedDraws(n, k, 3, 1).materialize())
+    assert orders[0].full_order == "keyed"
+
+
+def test_draws_below_the_threshold_are_unchanged():
+    order = Order(50, 7, seed=2, replacement=True, num_samples=300)
+    want = generator(2, 1, 3).integers(0, 50, size=300, dtype=np.intp)  # _STREAM_DRAW
+    assert np.array_equal(order.global_order(1), want)
+    assert order.full_order == "permutation"

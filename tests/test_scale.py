@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from looptoolkit._keyed import Keyed
+from looptoolkit._keyed import Keyed, KeyedDraws
 from looptoolkit.order import Order
 
 pytestmark = pytest.mark.slow  # about 15 s in all on the project machine
@@ -83,3 +83,17 @@ def test_4096_ranks_split_the_global_order(kwargs):
             assert np.array_equal(epoch.indices(), p[:, r])
         if "weights" in kwargs and r not in whole:
             break
+
+
+def test_uniform_draws_of_4096_ranks_split_the_draws():
+    # Draws with replacement by position (10**7 of them, past KEYED_MIN_ROWS): each
+    # rank computes its own, equal counts, together the epoch's draws once each.
+    got = np.empty((PER_RANK, W), dtype=np.intp)
+    for r in range(W):
+        order = Order(N, B, seed=7, rank=r, world_size=W, replacement=True)
+        got[:, r] = order.epoch(0).indices()
+    draws = KeyedDraws(N, N, 7, 0).materialize()
+    assert np.array_equal(got.reshape(-1), np.resize(draws, W * PER_RANK))
+    counts = np.bincount(draws, minlength=N)
+    assert counts.max() < 15  # uniform: Poisson(1) counts, never many draws of a row
+    assert abs((counts == 0).mean() - np.exp(-1)) < 0.001  # rows never drawn: 1/e
