@@ -19,7 +19,8 @@ loaded half-way through the epoch and the next batch from it (a resume). Cases:
 - ``shuffle=True`` at 10**10 rows (the keyed full shuffle), also with the
   mapping advised ``MADV_RANDOM`` (``data._mmap.madvise``: no read-ahead around
   each of the 256 scattered rows, which on a sparse file costs most of the first
-  batch), and ``"grouped"`` (also advised) and ``shuffle=False`` at 10**9;
+  batch), ``replacement=True`` (uniform draws, by position) at 10**10, and
+  ``"grouped"`` (also advised) and ``shuffle=False`` at 10**9;
 - weighted orders (``weights=`` without and with replacement), whose epoch is
   drawn whole (O(n) time and memory per rank), at 10**7 and 3 * 10**7 rows:
   their cost grows linearly, so 10**9 rows would take about 33x the larger one;
@@ -99,6 +100,8 @@ def loader_of(case: str, n: int, directory: Path, world: int, weights: Any) -> A
     if case == "full, MADV_RANDOM":  # no read-ahead around each row the batch touches
         data._mmap.madvise(mmap.MADV_RANDOM)  # type: ignore[attr-defined]
         return Loader(data, BATCH, shuffle=True, **kwargs)
+    if case == "replacement":  # uniform draws with replacement, by position
+        return Loader(data, BATCH, replacement=True, **kwargs)
     if case == "full":
         return Loader(data, BATCH, shuffle=True, **kwargs)
     if case.startswith("grouped"):
@@ -216,6 +219,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     started = time.perf_counter()
     cases = [("full", args.full_n), ("full, MADV_RANDOM", args.full_n)]
+    cases += [("replacement", args.full_n)]
     cases += [("grouped", args.n), ("grouped, MADV_RANDOM", args.n), ("sequential", args.n)]
     cases += [(c, n) for n in args.weighted_n for c in ("weighted", "weighted, replacement")]
     cases += [(f"ragged {layout}", n) for n in args.ragged_n for layout in ("pad", "flat")]
