@@ -49,8 +49,8 @@ from typing import Any, cast
 
 import numpy as np
 
-from looptoolkit._errors import check_int
 from looptoolkit import _keyed
+from looptoolkit._errors import check_int
 from looptoolkit._sampling import Sampling
 from looptoolkit._sources import (
     STREAM_FULL,
