@@ -145,10 +145,18 @@ def route(request: pytest.FixtureRequest) -> Any:
 
 def test_probes_and_look_aheads_shift_no_epoch(route):
     route, _ = route
+    # A look-ahead takes a batch from each worker before it is dropped: a spawned worker
+    # shut down while it is still starting can abort in torch's C++ teardown
+    # ("terminate called without an active exception"), which torch's SIGCHLD handler
+    # raises in the iterator's __del__ (an unraisable error, so this test failed: once in
+    # 73 runs under a busy second core). What is tested is that the look-ahead moves no
+    # epoch, not how torch stops a worker that has not started yet.
+    look = max(1, getattr(route, "num_workers", 0))
     for epoch in range(3):
         iter(route)  # a probe: never advanced
         ahead = iter(route)
-        next(ahead)  # a one-batch look-ahead, then a restart
+        for _ in range(look):
+            next(ahead)  # a look-ahead, then a restart
         del ahead
         np.testing.assert_array_equal(_epoch(route), REFERENCE.indices(epoch))
 
