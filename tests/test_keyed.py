@@ -216,8 +216,7 @@ def test_a_state_names_the_full_order_it_resumes():
 def test_uniform_draws_with_replacement_by_position(keyed_everywhere):
     n, k, w = 100, 200_000, 3
     orders = [
-        Order(n, 7, seed=2, replacement=True, num_samples=k, rank=r, world_size=w)
-        for r in range(w)
+        Order(n, 7, seed=2, replacement=True, num_samples=k, rank=r, world_size=w) for r in range(w)
     ]
     assert isinstance(orders[0].epoch(1)._source, KeyedDraws)
     g = KeyedDraws(n, k, 2, 1).materialize()
