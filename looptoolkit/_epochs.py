@@ -158,7 +158,10 @@ class EpochSampler:
 
     def __iter__(self) -> Iterator[int]:
         epoch, offset, _ = self.cursor.bind()
-        return iter(self.order.epoch(epoch, offset).indices().tolist())
+        schedule = self.order.epoch(epoch, offset)
+        if isinstance(self.order, Order):  # batch by batch: no array of the rank's whole share
+            return itertools.chain.from_iterable(batch.tolist() for batch in schedule)
+        return iter(schedule.indices().tolist())
 
     def __len__(self) -> int:
         order = self.order
@@ -221,6 +224,7 @@ LENGTH_KEY = "length"
 FINGERPRINT_KEY = "fingerprint"
 PAD_SHARDS_KEY = "pad_shards"
 CHUNK_ROWS_KEY = "chunk_rows"  # rows per chunk of a store's grouped order; None otherwise
+FULL_ORDER_KEY = "full_order"  # a full shuffle's permutation: "keyed" or "permutation"
 PLAN_KEY = "plan"  # the options of planned ragged batches (layout, budget, ...); absent otherwise
 MIX_KEY = "mixture"  # a mixture's position, counts and stage (looptoolkit.mix); absent otherwise
 
@@ -244,6 +248,9 @@ def state_of(order: Order, epoch: int, offset: int) -> dict[str, Any]:
         PAD_SHARDS_KEY: order.pad_shards,
         CHUNK_ROWS_KEY: order.chunk_rows,
     }
+    full = getattr(order, "full_order", None)
+    if full is not None:
+        state[FULL_ORDER_KEY] = full
     plan = getattr(order, "plan_params", None)
     if plan is not None:  # planned ragged batches: offsets count batches of this plan
         state[PLAN_KEY] = dict(plan)
@@ -302,6 +309,10 @@ def parse_state(order: Order, state: dict[str, Any]) -> tuple[int, int]:
         del mine[N_KEY], mine[LENGTH_KEY]
     if order.chunk_rows is not None:  # ranks own whole chunks: the order depends on them
         mine[WORLD_SIZE_KEY] = order.world_size
+    full = getattr(order, "full_order", None)
+    if full is not None:  # a full shuffle of 2**20 rows or more was a permutation before
+        mine[FULL_ORDER_KEY] = full
+        saved.setdefault(FULL_ORDER_KEY, "permutation")
     if order.shuffle == "grouped":
         mine[GROUP_SIZE_KEY] = order.group_size
         mine[RUN_SIZE_KEY] = order.run_size

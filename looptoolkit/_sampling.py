@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from looptoolkit import _keyed
 from looptoolkit._errors import check_int
 from looptoolkit._sources import Mapped, Materialized, Source, draw
 
@@ -165,6 +166,17 @@ class Sampling:
         else:
             self.length = n
 
+    @property
+    def keyed(self) -> bool | None:
+        """Whether the epoch's draws or permutation are computed by position (``KEYED_MIN_ROWS``).
+
+        None for the samplings that are neither (weights, subsets' own arrays, custom orders):
+        a subset's permutation is the full order's, of its length.
+        """
+        if self.kind == "replacement":
+            return self.length >= _keyed.KEYED_MIN_ROWS
+        return None
+
     def custom(self, seed: int, epoch: int) -> np.ndarray:
         """``order_fn(seed, epoch)``, checked: 1-D integers in ``[0, n)``, the epoch length."""
         assert self.order_fn is not None
@@ -189,4 +201,6 @@ class Sampling:
             return source
         if self.kind == "custom":
             return Materialized(self.custom(seed, epoch))
+        if self.keyed:  # uniform draws by position: no k-long array
+            return _keyed.KeyedDraws(self.n, self.length, seed, epoch)
         return Materialized(draw(seed, epoch, self.weights, self.length, self.n, self.replacement))

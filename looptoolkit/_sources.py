@@ -2,23 +2,29 @@
 
 [`Order`][looptoolkit.Order] asks one of these sources for segments of the
 epoch's global order: [`Sequential`][looptoolkit._sources.Sequential] (``arange``),
-[`Materialized`][looptoolkit._sources.Materialized] (a full permutation) or
+[`Materialized`][looptoolkit._sources.Materialized] (a permutation held whole: the full shuffle
+below ``KEYED_MIN_ROWS`` rows, a weighted draw, a custom order) or
 [`Grouped`][looptoolkit._sources.Grouped] (grouped shuffling, generated chunk by chunk so that any
-position is computed without an ``n``-long array). Every random choice comes from
-[`generator`][looptoolkit._sources.generator], a pure function of ``(seed, epoch, stream, ...)``.
+position is computed without an ``n``-long array); the full shuffle from ``KEYED_MIN_ROWS`` rows
+on is [`Keyed`][looptoolkit._keyed.Keyed], whose every position is computed on its own. A source
+with ``positional = True`` also has ``at(positions)``: a rank then reads only its own positions.
+Every random choice comes from [`generator`][looptoolkit._sources.generator], a pure function of
+``(seed, epoch, stream, ...)``.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, cast
 
 import numpy as np
 
 __all__ = [
     "STREAM_FULL",
+    "STREAM_KEYED_DRAWS",
     "ChunkGrouped",
     "Grouped",
     "Materialized",
+    "Positional",
     "Sequential",
     "Source",
     "chunk_shards",
@@ -35,6 +41,7 @@ _CHUNK_POSITIONS = 1 << 16
 STREAM_FULL = 0
 _STREAM_GROUPS = 1
 _STREAM_CHUNK = 2
+STREAM_KEYED_DRAWS = 6  # the keys of uniform draws with replacement computed by position
 
 
 class Source(Protocol):
@@ -46,6 +53,16 @@ class Source(Protocol):
 
     def materialize(self) -> np.ndarray:
         """The whole order as a fresh array."""
+        ...
+
+
+class Positional(Source, Protocol):
+    """A source whose values at any positions are computed on their own (``positional`` True)."""
+
+    positional: bool
+
+    def at(self, positions: np.ndarray) -> np.ndarray:
+        """Values at ``positions`` (integers in ``[0, n)``) as ``np.intp``."""
         ...
 
 
@@ -250,6 +267,14 @@ class Mapped:
     def __init__(self, inner: Source, subset: np.ndarray) -> None:
         self.inner = inner
         self.subset = subset
+
+    @property
+    def positional(self) -> bool:
+        """Whether ``at`` computes positions on their own (a keyed inner order)."""
+        return getattr(self.inner, "positional", False)
+
+    def at(self, positions: np.ndarray) -> np.ndarray:
+        return self.subset[cast(Positional, self.inner).at(positions)]
 
     def segment(self, start: int, stop: int) -> np.ndarray:
         return self.subset[self.inner.segment(start, stop)]

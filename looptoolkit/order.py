@@ -10,7 +10,11 @@ An epoch is built in three steps (``docs/order.md`` has the details and the
 measured trade-offs):
 
 1. The **global order** ``G`` of the epoch, a permutation of ``[0, n)``:
-   ``"none"`` is ``arange(n)``; ``"full"`` a uniform random permutation;
+   ``"none"`` is ``arange(n)``; ``"full"`` is ``rng.permutation(n)`` below
+   ``KEYED_MIN_ROWS`` (2**20) rows and, from it on, a keyed bijection of ``[0, n)``
+   per ``(seed, epoch)`` (Feistel rounds with cycle-walking, ``looptoolkit._keyed``)
+   whose positions are computed on their own, so that a rank computes only its
+   own positions, a block at a time (the choice depends on ``n`` alone);
    ``"grouped"`` cuts a randomly rotated index range into groups of
    ``group_size``, shuffles the order of the groups and, independently for each
    group, the order inside it, then rotates the resulting stream by a random
@@ -41,10 +45,11 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
+from looptoolkit import _keyed
 from looptoolkit._errors import check_int
 from looptoolkit._sampling import Sampling
 from looptoolkit._sources import (
@@ -52,6 +57,7 @@ from looptoolkit._sources import (
     ChunkGrouped,
     Grouped,
     Materialized,
+    Positional,
     Sequential,
     Source,
     chunk_shards,
@@ -346,6 +352,23 @@ class Order:
             return (m // w) * w
         return -(-m // w) * w
 
+    @property
+    def full_order(self) -> str | None:
+        """How the full shuffle's permutation is computed: ``"keyed"`` or ``"permutation"``.
+
+        None when the order shuffles no permutation of its own (other shuffles, weighted
+        draws, custom orders); for uniform draws with replacement, whether they are
+        computed by position. A saved state records it: a state from before the keyed
+        order existed described a materialised permutation at any length.
+        """
+        if self.shuffle != "full":
+            return None
+        if self.sampling.kind == "replacement":  # uniform draws: "permutation" names the old ones
+            return "keyed" if self.sampling.keyed else "permutation"
+        if self.sampling.kind not in ("permutation", "indices"):
+            return None
+        return "keyed" if self.length >= _keyed.KEYED_MIN_ROWS else "permutation"
+
     def per_rank(self, offset: int = 0) -> int:
         """Samples this rank gets in an epoch resumed at ``offset`` (before ``drop_last``)."""
         remaining = self.padded_length - self._check_offset(offset)
@@ -426,6 +449,8 @@ class Order:
         if self.shuffle == "none":
             return Sequential(n)
         if self.shuffle == "full":
+            if n >= _keyed.KEYED_MIN_ROWS:  # by position: no n-long array (depends on n alone)
+                return _keyed.Keyed(n, self.seed, epoch)
             rng = generator(self.seed, epoch, STREAM_FULL)
             return Materialized(rng.permutation(n).astype(np.intp, copy=False), fresh=True)
         return Grouped(n, self.group_size, self.seed, epoch, self.run_size)
@@ -498,16 +523,19 @@ class EpochOrder:
     def _blocks(self) -> Iterator[Iterable[np.ndarray]]:
         b, w, r = self.order.batch_size, self.order.world_size, self.order.rank
         g = self.global_batch
-        step = max(1, _BLOCK_POSITIONS // g)  # global batches per block
+        own = w > 1 and self._positional  # compute this rank's positions alone
+        step = max(1, _BLOCK_POSITIONS // (b if own else g))  # global batches per block
         for k0 in range(0, self._full, step):
             k1 = min(self._full, k0 + step)
-            block = self._values(self.offset + k0 * g, self.offset + k1 * g)
+            start, stop = self.offset + k0 * g, self.offset + k1 * g
             # Rows of a 2-D block are the batches. Position j * w + r of a global
             # batch is row j of rank r's batch.
             if w == 1:
-                yield block.reshape(k1 - k0, b)
+                yield self._values(start, stop).reshape(k1 - k0, b)
+            elif own:
+                yield self._own(start, stop).reshape(k1 - k0, b)
             else:
-                yield block.reshape(k1 - k0, b, w)[:, :, r]
+                yield self._values(start, stop).reshape(k1 - k0, b, w)[:, :, r]
         if self._last:
             yield (self.batch(self._full),)
 
@@ -519,6 +547,8 @@ class EpochOrder:
         """
         start, stop = self._span(i)
         w = self.order.world_size
+        if w > 1 and self._positional:
+            return self._own(start, stop)
         values = self._values(start, stop)
         return values if w == 1 else values[self.order.rank :: w]
 
@@ -553,11 +583,12 @@ class EpochOrder:
         if w == 1:
             return self._values(self.offset, self.offset + total)
         out = np.empty(total, dtype=np.intp)
-        per_block = max(1, _BLOCK_POSITIONS // w)  # this rank's samples per block
-        for j0 in range(0, total, per_block):
+        own = self._positional
+        per_block = _BLOCK_POSITIONS if own else max(1, _BLOCK_POSITIONS // w)
+        for j0 in range(0, total, per_block):  # this rank's samples per block: per_block
             j1 = min(total, j0 + per_block)
-            block = self._values(self.offset + j0 * w, self.offset + j1 * w)
-            out[j0:j1] = block[r::w]
+            start, stop = self.offset + j0 * w, self.offset + j1 * w
+            out[j0:j1] = self._own(start, stop) if own else self._values(start, stop)[r::w]
         return out
 
     def _span(self, i: int) -> tuple[int, int]:
@@ -575,6 +606,22 @@ class EpochOrder:
         if i < self._full:
             return start, start + self.global_batch
         return start, start + self._last * self.order.world_size
+
+    @property
+    def _positional(self) -> bool:
+        """Whether the source computes any position on its own (then a rank reads only its own)."""
+        return getattr(self._source, "positional", False)
+
+    def _own(self, start: int, stop: int) -> np.ndarray:
+        """This rank's positions of ``[start, stop)`` of the padded order, from a positional source.
+
+        Positions ``start + rank, start + rank + world_size, ...``; padding wraps by position.
+        """
+        w = self.order.world_size
+        positions = np.arange(start + self.order.rank, stop, w, dtype=np.int64)
+        if stop > self._n:
+            positions %= self._n
+        return cast(Positional, self._source).at(positions)
 
     def _values(self, start: int, stop: int) -> np.ndarray:
         """Padded global order at positions ``[start, stop)``; wraps past ``n``."""
