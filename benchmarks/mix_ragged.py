@@ -124,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
         "target": TARGET,
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "mix-ragged-cpu.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    (args.out / "mix-ragged-cpu.json").write_text(
+        json.dumps({"meta": meta, "rows": rows}, indent=1)
+    )
     (args.out / "mix-ragged-cpu.md").write_text(
         f"# Ragged mixtures against one source\n\n`{meta['command']}` ({args.docs} documents, "
         f"medians of {args.rounds} interleaved rounds)\n\n{table}\n"

@@ -46,6 +46,7 @@ LAYERS: list[tuple[str, set[str]]] = [
         "order",
         {
             "looptoolkit._sources",
+            "looptoolkit._keyed",
             "looptoolkit._sampling",
             "looptoolkit.order",
             "looptoolkit._epochs",
