@@ -2,7 +2,9 @@
 
 Run from the repository root::
 
-    .venv/bin/python benchmarks/mix_ragged.py [--docs 20000] [--rounds 7] [--out DIR]
+    .venv/bin/python -m benchmarks.mix_ragged [--docs 20000] [--rounds 7]
+    .venv/bin/python -m benchmarks.mix_ragged --docs 20000 --rounds 9 --reference  # rewrites
+                                                                  # benchmarks/results/
 
 Builds ``--docs`` documents of the ``tokens`` workload (lognormal lengths, median 250, in
 [8, 4000], int32 tokens), split into two and five sources. Per layout (padded batches of 32,
@@ -11,24 +13,24 @@ epoch of the Loader over the single source and over the mixtures of the same doc
 (weights in proportion to the sources' documents, so the epochs hold the same documents),
 interleaved round by round after a warm-up epoch, and prints the median ms per epoch with its
 min-max and the ratio to the single source. The target: every mixture within 1.1x of the single
-source. Writes ``mix-ragged-cpu.json`` and ``.md`` to ``--out`` (default: the results folder).
+source. Writes ``mix_ragged-cpu.json`` and ``.md`` to ``--out`` (default
+``./looptoolkit-results``; ``--reference``: the committed ``benchmarks/results/``).
 Last measured: see docs/benchmarks.md ("Mixtures").
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 import looptoolkit as lt
+from looptoolkit.bench.results import results_dir, write_results
+from looptoolkit.bench.timing import machine_info
 
 LAYOUTS: dict[str, dict[str, Any]] = {
     "pad": {"batch_size": 32},
@@ -70,7 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--out", default=None, help="results folder (./looptoolkit-results)")
+    parser.add_argument(
+        "--reference", action="store_true", help="write to the committed benchmarks/results/"
+    )
     args = parser.parse_args(argv)
     col = documents(args.docs)
     data = {
@@ -112,25 +117,20 @@ def main(argv: list[str] | None = None) -> int:
         )
     table = "\n".join(lines)
     print(table)
-    command = "python benchmarks/mix_ragged.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    meta = {
-        "command": command.strip(),
+    payload = {
+        "command": " ".join(getattr(sys, "orig_argv", sys.argv)),
+        "machine": machine_info(),
         "docs": args.docs,
         "rounds": args.rounds,
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "looptoolkit": lt.__version__,
-        "machine": platform.processor() or platform.machine(),
         "target": TARGET,
+        "rows": rows,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "mix-ragged-cpu.json").write_text(
-        json.dumps({"meta": meta, "rows": rows}, indent=1)
+    text = (
+        f"# Ragged mixtures against one source\n\n`{payload['command']}` ({args.docs} "
+        f"documents, medians of {args.rounds} interleaved rounds)\n\n{table}\n"
     )
-    (args.out / "mix-ragged-cpu.md").write_text(
-        f"# Ragged mixtures against one source\n\n`{meta['command']}` ({args.docs} documents, "
-        f"medians of {args.rounds} interleaved rounds)\n\n{table}\n"
-    )
+    out = results_dir(args.out, reference=args.reference)
+    print("wrote", *map(str, write_results(out, "mix_ragged-cpu", payload, text)))
     worst = max(r["ratio"] for r in rows if r["data"] != "single")
     print(f"worst mixture ratio: {worst:.2f}x (target {TARGET}x)")
     return 0
