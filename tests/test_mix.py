@@ -525,3 +525,18 @@ def test_hf_datasets_and_array_weights():
     assert sorted(labels.tolist()) == list(range(30)) + list(range(100, 120))
     for x in batches:
         assert np.array_equal(np.asarray(x["src"]), (np.asarray(x["label"]) >= 100).astype(int))
+
+
+def test_a_loader_over_hdf5_sources_pickles(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    sources = {}
+    for s in range(2):
+        with h5py.File(tmp_path / f"{s}.h5", "w") as f:
+            f.create_dataset("id", data=np.arange(100) + 1000 * s, chunks=(10,))
+        sources[f"s{s}"] = h5py.File(tmp_path / f"{s}.h5", "r")
+    loader = lt.Loader(lt.Mix(sources, [1, 1]), 10, seed=0)
+    it = iter(loader)
+    next(it)
+    copy = pickle.loads(pickle.dumps(loader))  # as spawned workers and ddp_spawn get it
+    reference = list(lt.Loader(lt.Mix(sources, [1, 1]), 10, seed=0))
+    assert np.array_equal(next(iter(copy))["id"], reference[1]["id"])

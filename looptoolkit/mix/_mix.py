@@ -142,6 +142,9 @@ class Mix:
         self.sources = [
             self._normalize(name, data) for name, data in zip(self.names, given, strict=True)
         ]
+        # Pickled as its sources as read (store objects as their picklable wrappers).
+        named = dict(zip(self.names, self.sources, strict=True))
+        self._init_args = (named, weights, schedule, epoch, source_key, by, source_options)
         flat = [_tree.flatten(data) for data in self.sources]
         self._check_leaves(flat)
         self.sizes = [
