@@ -122,7 +122,6 @@ class Mix:
         by: str = "rows",
         source_options: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
-        self._init_args = (sources, weights, schedule, epoch, source_key, by, source_options)
         if isinstance(sources, Mapping):
             self.names = [str(k) for k in sources]
             given = list(sources.values())
