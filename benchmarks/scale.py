@@ -26,9 +26,17 @@ loaded half-way through the epoch and the next batch from it (a resume). Cases:
   their cost grows linearly, so 10**9 rows would take about 33x the larger one;
 - the ragged layouts ``"pad"`` and ``"flat"`` over documents whose ``n + 1``
   int64 offsets are memory-mapped from a sparse file (every document empty:
-  a valid column whose values take no space), at 10**6, 10**7 and 10**8
-  documents (``--ragged-n``; 10**9 needs 8 GB of memory for the lengths that
-  ``Ragged`` computes, more than this machine can spare).
+  a valid column whose values take no space), at 10**6, 10**8 and 10**9
+  documents (``--ragged-n``): a batch reads its rows' offsets, never all of them;
+- the planned layouts (``PLANNED``: pad with lengths 1-63, ``group_by_length``,
+  ``batch_tokens``, ``"pack"`` and ``"fit"`` into rows of 1,024) over documents
+  of 1 to 63 tokens whose offsets are written to a file (8 bytes a document) and
+  dropped from the page cache before the case (its reads go to the disk), at
+  10**7 and 10**8 documents (``--planned-n``): every plan but length grouping
+  reads every length and plans the whole epoch on every rank (O(n) time and
+  memory; 10**9 documents would take about 10x the larger); and
+  ``group_by_length`` at 10**9 (``--windowed-n``), whose batches a rank of 64 or
+  more makes one at a time from their window of 50 batches.
 
 Last measured (2-core AMD EPYC, a shared machine): ``benchmarks/results/scale-cpu.md``;
 ``docs/distributed.md`` quotes it.
@@ -39,6 +47,7 @@ from __future__ import annotations
 import argparse
 import json
 import mmap
+import os
 import subprocess
 import sys
 import tempfile
@@ -61,7 +70,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--full-n", type=int, default=10**10)
     parser.add_argument("--n", type=int, default=10**9, help="rows of the grouped case")
     parser.add_argument("--weighted-n", type=int, nargs="+", default=[10**7, 3 * 10**7])
-    parser.add_argument("--ragged-n", type=int, nargs="+", default=[10**6, 10**7, 10**8])
+    parser.add_argument("--ragged-n", type=int, nargs="+", default=[10**6, 10**8, 10**9])
+    parser.add_argument(
+        "--planned-n",
+        type=int,
+        nargs="+",
+        default=[10**7, 10**8],
+        help="documents of the planned layouts (offsets written: 8 bytes a document)",
+    )
+    parser.add_argument(
+        "--windowed-n",
+        type=int,
+        nargs="+",
+        default=[10**9],
+        help="documents of the length-grouped case alone (made a batch at a time by a rank)",
+    )
+    parser.add_argument("--tmp", default=None, help="where the files go (default: the temp dir)")
     parser.add_argument("--case", default=None, help=argparse.SUPPRESS)  # one case, in a child
     parser.add_argument("--rows", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--dir", default=None, help=argparse.SUPPRESS)
@@ -87,14 +111,67 @@ def sparse(path: Path, nbytes: int) -> None:
             f.truncate(nbytes)
 
 
+# Documents of 1 to 63 tokens (32 on average), their int64 offsets written whole.
+MEAN_TOKENS, SEQ_LEN = 32, 1024
+# The planned layouts (`docs/ragged.md`): each epoch planned whole, then dealt to the ranks.
+PLANNED: dict[str, dict[str, Any]] = {
+    "pad, lengths 1-63": {"batch_size": BATCH},
+    "group_by_length": {"batch_size": BATCH, "group_by_length": True},
+    "batch_tokens": {"batch_size": None, "batch_tokens": BATCH * MEAN_TOKENS},
+    "pack": {"batch_size": 8, "layout": "pack", "seq_len": SEQ_LEN},
+    "fit": {"batch_size": 8, "layout": "fit", "seq_len": SEQ_LEN},
+}
+
+
+def written_offsets(path: Path, n: int) -> None:
+    """Write the ``n + 1`` offsets of documents of 1 to 63 tokens, not sparse.
+
+    Dropped from the page cache so that the case reads them from the disk.
+    """
+    if not path.exists():
+        rng = np.random.default_rng(0)
+        end, block = 0, 1 << 24
+        with open(path, "wb") as f:
+            f.write(np.zeros(1, dtype=np.int64).tobytes())
+            for lo in range(0, n, block):
+                lengths = rng.integers(1, 2 * MEAN_TOKENS, min(block, n - lo), dtype=np.int64)
+                ends = np.cumsum(lengths) + end
+                end = int(ends[-1])
+                f.write(ends.tobytes())
+            f.flush()
+            os.fsync(f.fileno())
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def ragged_column(path: Path, n: int) -> Any:
+    """The ragged column of ``path``'s offsets, its uint16 values a sparse file."""
+    from looptoolkit import Ragged
+
+    offsets = np.memmap(path, dtype=np.int64, mode="r", shape=(n + 1,))
+    total = int(offsets[-1])
+    if not total:
+        return Ragged(np.zeros(0, dtype=np.uint16), offsets)
+    values_path = path.with_suffix(".u2")
+    sparse(values_path, 2 * total)
+    return Ragged(np.memmap(values_path, dtype=np.uint16, mode="r", shape=(total,)), offsets)
+
+
 def loader_of(case: str, n: int, directory: Path, world: int, weights: Any) -> Any:
-    from looptoolkit import Loader, Ragged
+    from looptoolkit import Loader
 
     kwargs: dict[str, Any] = {"rank": 0, "world_size": world}
+    if case.startswith("planned"):
+        options = dict(PLANNED[case.partition(" ")[2]])
+        column = ragged_column(directory / f"written-{n}.i8", n)
+        return Loader(
+            {"tokens": column}, options.pop("batch_size"), shuffle=True, **options, **kwargs
+        )
     if case.startswith("ragged"):
-        path = directory / f"offsets-{n}.i8"
-        offsets = np.memmap(path, dtype=np.int64, mode="r", shape=(n + 1,))
-        column = Ragged(np.zeros(0, dtype=np.int32), offsets)
+        column = ragged_column(directory / f"offsets-{n}.i8", n)
         return Loader({"tokens": column}, BATCH, shuffle=True, layout=case.split()[1], **kwargs)
     data = np.memmap(directory / f"u8-{n}.bin", dtype=np.uint8, mode="r", shape=(n,))
     if case == "full, MADV_RANDOM":  # no read-ahead around each row the batch touches
@@ -118,7 +195,9 @@ def child(args: argparse.Namespace) -> None:
     """Measure one case in this process; print its JSON."""
     case, n, directory = args.case, args.rows, Path(args.dir)
     for rows in (n, 100, 1000):
-        if case.startswith("ragged"):
+        if case.startswith("planned"):
+            written_offsets(directory / f"written-{rows}.i8", rows)
+        elif case.startswith("ragged"):
             sparse(directory / f"offsets-{rows}.i8", 8 * (rows + 1))
         else:
             sparse(directory / f"u8-{rows}.bin", rows)
@@ -148,7 +227,9 @@ def child(args: argparse.Namespace) -> None:
     order_s = time.perf_counter() - t
     # A resume half-way through the epoch: a saved state moved to batch len // 2.
     state = loader.state_dict()
-    state["offset"] = (batches // 2) * BATCH * args.world_size
+    # Planned batches' offsets count batches; the others' rows.
+    per = 1 if case.startswith("planned") else BATCH
+    state["offset"] = (batches // 2) * per * args.world_size
     t = time.perf_counter()
     loader.load_state_dict(state)
     next(iter(loader))
@@ -223,7 +304,11 @@ def main(argv: list[str] | None = None) -> None:
     cases += [("grouped", args.n), ("grouped, MADV_RANDOM", args.n), ("sequential", args.n)]
     cases += [(c, n) for n in args.weighted_n for c in ("weighted", "weighted, replacement")]
     cases += [(f"ragged {layout}", n) for n in args.ragged_n for layout in ("pad", "flat")]
-    with tempfile.TemporaryDirectory() as directory:
+    cases += [(f"planned {name}", n) for n in args.planned_n for name in PLANNED]
+    cases += [("planned group_by_length", n) for n in args.windowed_n]
+    with tempfile.TemporaryDirectory(dir=args.tmp) as directory:
+        for n in args.planned_n + args.windowed_n:  # written once, before the cases' clocks
+            written_offsets(Path(directory) / f"written-{n}.i8", n)
         rows = [run_case(c, n, directory, args.world_size) for c, n in cases]
     payload = {
         "suite": "scale",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import mmap
 import operator
 from collections.abc import Sequence
 from typing import Any
@@ -54,7 +55,7 @@ class Ragged:
         [5, 6]
     """
 
-    __slots__ = ("_host", "_lengths", "backend", "offsets", "values")
+    __slots__ = ("_checked", "_host", "_lengths", "_total", "backend", "offsets", "values")
 
     def __init__(self, values: Any, offsets: Any) -> None:
         if is_store_type(type(values)) and not isinstance(values, StoredValues):
@@ -85,13 +86,21 @@ class Ragged:
                 f"`offsets` must start at 0 and end at len(values) ({total}), got "
                 f"{int(offsets[0])} and {int(offsets[-1])}."
             )
-        lengths = np.diff(offsets)
-        if len(lengths) and lengths.min() < 0:
-            at = int(np.argmin(lengths))
-            raise ValueError(f"`offsets` must be non-decreasing; it decreases after row {at}.")
+        mapped = _is_mapped(offsets)
+        if offsets.dtype == np.uint64 and mapped:
+            # Read in place as int64: a value past 2**63 (never an offset up to `total`)
+            # reads as negative, and the rows' checks below refuse it.
+            offsets = offsets.view(np.int64)
         self.values = values
         self.offsets: np.ndarray = offsets.astype(np.int64, copy=False)
-        self._lengths: np.ndarray = lengths.astype(np.int64, copy=False)
+        self._total = total
+        self._lengths: np.ndarray | None = None
+        # Offsets in memory are checked whole, here; memory-mapped ones a batch at a time, as
+        # rows are read (`spans`), or whole when a plan first reads every row's length.
+        self._checked = False
+        if not mapped:
+            self._lengths = _checked_lengths(self.offsets)
+            self._checked = True
         self.backend: str = backend.name
         self._host: np.ndarray | None = None
 
@@ -142,8 +151,36 @@ class Ragged:
 
     @property
     def lengths(self) -> np.ndarray:
-        """The length of every row, a 1-D int64 NumPy array."""
+        """The length of every row, a 1-D int64 NumPy array.
+
+        Computed (and checked) when first asked for where ``offsets`` is memory-mapped: 8
+        bytes a row. Batches of rows never need it whole ([`spans`][looptoolkit.Ragged.spans]).
+        """
+        if self._lengths is None:
+            self._lengths = _checked_lengths(self.offsets)
+            self._checked = True
         return self._lengths
+
+    def spans(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Where rows ``rows`` start in ``values`` and their lengths: two int64 arrays.
+
+        Reads ``2 * len(rows)`` offsets, never the whole column; where ``offsets`` was not
+        checked whole (memory-mapped), the rows read are checked here.
+
+        Raises:
+            ValueError: a row whose offsets decrease or leave ``[0, len(values)]``, named.
+        """
+        starts = self.offsets[rows]
+        lens = self.offsets[rows + 1] - starts
+        if not self._checked and len(lens):
+            bad = (lens < 0) | (starts < 0) | (starts > self._total - lens)
+            if bad.any():
+                row = int(np.asarray(rows)[int(np.argmax(bad))])
+                raise ValueError(
+                    f"`offsets` must be non-decreasing from 0 to len(values) ({self._total}); "
+                    f"row {row} spans [{int(self.offsets[row])}, {int(self.offsets[row + 1])})."
+                )
+        return starts, lens
 
     @property
     def host(self) -> np.ndarray:
@@ -163,14 +200,15 @@ class Ragged:
         return self.host.dtype
 
     def __len__(self) -> int:
-        return len(self._lengths)
+        return len(self.offsets) - 1
 
     def __getitem__(self, i: int) -> Any:
         n = len(self)
         if not -n <= i < n:
             raise IndexError(f"row {i} is out of range for {n} rows.")
         i %= n
-        return self.values[int(self.offsets[i]) : int(self.offsets[i + 1])]
+        (start,), (length,) = self.spans(np.array([i]))
+        return self.values[int(start) : int(start + length)]
 
     def __repr__(self) -> str:
         return (
@@ -180,6 +218,38 @@ class Ragged:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (Ragged, (self.values, self.offsets))
+
+
+def _is_mapped(x: np.ndarray) -> bool:
+    """Whether ``x`` is a view of a memory-mapped file (``np.memmap``, ``np.load(mmap_mode=)``)."""
+    base: Any = x
+    while base is not None:
+        if isinstance(base, np.memmap | mmap.mmap):
+            return True
+        base = getattr(base, "base", None)
+    return False
+
+
+# Offsets checked and differenced this many at a time: 32 MiB of int64 a block.
+_CHECK_BLOCK = 1 << 22
+
+
+def _checked_lengths(offsets: np.ndarray) -> np.ndarray:
+    """``np.diff(offsets)``, refused where it is negative; read in blocks (bounded memory).
+
+    Raises:
+        ValueError: ``offsets`` decreases (the row named).
+    """
+    n = len(offsets) - 1
+    lengths = np.empty(n, dtype=np.int64)
+    for lo in range(0, n, _CHECK_BLOCK):
+        hi = min(lo + _CHECK_BLOCK, n)
+        part = lengths[lo:hi]
+        np.subtract(offsets[lo + 1 : hi + 1], offsets[lo:hi], out=part)
+        if part.min() < 0:
+            at = lo + int(np.argmin(part))
+            raise ValueError(f"`offsets` must be non-decreasing; it decreases after row {at}.")
+    return lengths
 
 
 def _host_view(x: Any) -> np.ndarray:

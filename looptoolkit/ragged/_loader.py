@@ -90,8 +90,10 @@ class RaggedRows:
             {x.backend for _, x in self.ragged}
             | ({b for b in self.fixed.backends} if self.fixed else set())
         )
-        self.lengths = self._lengths(paths)
-        self._check_fits(paths)
+        self._paths = paths
+        self._row_lengths: np.ndarray | None = None
+        if opts.buckets is not None or opts.batch_tokens is not None or opts.seq_len is not None:
+            self._check_fits(paths)
         self.stats: Any = None
         self._lock = threading.Lock()
 
@@ -105,6 +107,46 @@ class RaggedRows:
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
+    @property
+    def lengths(self) -> np.ndarray:
+        """One length per row, as the plans read it; computed when first asked for.
+
+        Padded and flat batches of ``batch_size`` rows never ask: they read their rows'
+        offsets a batch at a time (memory-mapped offsets are never read whole).
+        """
+        if self._row_lengths is None:
+            self._row_lengths = self._lengths(self._paths)
+        return self._row_lengths
+
+    def all_lengths(self) -> np.ndarray:
+        """[`lengths`][looptoolkit.ragged._loader.RaggedRows.lengths] (a picklable callable)."""
+        return self.lengths
+
+    def length_at(self, rows: np.ndarray) -> np.ndarray:
+        """The lengths of rows ``rows`` as the plans read them, from their offsets alone.
+
+        Raises:
+            ValueError: ragged leaves whose lengths differ at one of the rows (a plan reads
+                one length per row), both named.
+        """
+        first_at, first = self.ragged[0]
+        lengths = first.spans(rows)[1]
+        for i, x in self.ragged[1:]:
+            other = x.spans(rows)[1]
+            if not np.array_equal(other, lengths):
+                self._unequal(first_at, i, int(rows[np.argmax(other != lengths)]))
+        return lengths
+
+    def _unequal(self, first_at: int, i: int, row: int) -> None:
+        paths = self._paths
+        first, x = self.leaves[first_at], self.leaves[i]
+        raise ValueError(
+            f"`layout={self.opts.layout!r}` plans one length per row, and the ragged "
+            f"leaves {paths[first_at]} and {paths[i]} differ at row {row} "
+            f"({len(first[row])} and {len(x[row])}); pass them in separate "
+            'Loaders, or use `layout="pad"` or `"flat"` with `batch_size`.'
+        )
+
     def _lengths(self, paths: list[str]) -> np.ndarray:
         """One length per row, as the plans read it: the ragged leaves' (the longest, for pad)."""
         first_at, first = self.ragged[0]
@@ -113,13 +155,7 @@ class RaggedRows:
             if np.array_equal(x.lengths, lengths):
                 continue
             if self.opts.units:
-                row = int(np.flatnonzero(x.lengths != lengths)[0])
-                raise ValueError(
-                    f"`layout={self.opts.layout!r}` plans one length per row, and the ragged "
-                    f"leaves {paths[first_at]} and {paths[i]} differ at row {row} "
-                    f"({int(lengths[row])} and {int(x.lengths[row])}); pass them in separate "
-                    'Loaders, or use `layout="pad"` or `"flat"` with `batch_size`.'
-                )
+                self._unequal(first_at, i, int(np.flatnonzero(x.lengths != lengths)[0]))
             lengths = np.maximum(lengths, x.lengths)
         return lengths
 
@@ -212,7 +248,7 @@ class RaggedRows:
         opts = self.opts
         rows = item
         for k, (i, col) in enumerate(self.ragged):
-            starts, lens = col.offsets[rows], col.lengths[rows]
+            starts, lens = col.spans(rows)
             if opts.layout == "pad":
                 longest = max(lens.tolist(), default=0)
                 size = int(padded_length(longest, opts.pad_to_multiple_of, opts.buckets))
@@ -325,7 +361,16 @@ def setup(
         )
     # The epoch's order of the rows, on one rank: the plan deals whole batches to the ranks.
     docs = loader_order(rows.n, 1, {**args, "drop_last": False}, 0, 1, None)
-    planned = UnitOrder(rows.lengths, rows.padded, opts, docs, rank, world_size, args["drop_last"])
+    planned = UnitOrder(
+        rows.all_lengths,
+        rows.padded,
+        opts,
+        docs,
+        rank,
+        world_size,
+        args["drop_last"],
+        rows.length_at,
+    )
     if len(planned) == 0:
         raise ValueError(
             f"`drop_last=True` leaves rank {rank} of {world_size} no batch of epoch 0."

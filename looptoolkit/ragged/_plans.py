@@ -32,6 +32,7 @@ __all__ = [
     "FIT_WINDOW",
     "GROUP_WINDOW_BATCHES",
     "SortedWindows",
+    "batch_order",
     "fit_rows",
     "greedy_bounds",
     "length_grouped",
@@ -210,12 +211,16 @@ def length_grouped(
     m = len(lengths)
     windows = SortedWindows(lengths, batch_size * GROUP_WINDOW_BATCHES)
     full = m // batch_size
-    order = np.arange(full, dtype=np.int64)
-    if rng is not None:
-        order = order[rng.permutation(full)]
+    order = batch_order(full, rng)
     starts = np.append(order * batch_size, full * batch_size)[: -(-m // batch_size)]
     stops = np.minimum(starts + batch_size, m)
     return windows, starts, stops
+
+
+def batch_order(full: int, rng: np.random.Generator | None) -> np.ndarray:
+    """The order of ``full`` whole batches of a length-grouped epoch (``rng``: shuffled)."""
+    order = np.arange(full, dtype=np.int64)
+    return order if rng is None else order[rng.permutation(full)]
 
 
 def spread(lo: np.ndarray, counts: np.ndarray) -> np.ndarray:

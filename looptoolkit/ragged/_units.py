@@ -10,6 +10,7 @@ state is ``(epoch, batches consumed)``: resumed in O(1), under any world size.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
@@ -48,6 +49,10 @@ class Block(NamedTuple):
     rows: list[int]
     truncated: list[int]
 
+
+# Ranks from which length-grouped batches are made one at a time (`UnitOrder.windowed`): a
+# window holds 50 batches, so a rank of 64 or more reads fewer lengths than the whole plan.
+WINDOWED_MIN_RANKS = 64
 
 # Packed batches planned together: one vectorised pass over the pieces of this many batches.
 BLOCK_BATCHES = 16
@@ -119,18 +124,17 @@ class UnitOrder:
 
     def __init__(
         self,
-        lengths: np.ndarray,
+        lengths: Callable[[], np.ndarray],
         padded: Callable[[np.ndarray], np.ndarray],
         opts: Options,
         docs: Order,
         rank: int,
         world_size: int,
         drop_last: bool,
+        length_at: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> None:
-        self.lengths = lengths
-        # The lengths the plans gather in the epoch's order: 4 bytes a row where they fit.
-        small = not len(lengths) or int(lengths.max()) < 1 << 31
-        self._compact = lengths.astype(np.int32) if small else lengths
+        self._all_lengths = lengths
+        self.length_at = length_at
         self.padded = padded
         self.opts = opts
         self.docs = docs
@@ -152,9 +156,41 @@ class UnitOrder:
         self._plans: dict[int, tuple[Units, Order]] = {}
         self._lock = threading.Lock()
 
+    @functools.cached_property
+    def lengths(self) -> np.ndarray:
+        """Every row's length (read whole when a plan first needs it)."""
+        return self._all_lengths()
+
+    @functools.cached_property
+    def _compact(self) -> np.ndarray:
+        # The lengths the plans gather in the epoch's order: 4 bytes a row where they fit.
+        lengths = self.lengths
+        small = not len(lengths) or int(lengths.max()) < 1 << 31
+        return lengths.astype(np.int32) if small else lengths
+
+    @property
+    def windowed(self) -> bool:
+        """Whether length-grouped batches are made one at a time from their window.
+
+        With ``batch_size`` rows and no budget, a batch is rows of one window of 50 batches of
+        the epoch's order, sorted by length: a rank of many makes only its own batches, reading
+        the lengths of their windows (O(window) a batch), instead of planning the whole epoch
+        (O(n)). Both give the same batches; the choice depends on ``world_size`` alone.
+        """
+        opts = self.opts
+        return (
+            self.world_size >= WINDOWED_MIN_RANKS
+            and self.length_at is not None
+            and opts.group_by_length
+            and opts.batch_tokens is None
+            and opts.seq_len is None
+        )
+
     def __getstate__(self) -> dict[str, Any]:
         # Pickled and deep-copied without its lock and cached plans (made again when asked).
         state = self.__dict__.copy()
+        state.pop("lengths", None)
+        state.pop("_compact", None)
         state["_plans"] = {}
         del state["_lock"]
         return state
@@ -190,10 +226,12 @@ class UnitOrder:
 
     def _units(self, epoch: int) -> Units:
         opts = self.opts
-        seq = self.docs.global_order(epoch)
-        lens = self._compact[seq]
         shuffled = self.shuffle != "none"
         rng = generator(self.seed, epoch, _STREAM_BATCHES) if shuffled else None
+        if self.windowed:
+            return self._windowed_units(epoch, rng)
+        seq = self.docs.global_order(epoch)
+        lens = self._compact[seq]
         if opts.layout == "pack":
             return _pack_units(seq, lens, opts, self.drop_last)
         if opts.layout == "fit":
@@ -222,6 +260,26 @@ class UnitOrder:
             perm = rng.permutation(len(starts))
             starts, stops = starts[perm], stops[perm]
         return _row_units(seq, starts, stops, sw)
+
+    def _windowed_units(self, epoch: int, rng: np.random.Generator | None) -> Units:
+        """Length-grouped batches, each made from its window when asked (``windowed``)."""
+        assert self.opts.batch_size is not None and self.length_at is not None
+        b, m = self.opts.batch_size, self.docs.length
+        size = b * _plans.GROUP_WINDOW_BATCHES
+        full = m // b
+        order = _plans.batch_order(full, rng)
+        count = full if self.drop_last or not m % b else full + 1
+        source = self.docs._source(epoch)
+        length_at = self.length_at
+
+        def rows(u: int) -> np.ndarray:
+            start = int(order[u]) * b if u < full else full * b  # the short last batch: last
+            lo = start // size * size
+            seg = source.segment(lo, min(lo + size, m))
+            window = _plans.SortedWindows(length_at(seg), size)
+            return seg[window.order()[start - lo : start - lo + b]]
+
+        return Units(count, rows, rows)
 
     def epoch(self, epoch: int, offset: int = 0) -> UnitEpoch:
         """This rank's batches of ``epoch`` from global batch ``offset`` on."""
