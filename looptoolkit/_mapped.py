@@ -7,17 +7,24 @@ catch; if it is replaced, the map goes on reading the old file. The Loader
 records each mapped file's identity and size when it is made, and
 [`MappedFiles.check`][looptoolkit._mapped.MappedFiles.check] refuses a pass over
 a file that changed since, naming it.
+
+The same leaves are read as the order says: a shuffled or drawn order touches
+rows scattered over the whole file, and on each page fault the kernel reads
+ahead around the page (128 KiB by default), most of it never used.
+[`advise_random`][looptoolkit._mapped.advise_random] tells the kernel that a
+mapping is read at random (``MADV_RANDOM``: only the faulting page is read).
 """
 
 from __future__ import annotations
 
+import mmap
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["MappedFiles"]
+__all__ = ["MappedFiles", "advise_random", "mapping_of"]
 
 
 def _identity(filename: str) -> tuple[int, int, int]:
@@ -72,3 +79,45 @@ class MappedFiles:
                 "a shortened mapped file is a SIGBUS); map the file again "
                 "(`np.load(path, mmap_mode='r')`) and make a new Loader."
             )
+
+
+def mapping_of(array: Any) -> mmap.mmap | None:
+    """The ``mmap.mmap`` object an array's memory belongs to, or None.
+
+    Found up the array's ``base`` chain (public attributes): a ``np.memmap``,
+    ``np.load(..., mmap_mode=...)``, a slice or view of one, or an array over a
+    ``memoryview`` of a mapping all reach it. Anything else (an in-memory array, a
+    memmap read back from a pickle, another framework's tensor) has none.
+    """
+    while isinstance(array, np.ndarray | memoryview):
+        array = array.obj if isinstance(array, memoryview) else array.base
+    return array if isinstance(array, mmap.mmap) else None
+
+
+def advise_random(arrays: Iterable[Any]) -> int:
+    """Advise the kernel that the mappings behind ``arrays`` are read at random.
+
+    ``madvise(MADV_RANDOM)`` on each distinct mapping: a page fault then reads
+    that page alone, not the read-ahead window around it. The advice is the
+    mapping's, so it holds for every array that shares it (the caller's own
+    ``np.memmap`` too) until changed: ``mapping_of(a).madvise(mmap.MADV_NORMAL)``
+    restores the default. Advice is never an error: where the platform has no
+    ``madvise`` (Windows) or the kernel refuses it, nothing happens.
+
+    Returns:
+        The number of mappings advised.
+    """
+    advice = getattr(mmap, "MADV_RANDOM", None)
+    if advice is None:
+        return 0
+    advised: dict[int, mmap.mmap] = {}
+    for array in arrays:
+        mapping = mapping_of(array)
+        if mapping is None or id(mapping) in advised:
+            continue
+        try:
+            mapping.madvise(advice)
+        except (AttributeError, OSError, ValueError):  # no madvise, refused, or closed
+            continue
+        advised[id(mapping)] = mapping
+    return len(advised)

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from looptoolkit import _epochs, _probe
+from looptoolkit._advice import advise_reads
 from looptoolkit._epochs import (
     EPOCH_KEY,
     OFFSET_KEY,
@@ -423,8 +424,8 @@ class Loader:
         if not self._ragged:
             assert batch_size is not None  # checked with the ragged options
             self._order = loader_order(rows.n, batch_size, order_args, rank, world_size, store)
-        if not self._ragged:
             _probe.check_not_empty(self._order)
+        advise_reads(rows.leaves, self._args, world_size)  # MADV_RANDOM where reads scatter
         if store is not None:
             plan_reads(store, self._order, cache_bytes)
         # Plain ints, whatever integer type was passed: state_dict() holds them.

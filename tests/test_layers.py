@@ -74,7 +74,13 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("mix", {"looptoolkit.mix"}),  # and every module under it
     (
         "loader",
-        {"looptoolkit._pipeline", "looptoolkit._pass", "looptoolkit._habits", "looptoolkit.loader"},
+        {
+            "looptoolkit._pipeline",
+            "looptoolkit._pass",
+            "looptoolkit._habits",
+            "looptoolkit._advice",
+            "looptoolkit.loader",
+        },
     ),
     (
         "integrations",

@@ -78,7 +78,7 @@ def test_mapped_offsets_are_checked_as_their_rows_are_read(tmp_path):
     with pytest.raises(ValueError, match="row 2 spans"):
         list(Loader({"t": col}, 5, layout="flat"))
     with pytest.raises(ValueError, match="decreases after row 2"):
-        col.lengths  # a plan reads them whole: checked whole
+        _ = col.lengths  # a plan reads them whole: checked whole
     past = Ragged(values, _mapped(tmp_path, [0, 3, 99, 8]))  # inside [0, 8] at both ends only
     with pytest.raises(ValueError, match="row 1 spans"):
         list(Loader({"t": past}, 3, layout="pad"))
@@ -134,7 +134,7 @@ def test_length_groups_of_4096_ranks_cover_every_document_once(tmp_path):
     loader = Loader({"t": col}, batch, group_by_length=True, rank=0, world_size=world, seed=2)
     order = loader._order
     assert order.windowed and col._lengths is None
-    units, deal = order.plan(0)
+    units, _ = order.plan(0)
     rows = [units.rows(u) for u in range(units.count)]
     assert units.count == -(-n // batch) and col._lengths is None
     np.testing.assert_array_equal(np.sort(np.concatenate(rows)), np.arange(n))
