@@ -30,6 +30,9 @@ loaded half-way through the epoch and the next batch from it (a resume). Cases:
   int64 offsets are memory-mapped from a sparse file (every document empty:
   a valid column whose values take no space), at 10**6, 10**8 and 10**9
   documents (``--ragged-n``): a batch reads its rows' offsets, never all of them;
+  and ``group_by_length`` over the same, whose batches a rank of 64 or more
+  makes one at a time from their window of 50 batches (the offsets of 12,800
+  documents a batch);
 - the planned layouts (``PLANNED``: pad with lengths 1-63, ``group_by_length``,
   ``batch_tokens``, ``"pack"`` and ``"fit"`` into rows of 1,024) over documents
   of 1 to 63 tokens whose offsets are written to a file (8 bytes a document) and
@@ -37,8 +40,8 @@ loaded half-way through the epoch and the next batch from it (a resume). Cases:
   10**7 and 10**8 documents (``--planned-n``): every plan but length grouping
   reads every length and plans the whole epoch on every rank (O(n) time and
   memory; 10**9 documents would take about 10x the larger); and
-  ``group_by_length`` at 10**9 (``--windowed-n``), whose batches a rank of 64 or
-  more makes one at a time from their window of 50 batches.
+  ``group_by_length`` at 10**9 (``--windowed-n``), made by window, its 12,800
+  offsets a batch read from the disk.
 
 Last measured (2-core AMD EPYC, a shared machine): ``benchmarks/results/scale-cpu.md``;
 ``docs/distributed.md`` quotes it.
@@ -173,7 +176,10 @@ def loader_of(case: str, n: int, directory: Path, world: int, weights: Any) -> A
         )
     if case.startswith("ragged"):
         column = ragged_column(directory / f"offsets-{n}.i8", n)
-        return Loader({"tokens": column}, BATCH, shuffle=True, layout=case.split()[1], **kwargs)
+        layout = case.split()[1]
+        if layout == "group_by_length":
+            return Loader({"tokens": column}, BATCH, shuffle=True, group_by_length=True, **kwargs)
+        return Loader({"tokens": column}, BATCH, shuffle=True, layout=layout, **kwargs)
     data = np.memmap(directory / f"u8-{n}.bin", dtype=np.uint8, mode="r", shape=(n,))
     if case == "replacement":  # uniform draws with replacement, by position
         return Loader(data, BATCH, replacement=True, **kwargs)
@@ -224,7 +230,7 @@ def child(args: argparse.Namespace) -> None:
     # A resume half-way through the epoch: a saved state moved to batch len // 2.
     state = loader.state_dict()
     # Planned batches' offsets count batches; the others' rows.
-    per = 1 if case.startswith("planned") else BATCH
+    per = 1 if case.startswith("planned") or case.endswith("group_by_length") else BATCH
     state["offset"] = (batches // 2) * per * args.world_size
     t = time.perf_counter()
     loader.load_state_dict(state)
@@ -298,7 +304,8 @@ def main(argv: list[str] | None = None) -> None:
     cases = [("full", args.full_n), ("replacement", args.full_n)]
     cases += [("grouped", args.n), ("sequential", args.n)]
     cases += [(c, n) for n in args.weighted_n for c in ("weighted", "weighted, replacement")]
-    cases += [(f"ragged {layout}", n) for n in args.ragged_n for layout in ("pad", "flat")]
+    layouts = ("pad", "flat", "group_by_length")
+    cases += [(f"ragged {layout}", n) for n in args.ragged_n for layout in layouts]
     cases += [(f"planned {name}", n) for n in args.planned_n for name in PLANNED]
     cases += [("planned group_by_length", n) for n in args.windowed_n]
     with tempfile.TemporaryDirectory(dir=args.tmp) as directory:

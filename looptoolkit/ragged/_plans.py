@@ -219,8 +219,9 @@ def length_grouped(
 
 def batch_order(full: int, rng: np.random.Generator | None) -> np.ndarray:
     """The order of ``full`` whole batches of a length-grouped epoch (``rng``: shuffled)."""
-    order = np.arange(full, dtype=np.int64)
-    return order if rng is None else order[rng.permutation(full)]
+    if rng is None:
+        return np.arange(full, dtype=np.int64)
+    return rng.permutation(full)  # `arange(full)[rng.permutation(full)]`, one array
 
 
 def spread(lo: np.ndarray, counts: np.ndarray) -> np.ndarray:
