@@ -8,6 +8,7 @@ window of the epoch's order, and equal the batches of the whole epoch's plan.
 
 from __future__ import annotations
 
+import itertools
 import tracemalloc
 
 import numpy as np
@@ -16,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from looptoolkit import Loader, Ragged
+from looptoolkit.order import Order
 from looptoolkit.ragged import _units
 
 
@@ -149,3 +151,27 @@ def test_length_groups_of_4096_ranks_cover_every_document_once(tmp_path):
     assert len(loader) == 1 and next(iter(loader))["t"].lengths.tolist() == sorted(
         lengths[rows[0]].tolist(), reverse=True
     )
+
+
+@pytest.mark.parametrize("layout", ["pad", "flat"])
+def test_ragged_batches_of_4096_ranks_take_the_rows_of_the_order(tmp_path, layout):
+    # 10**7 empty documents (sparse offsets): a rank's padded or flat batches are the rows of
+    # its own Order, the full shuffle computed by position (tests/test_scale.py covers every
+    # rank of that order once).
+    n, world = 10**7, 4096
+    col = Ragged(np.zeros(0, dtype=np.int32), _sparse(tmp_path, n))
+    ids = np.arange(n)
+    for rank in (0, 1, 1663, world - 1):
+        loader = Loader(
+            {"t": col, "i": ids}, 256, layout=layout, seed=9, rank=rank, world_size=world
+        )
+        want = Order(n, 256, seed=9, rank=rank, world_size=world).epoch(0)
+        batches = [*itertools.islice(loader, 2), None]
+        for i, batch in zip((0, 1, len(want) - 1), batches, strict=True):
+            if batch is None:
+                loader.load_state_dict(
+                    {**loader.state_dict(), "offset": (len(want) - 1) * 256 * world}
+                )
+                batch = next(iter(loader))
+            np.testing.assert_array_equal(batch["i"], want.batch(i))
+        assert col._lengths is None
