@@ -21,9 +21,15 @@ loaded half-way through the epoch and the next batch from it (a resume). Cases:
   each of the 256 scattered rows, which on a sparse file costs most of the first
   batch), ``replacement=True`` (uniform draws, by position) at 10**10, and
   ``"grouped"`` (also advised) and ``shuffle=False`` at 10**9;
-- weighted orders (``weights=`` without and with replacement), whose epoch is
-  drawn whole (O(n) time and memory per rank), at 10**7 and 3 * 10**7 rows:
-  their cost grows linearly, so 10**9 rows would take about 33x the larger one;
+- weighted orders: without replacement (``weights=``), whose epoch is drawn
+  whole on every rank (the exponential race: O(n) memory, O(n log n) time), at
+  10**7 and 3 * 10**7 rows (``--weighted-n``; its cost grows linearly, so 10**9
+  rows would take about 33x the larger one); with replacement (``weights=...,
+  replacement=True``), computed by position, at 10**7 and 10**8 rows
+  (``--weighted-replacement-n``): the first batch pays the cumulative weights
+  once (O(n) time, 8 bytes a row, kept for every epoch), the order alone and a
+  resume only the batch's draws (10**9 rows needs 16 GB for the weights and
+  their cumulative sums, more than this machine can spare);
 - the ragged layouts ``"pad"`` and ``"flat"`` over documents whose ``n + 1``
   int64 offsets are memory-mapped from a sparse file (every document empty:
   a valid column whose values take no space), at 10**6, 10**7 and 10**8
@@ -61,6 +67,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--full-n", type=int, default=10**10)
     parser.add_argument("--n", type=int, default=10**9, help="rows of the grouped case")
     parser.add_argument("--weighted-n", type=int, nargs="+", default=[10**7, 3 * 10**7])
+    parser.add_argument("--weighted-replacement-n", type=int, nargs="+", default=[10**7, 10**8])
+    parser.add_argument(
+        "--cases", nargs="+", default=None, help="run only the cases whose names start so"
+    )
     parser.add_argument("--ragged-n", type=int, nargs="+", default=[10**6, 10**7, 10**8])
     parser.add_argument("--case", default=None, help=argparse.SUPPRESS)  # one case, in a child
     parser.add_argument("--rows", type=int, default=0, help=argparse.SUPPRESS)
@@ -221,8 +231,13 @@ def main(argv: list[str] | None = None) -> None:
     cases = [("full", args.full_n), ("full, MADV_RANDOM", args.full_n)]
     cases += [("replacement", args.full_n)]
     cases += [("grouped", args.n), ("grouped, MADV_RANDOM", args.n), ("sequential", args.n)]
-    cases += [(c, n) for n in args.weighted_n for c in ("weighted", "weighted, replacement")]
+    cases += [("weighted", n) for n in args.weighted_n]
+    cases += [("weighted, replacement", n) for n in args.weighted_replacement_n]
     cases += [(f"ragged {layout}", n) for n in args.ragged_n for layout in ("pad", "flat")]
+    if args.cases:  # a part of the suite: never the reference's results
+        if args.reference:
+            raise SystemExit("`--cases` runs a part of the suite; it cannot be `--reference`.")
+        cases = [(c, n) for c, n in cases if c.startswith(tuple(args.cases))]
     with tempfile.TemporaryDirectory() as directory:
         rows = [run_case(c, n, directory, args.world_size) for c, n in cases]
     payload = {
