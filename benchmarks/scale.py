@@ -23,9 +23,15 @@ loaded half-way through the epoch and the next batch from it (a resume). Cases:
   kernel's read-ahead around each of the 256 scattered rows cost most of the
   first batch (0.45 s full, 1.18 s replacement, 1.50 s grouped, against
   0.01-0.02 s advised by hand, in the results before the Loader did it);
-- weighted orders (``weights=`` without and with replacement), whose epoch is
-  drawn whole (O(n) time and memory per rank), at 10**7 and 3 * 10**7 rows:
-  their cost grows linearly, so 10**9 rows would take about 33x the larger one;
+- weighted orders: without replacement (``weights=``), whose epoch is drawn
+  whole on every rank (the exponential race: O(n) memory, O(n log n) time), at
+  10**7 and 3 * 10**7 rows (``--weighted-n``; its cost grows linearly, so 10**9
+  rows would take about 33x the larger one); with replacement (``weights=...,
+  replacement=True``), computed by position, at 10**7 and 10**8 rows
+  (``--weighted-replacement-n``): the first batch pays the cumulative weights
+  once (O(n) time, 8 bytes a row, kept for every epoch), the order alone and a
+  resume only the batch's draws (10**9 rows needs 16 GB for the weights and
+  their cumulative sums, more than this machine can spare);
 - the ragged layouts ``"pad"`` and ``"flat"`` over documents whose ``n + 1``
   int64 offsets are memory-mapped from a sparse file (every document empty:
   a valid column whose values take no space), at 10**6, 10**8 and 10**9
@@ -74,6 +80,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--full-n", type=int, default=10**10)
     parser.add_argument("--n", type=int, default=10**9, help="rows of the grouped case")
     parser.add_argument("--weighted-n", type=int, nargs="+", default=[10**7, 3 * 10**7])
+    parser.add_argument("--weighted-replacement-n", type=int, nargs="+", default=[10**7, 10**8])
+    parser.add_argument(
+        "--cases", nargs="+", default=None, help="run only the cases whose names start so"
+    )
     parser.add_argument("--ragged-n", type=int, nargs="+", default=[10**6, 10**8, 10**9])
     parser.add_argument(
         "--planned-n",
@@ -303,13 +313,19 @@ def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     cases = [("full", args.full_n), ("replacement", args.full_n)]
     cases += [("grouped", args.n), ("sequential", args.n)]
-    cases += [(c, n) for n in args.weighted_n for c in ("weighted", "weighted, replacement")]
+    cases += [("weighted", n) for n in args.weighted_n]
+    cases += [("weighted, replacement", n) for n in args.weighted_replacement_n]
     layouts = ("pad", "flat", "group_by_length")
     cases += [(f"ragged {layout}", n) for n in args.ragged_n for layout in layouts]
     cases += [(f"planned {name}", n) for n in args.planned_n for name in PLANNED]
     cases += [("planned group_by_length", n) for n in args.windowed_n]
+    if args.cases:  # a part of the suite: never the reference's results
+        if args.reference:
+            raise SystemExit("`--cases` runs a part of the suite; it cannot be `--reference`.")
+        cases = [(c, n) for c, n in cases if c.startswith(tuple(args.cases))]
     with tempfile.TemporaryDirectory(dir=args.tmp) as directory:
-        for n in args.planned_n + args.windowed_n:  # written once, before the cases' clocks
+        planned = {n for c, n in cases if c.startswith("planned")}
+        for n in sorted(planned):  # written once, before the cases' clocks
             written_offsets(Path(directory) / f"written-{n}.i8", n)
         rows = [run_case(c, n, directory, args.world_size) for c, n in cases]
     payload = {

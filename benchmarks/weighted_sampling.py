@@ -6,10 +6,12 @@ Run from the repository root::
 
 Draws ``n`` samples from ``n`` weights, with and without replacement, with the
 Loader's order (``Order(n, ..., weights=w).epoch(e).indices()``, the whole
-epoch, as every rank computes it) and with ``torch.multinomial`` on the same
-weights, interleaved, and prints the median times, their ratio and the peak
-extra memory of the Loader's draw (tracemalloc: NumPy's allocations). Last
-measured: see docs/benchmarks.md ("Weighted sampling").
+epoch on one rank: without replacement every rank computes it so; with
+replacement, from 2**20 draws on, a rank of many computes only its own) and
+with ``torch.multinomial`` on the same weights, interleaved, and prints the
+median times, their ratio and the peak extra memory of the Loader's draw
+(tracemalloc: NumPy's allocations). Last measured: see docs/benchmarks.md
+("Weighted sampling").
 """
 
 from __future__ import annotations

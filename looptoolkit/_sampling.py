@@ -68,6 +68,14 @@ class Sampling:
     row, shuffled by ``shuffle``), ``"indices"``, ``"weights"``,
     ``"replacement"`` or ``"custom"``.
 
+    What an epoch costs each rank: draws with replacement (uniform or weighted) of
+    ``KEYED_MIN_ROWS`` (2**20) or more per epoch are computed by position, so a rank
+    computes only its own, O(log n) a weighted draw, after the cumulative weights
+    (8 bytes a row, computed once for every epoch); fewer draws are drawn whole
+    ([`draw`][looptoolkit._sources.draw]). A weighted draw without replacement is
+    drawn whole at any size, on every rank and every epoch: O(n + k log k) time
+    (``num_samples`` k; O(n log n) for the default k = n), O(n) memory.
+
     Args:
         n: rows of the data.
         shuffle: the normalised shuffle mode (``"none"``, ``"full"``, ``"grouped"``).
@@ -105,6 +113,7 @@ class Sampling:
         self.subset: np.ndarray | None = None
         self.order_fn = order_fn
         self.fingerprint: int | None = None
+        self._cdf: np.ndarray | None = None  # the cumulative weights, once, for every epoch
         drawn = weights is not None or self.replacement
         given = [
             name
@@ -166,16 +175,28 @@ class Sampling:
         else:
             self.length = n
 
+    def __getstate__(self) -> dict[str, Any]:
+        # The cumulative weights are a cache: a copy (a worker's) computes its own.
+        return {**self.__dict__, "_cdf": None}
+
     @property
     def keyed(self) -> bool | None:
-        """Whether the epoch's draws or permutation are computed by position (``KEYED_MIN_ROWS``).
+        """Whether the epoch's draws are computed by position (``KEYED_MIN_ROWS`` draws or more).
 
-        None for the samplings that are neither (weights, subsets' own arrays, custom orders):
-        a subset's permutation is the full order's, of its length.
+        For draws with replacement, uniform or weighted; None for the samplings that
+        are neither (weighted draws without replacement, subsets' own arrays, custom
+        orders): a subset's permutation is the full order's, of its length.
         """
-        if self.kind == "replacement":
+        if self.replacement:
             return self.length >= _keyed.KEYED_MIN_ROWS
         return None
+
+    def cumulative_weights(self) -> np.ndarray:
+        """``np.cumsum(weights)`` in float64: computed on first use, kept for every epoch."""
+        assert self.weights is not None
+        if self._cdf is None:
+            self._cdf = np.cumsum(self.weights, dtype=np.float64)
+        return self._cdf
 
     def custom(self, seed: int, epoch: int) -> np.ndarray:
         """``order_fn(seed, epoch)``, checked: 1-D integers in ``[0, n)``, the epoch length."""
@@ -201,6 +222,10 @@ class Sampling:
             return source
         if self.kind == "custom":
             return Materialized(self.custom(seed, epoch))
-        if self.keyed:  # uniform draws by position: no k-long array
-            return _keyed.KeyedDraws(self.n, self.length, seed, epoch)
+        if self.keyed:  # draws by position: no k-long array
+            if self.weights is None:
+                return _keyed.KeyedDraws(self.n, self.length, seed, epoch)
+            cdf = self.cumulative_weights()
+            return _keyed.KeyedWeightedDraws(cdf, self.length, seed, epoch)
+        # Fewer draws, or weighted ones without replacement (the race needs all n keys).
         return Materialized(draw(seed, epoch, self.weights, self.length, self.n, self.replacement))

@@ -3,10 +3,13 @@
 [`Order`][looptoolkit.Order] asks one of these sources for segments of the
 epoch's global order: [`Sequential`][looptoolkit._sources.Sequential] (``arange``),
 [`Materialized`][looptoolkit._sources.Materialized] (a permutation held whole: the full shuffle
-below ``KEYED_MIN_ROWS`` rows, a weighted draw, a custom order) or
+below ``KEYED_MIN_ROWS`` rows, a weighted draw without replacement, fewer draws with
+replacement, a custom order) or
 [`Grouped`][looptoolkit._sources.Grouped] (grouped shuffling, generated chunk by chunk so that any
 position is computed without an ``n``-long array); the full shuffle from ``KEYED_MIN_ROWS`` rows
-on is [`Keyed`][looptoolkit._keyed.Keyed], whose every position is computed on its own. A source
+on is [`Keyed`][looptoolkit._keyed.Keyed], whose every position is computed on its own, and
+draws with replacement from ``KEYED_MIN_ROWS`` draws on are
+[`KeyedDraws`][looptoolkit._keyed.KeyedDraws] or their weighted kind. A source
 with ``positional = True`` also has ``at(positions)``: a rank then reads only its own positions.
 Every random choice comes from [`generator`][looptoolkit._sources.generator], a pure function of
 ``(seed, epoch, stream, ...)``.
@@ -294,7 +297,12 @@ def draw(
     without it by the exponential race (Efraimidis and Spirakis: each row draws
     ``E / w``, ``E`` exponential; the ``k`` smallest, in increasing order, are a
     weighted draw without replacement). Without weights, with replacement, rows
-    are uniform. O(n) memory either way.
+    are uniform. O(n) memory either way, on every rank and every epoch.
+
+    An order draws its epoch this way without replacement at any size, and with
+    replacement below ``KEYED_MIN_ROWS`` draws; from there on each draw is
+    computed from its position ([`looptoolkit._keyed`][looptoolkit._keyed]), a
+    different sequence.
     """
     rng = generator(seed, epoch, _STREAM_DRAW)
     if weights is None:

@@ -357,14 +357,16 @@ class Order:
         """How the full shuffle's permutation is computed: ``"keyed"`` or ``"permutation"``.
 
         None when the order shuffles no permutation of its own (other shuffles, weighted
-        draws, custom orders); for uniform draws with replacement, whether they are
-        computed by position. A saved state records it: a state from before the keyed
-        order existed described a materialised permutation at any length.
+        draws without replacement, custom orders); for draws with replacement (uniform
+        or weighted), whether they are computed by position. A saved state records it:
+        a state from before the keyed orders existed described a materialised
+        permutation or draw at any length.
         """
         if self.shuffle != "full":
             return None
-        if self.sampling.kind == "replacement":  # uniform draws: "permutation" names the old ones
-            return "keyed" if self.sampling.keyed else "permutation"
+        keyed = self.sampling.keyed  # draws with replacement: "permutation" names the old ones
+        if keyed is not None:
+            return "keyed" if keyed else "permutation"
         if self.sampling.kind not in ("permutation", "indices"):
             return None
         return "keyed" if self.length >= _keyed.KEYED_MIN_ROWS else "permutation"

@@ -23,8 +23,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from looptoolkit import _keyed as keyed_module
-from looptoolkit._keyed import KEYED_MIN_ROWS, Keyed, KeyedDraws
-from looptoolkit._sources import STREAM_FULL, Materialized, generator
+from looptoolkit._keyed import KEYED_MIN_ROWS, Keyed, KeyedDraws, KeyedWeightedDraws
+from looptoolkit._sources import STREAM_FULL, Materialized, draw, generator
 from looptoolkit.order import Order
 
 SMALL_N = sorted(
@@ -240,3 +240,144 @@ def test_draws_below_the_threshold_are_unchanged():
     want = generator(2, 1, 3).integers(0, 50, size=300, dtype=np.intp)  # _STREAM_DRAW
     assert np.array_equal(order.global_order(1), want)
     assert order.full_order == "permutation"
+
+
+# -- weighted draws with replacement, by position ---------------------------------------
+
+
+def _weights(n: int) -> np.ndarray:
+    """Weights 1, 2, 3 by row, every 7th row and the first and last rows zero, three heavy rows."""
+    w = 1.0 + np.arange(n) % 3
+    w[::7] = 0
+    w[[0, n - 1]] = 0
+    w[[3, n // 2 + 1, n - 2]] = 5000.0
+    return w
+
+
+def test_weighted_draws_by_position_follow_the_weights():
+    n = k = KEYED_MIN_ROWS  # the threshold itself: draws by position
+    w = _weights(n)
+    order = Order(n, 256, seed=5, weights=w, replacement=True)
+    assert isinstance(order.epoch(1)._source, KeyedWeightedDraws)
+    g = order.global_order(1)
+    counts = np.bincount(g, minlength=n)
+    assert counts[w == 0].sum() == 0  # a row of zero weight is never drawn
+    p = w / w.sum()
+
+    def within(observed: np.ndarray, prob: np.ndarray) -> None:
+        # Binomial counts: each within 5 standard errors of k * prob.
+        z = (observed - k * prob) / np.sqrt(k * prob * (1 - prob))
+        assert np.abs(z).max() < 5, z
+
+    heavy = [3, n // 2 + 1, n - 2]  # 5,700 draws each expected: sd 75
+    within(counts[heavy], p[heavy])
+    # The light rows by their weight (1, 2 or 3: an off-by-one row in the inversion
+    # moves draws between these classes) and by where they lie (64 blocks of rows).
+    light = np.ones(n, dtype=bool)
+    light[heavy] = False
+    for mask in (light & (w == 1), light & (w == 2), light & (w == 3)):
+        within(np.array([counts[mask].sum()]), np.array([p[mask].sum()]))
+    blocks = np.where(light, np.arange(n) // (n // 64), 64)
+    within(np.bincount(blocks, counts, 65)[:64], np.bincount(blocks, p, 65)[:64])
+    assert abs(np.corrcoef(g[:-1], g[1:])[0, 1]) < 0.01  # successive draws independent
+
+
+def test_weighted_draws_invert_the_cumulative_weights_at_their_boundaries():
+    # A uniform that falls on a boundary of the cumulative weights belongs to the row
+    # starting there (intervals [cdf[i - 1], cdf[i])): a row of zero weight, an empty
+    # interval, never holds one. The total is a power of two, so u * total is exact.
+    w = np.array([0.0, 1, 0, 0, 2, 1, 0, 4, 0])
+    cdf = np.cumsum(w)
+    draws = KeyedWeightedDraws(cdf, 10, 0, 0)
+    boundaries = np.concatenate(([0.0], cdf[w > 0][:-1]))  # 0, 1, 3, 4
+    words = (boundaries / 8 * 2**53).astype(np.uint64) << np.uint64(11)
+    words = np.append(words, np.uint64(2**64 - 1))  # u just below 1
+    with mock.patch.object(draws, "words", lambda positions: words.copy()):
+        rows = draws.at(np.arange(len(words)))
+    assert rows.tolist() == [1, 4, 5, 7, 7]
+
+
+def test_weighted_draws_by_position_split_between_ranks_and_resume(keyed_everywhere):
+    n, k = 1000, 30_000
+    w = _weights(n)
+    options = {"seed": 2, "weights": w, "replacement": True, "num_samples": k}
+    g = KeyedWeightedDraws(np.cumsum(w), k, 2, 1).materialize()
+    assert np.array_equal(Order(n, 7, **options).global_order(1), g)
+    for world in (1, 3, 8):
+        padded = np.resize(g, -(-k // world) * world)
+        for r in range(world):
+            order = Order(n, 7, rank=r, world_size=world, **options)
+            epoch = order.epoch(1)
+            # Global positions: rank r's are r, r + world, ... of the one-rank draws.
+            assert np.array_equal(epoch.indices(), padded[r::world])
+            assert np.array_equal(np.concatenate(list(epoch)), padded[r::world])
+            rest = order.epoch(1, 70 * world).indices()  # resumed after 10 batches of 7
+            assert np.array_equal(rest, padded[70 * world + r :: world])
+    assert not np.array_equal(g, KeyedWeightedDraws(np.cumsum(w), k, 2, 2).materialize())
+    # A segment longer than the blocks it is computed in: the draws at its positions.
+    long = KeyedWeightedDraws(np.cumsum(w), KEYED_MIN_ROWS + 100, 2, 1)
+    a, b = 50, KEYED_MIN_ROWS + 100
+    assert np.array_equal(long.segment(a, b), long.at(np.arange(a, b)))
+    assert np.array_equal(long.segment(0, k), g)
+    assert not np.array_equal(g, KeyedWeightedDraws(np.cumsum(w), k, 3, 1).materialize())
+
+
+def test_a_rank_draws_its_weighted_batch_without_a_long_array():
+    n = KEYED_MIN_ROWS * 4
+    w = np.linspace(1.0, 2.0, n)
+    order = Order(n, 256, seed=1, weights=w, replacement=True, rank=7, world_size=64)
+    first = order.epoch(0).batch(0)  # computes the cumulative weights, once
+    tracemalloc.start()
+    try:
+        later = [order.epoch(e).batch(3) for e in (1, 2, 3)]
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20  # a batch's draws; no cumulative weights again, no n-long array
+    assert order._source(1).cdf is order._source(2).cdf  # the same, for every epoch
+    cdf = np.cumsum(w)
+    assert np.array_equal(first, KeyedWeightedDraws(cdf, n, 1, 0).at(np.arange(7, 256 * 64, 64)))
+    want = KeyedWeightedDraws(cdf, n, 1, 2).at(3 * 256 * 64 + np.arange(7, 256 * 64, 64))
+    assert np.array_equal(later[1], want)
+
+
+def test_weighted_draws_below_the_threshold_and_without_replacement_are_unchanged():
+    w = _weights(1000)
+    order = Order(1000, 7, seed=2, weights=w, replacement=True, num_samples=KEYED_MIN_ROWS - 1)
+    want = draw(2, 1, w, KEYED_MIN_ROWS - 1, 1000, True)
+    assert np.array_equal(order.global_order(1), want)
+    assert order.full_order == "permutation"
+    race = Order(KEYED_MIN_ROWS, 7, seed=2, weights=np.ones(KEYED_MIN_ROWS))
+    assert isinstance(race.epoch(1)._source, Materialized)
+    assert race.full_order is None
+
+
+def test_a_state_of_weighted_draws_names_their_order():
+    from looptoolkit import Loader
+
+    n = KEYED_MIN_ROWS
+    data, w = np.arange(n, dtype=np.int32), _weights(n)
+    big = Loader(data, 1000, seed=1, weights=w, replacement=True, rank=1, world_size=2)
+    it = iter(big)
+    for _ in range(3):
+        next(it)
+    state = big.state_dict()
+    assert state["full_order"] == "keyed"
+    # Resumed on one rank: rank 1 of 2 had the odd positions of each global batch.
+    again = Loader(data, 1000, seed=1, weights=w, replacement=True)
+    again.load_state_dict(state)
+    rest = next(iter(again))
+    want = KeyedWeightedDraws(np.cumsum(w), n, 1, 0).at(6000 + np.arange(1000))
+    assert np.array_equal(rest, want) and np.array_equal(rest[1::2], next(it)[:500])
+    # A state saved before weighted draws were computed by position described the
+    # materialised draw: it is refused rather than resumed into other draws.
+    old = {key: value for key, value in state.items() if key != "full_order"}
+    with pytest.raises(ValueError, match=r"`full_order` 'permutation' \(this loader: 'keyed'\)"):
+        again.load_state_dict(old)
+    small = Loader(data[:1000], 10, seed=1, weights=w[:1000], replacement=True)
+    state = small.state_dict()
+    assert state["full_order"] == "permutation"
+    del state["full_order"]
+    small.load_state_dict(state)  # an old state of fewer draws still resumes
+    race = Loader(data[:1000], 10, seed=1, weights=w[:1000], num_samples=100).state_dict()
+    assert "full_order" not in race

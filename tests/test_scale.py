@@ -5,7 +5,9 @@ process of a job builds it. The full shuffle runs all 4,096 ranks through the
 per-rank path (each computes only its own positions); the grouped and weighted
 orders, whose per-rank cost is the whole epoch's order by definition, check the
 split of the global order for every rank and the per-rank path on a sample of
-ranks. ``benchmarks/scale.py`` times one rank at 10**10 rows.
+ranks; draws with replacement are computed by position (uniform ones checked
+for every rank, weighted ones on a sample of ranks: each rank's Order checks all
+the weights). ``benchmarks/scale.py`` times one rank at 10**10 rows.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from looptoolkit._keyed import Keyed, KeyedDraws
+from looptoolkit._keyed import Keyed, KeyedDraws, KeyedWeightedDraws
 from looptoolkit.order import Order
 
 pytestmark = pytest.mark.slow  # about 15 s in all on the project machine
@@ -97,3 +99,18 @@ def test_uniform_draws_of_4096_ranks_split_the_draws():
     counts = np.bincount(draws, minlength=N)
     assert counts.max() < 15  # uniform: Poisson(1) counts, never many draws of a row
     assert abs((counts == 0).mean() - np.exp(-1)) < 0.001  # rows never drawn: 1/e
+
+
+def test_weighted_draws_with_replacement_of_sampled_ranks():
+    # Weighted draws by position (10**7 of them): each rank computes its own from the
+    # cumulative weights, the global draws' positions r, r + W, ... (ranks sampled: each
+    # Order checks the N weights).
+    w = np.linspace(1.0, 2.0, N)
+    draws = KeyedWeightedDraws(np.cumsum(w), N, 9, 0)
+    for r in SAMPLED:
+        order = Order(N, B, seed=9, rank=r, world_size=W, weights=w, replacement=True)
+        positions = (r + W * np.arange(PER_RANK)) % N  # padding wraps by position
+        assert np.array_equal(order.epoch(0).indices(), draws.at(positions))
+    # In proportion: the upper half of the rows holds 7/12 of the weight.
+    upper = (draws.at(np.arange(0, N, 10)) >= N // 2).mean()
+    assert abs(upper - 7 / 12) < 0.003  # 10**6 draws: sd 0.0005
