@@ -285,7 +285,10 @@ def markdown(payload: dict[str, Any]) -> str:
         f"Machine: {m['cpu']}, {m['cores']} cores; Python {m['python']}, "
         f"NumPy {m['versions'].get('numpy', '?')}; {m['date']}  ",
         f"Rank 0 of {payload['world_size']}, batch {BATCH}, a `uint8` column memory-mapped "
-        "from a sparse file (ragged: int64 offsets memory-mapped); each case in a fresh process.",
+        "from a sparse file (ragged: int64 offsets memory-mapped); each case in a fresh process. "
+        "*Planned*: documents of 1-63 tokens, their offsets written and dropped from the page "
+        f"cache (read from the disk); `pack`/`fit` batches of 8 rows of {SEQ_LEN}, "
+        f"`batch_tokens` {BATCH * MEAN_TOKENS}; a batch per rank counts planned batches.",
         "",
         "| case | rows | first batch s | order alone s | traced peak MiB | RSS peak extra MiB "
         "| batches per rank | resume half-way + next batch s |",
