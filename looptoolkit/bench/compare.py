@@ -1,8 +1,9 @@
 """``looptoolkit compare``: every loop variant x backend x workload, checked, then timed.
 
-On screen, per workload its headline and table, then a closing summary: the Loader against the
-best manual loop and its floors, the targets' verdicts, the files written. The files in ``--out``
-hold every table, the step and transfer sections and the targets; ``--verbose`` prints them too.
+On screen, per workload its headline and the table's rows that place the Loader, then a closing
+summary: the Loader against the best manual loop and its floors, the targets' verdicts, the files
+written; at most 150 lines of 80 columns. The files in ``--out`` hold every row of every table,
+the step and transfer sections and the targets; ``--verbose`` prints them too.
 """
 
 from __future__ import annotations
@@ -196,10 +197,7 @@ def _workload(
     result.groups.append(group)
     if args.verbose and len(result.groups) == 1:
         progress.emit(f"\n{render.legend(result.groups)}\n{wrap(report.CHECK_LEGEND)}")
-    head = report.headline(group, args.project_epochs, loaders=args.verbose)
-    progress.emit("\n" + wrap(head))
-    table = render.group_table(group, epochs=args.project_epochs, bounded_note=args.verbose)
-    progress.emit("\n" + table.text())
+    progress.emit("\n" + report.workload_text(group, args.project_epochs, verbose=args.verbose))
     if name in (args.step_workload or "").split(","):
         focus = STEP_FOCUS.get(name) if settings.patterns is None else None
         step = Step(args.step_ms, result.device)

@@ -12,7 +12,7 @@ from looptoolkit.bench.tables import Table, wrap
 from looptoolkit.bench.targets import BASELINE, NOT_JUDGED
 
 __all__ = ["CHECK_LEGEND", "closing", "documents_headline", "headline", "loader_table"]
-__all__ += ["markdown", "plot", "step_table", "summary", "tables"]
+__all__ += ["markdown", "plot", "screen_rows", "step_table", "summary", "tables", "workload_text"]
 
 CHECK_LEGEND = (
     "check: exact = the Loader's batches for the same seed, compared batch for batch "
@@ -36,8 +36,11 @@ _IMAGES_NOTE = (
 )
 
 
-def documents_headline(group: Group) -> str:
-    """The tokens workload in a paragraph: each batching's floor, the other rows over theirs."""
+def documents_headline(group: Group, *, loaders: bool = True) -> str:
+    """The tokens workload in a paragraph: each batching's floor, the other rows over theirs.
+
+    ``loaders=False`` leaves the other rows out (the screen has them in its table).
+    """
     timed, ratio, floors = group.timed(), group.ratio, dict[str, Row]()
     for r in group.rows:
         if r.floor and (best := group.fastest(r.floor)) is not None:
@@ -50,26 +53,31 @@ def documents_headline(group: Group) -> str:
     )
     text = f"{group.name}: the faster hand loop of each batching, ms per 1M real tokens "
     text += f"(padding efficiency): {named or 'none timed'}."
+    if not loaders:
+        return text
     rest = [r for r in timed.values() if r.floor and not r.name.startswith("floor-")]
     over = {r.name: f"{r.name} {ratio(r, r.floor):.2f}x" for r in rest}
-    loaders = [text for name, text in over.items() if name.startswith("loader-")]
+    mine = [text for name, text in over.items() if name.startswith("loader-")]
     others = [text for name, text in over.items() if not name.startswith("loader-")]
-    text += f" Loader over its floor: {', '.join(loaders)}." if loaders else ""
+    text += f" Loader over its floor: {', '.join(mine)}." if mine else ""
     return text + (f" Others over their floor: {', '.join(others)}." if others else "")
 
 
-def headline(group: Group, epochs: int | None = None, *, loaders: bool = True) -> str:
+def headline(
+    group: Group, epochs: int | None = None, *, loaders: bool = True, floors: bool = True
+) -> str:
     """One paragraph: the fastest loop against the best manual loop, the floors, the Loader.
 
-    ``loaders=False`` leaves the Loader rows out (the screen has them in its closing table).
+    ``loaders=False`` leaves the Loader rows out (the screen has them in its closing table),
+    ``floors=False`` the floors (the screen has them in the table below).
     """
     if group.baseline is None and "tokens" in group.info:
-        return documents_headline(group)
+        return documents_headline(group, loaders=loaders)
     timed, ratio = group.timed(), group.ratio
     if BASELINE not in timed:
         return f"{group.name}: the baseline {BASELINE} did not run; no ratios."
-    floors = [r for r in timed.values() if r.name.startswith("floor-")]
-    loops = sorted((r for r in timed.values() if r not in floors), key=lambda r: r.median_s)
+    bounds = [r for r in timed.values() if r.name.startswith("floor-")]
+    loops = sorted((r for r in timed.values() if r not in bounds), key=lambda r: r.median_s)
 
     def when(seconds: float) -> str:
         if epochs:
@@ -79,8 +87,8 @@ def headline(group: Group, epochs: int | None = None, *, loaders: bool = True) -
     best, base = loops[0], timed[BASELINE]
     text = f"{group.name}: fastest loop {best.name}, {when(best.median_s)}, "
     text += f"{ratio(best):.2f}x the best manual loop ({BASELINE}, {when(base.median_s)})."
-    named = ", ".join(f"{r.name.removeprefix('floor-')} {ratio(r):.2f}x" for r in floors)
-    text += f" Floors: {named}." if floors else ""
+    named = ", ".join(f"{r.name.removeprefix('floor-')} {ratio(r):.2f}x" for r in bounds)
+    text += f" Floors: {named}." if bounds and floors else ""
     rows = [
         r for r in timed.values() if r.name.startswith("loader-") and r.floor and ratio(r, r.floor)
     ]
@@ -90,6 +98,43 @@ def headline(group: Group, epochs: int | None = None, *, loaders: bool = True) -
     text += f" Loader: {named}." if rows and loaders else ""
     slowest = ", ".join(f"{r.name} {when(r.median_s)}" for r in loops[-3:])
     return text + (f" Slowest: {slowest}." if epochs else "")
+
+
+def screen_rows(group: Group) -> list[str]:
+    """The rows of ``group`` the screen shows; the .md file and ``--verbose`` show all of them.
+
+    The baseline, the Loader rows and their floors, every floor (on ``tokens`` each batching's
+    faster one, as its headline), each backend's fastest other loop and every row that was not
+    timed (a failed check, an error): what places the Loader. Left out: each backend's slower
+    loops.
+    """
+    timed = group.timed()
+    keep = {r.name for r in group.rows if not r.timed or r.name.startswith("loader-")}
+    keep |= {group.baseline} if group.baseline else set()
+    for r in group.rows:  # tokens (no baseline): each batching's faster floor, as its headline
+        named = r.name in keep or group.baseline is None
+        if r.floor and named and (floor := group.fastest(r.floor)) is not None:
+            keep.add(floor.name)
+        if r.name.startswith("floor-") and group.baseline:
+            keep.add(r.name)
+    others = [r for r in timed.values() if not r.name.startswith(("floor-", "loader-"))]
+    for backend in dict.fromkeys(r.backend for r in others):
+        keep.add(min((r for r in others if r.backend == backend), key=lambda r: r.median_s).name)
+    return [r.name for r in group.rows if r.name in keep]
+
+
+def workload_text(group: Group, epochs: int | None = None, *, verbose: bool = False) -> str:
+    """A workload on the screen: its headline, then its table (``verbose``: in full).
+
+    Not ``verbose``: the headline without the floors and the Loader rows, the table with the
+    rows of `screen_rows` and no notes but why a row was not timed, and how many were left out.
+    """
+    head = headline(group, epochs, loaders=verbose, floors=verbose)
+    only = None if verbose else screen_rows(group)
+    table = render.group_table(group, epochs=epochs, explain=verbose, only=only)
+    if hidden := len(group.rows) - len(table.rows):
+        table.notes.append(f"{hidden} slower loops not shown: every row is in the .md file.")
+    return f"{wrap(head)}\n\n{table.text()}"
 
 
 def targets_line(run: Run) -> str:
@@ -131,8 +176,8 @@ def loader_table(run: Run) -> Table | None:
 
 
 _CONTENTS = {
-    ".md": "every table with its notes, the step section, the targets, the variants",
-    ".json": "every round; `looptoolkit report` prints it again",
+    ".md": "every row of every table, the step section, the targets, the variants",
+    ".json": "every round, for `looptoolkit report`",
     ".png": "the chart",
 }
 

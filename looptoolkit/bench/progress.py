@@ -65,11 +65,21 @@ def quiet_import(name: str) -> ModuleType:
     return module
 
 
+def _same_file(a: IO[str], b: IO[str]) -> bool:
+    """Whether streams ``a`` and ``b`` write to one file, pipe or terminal (``2>&1``)."""
+    try:
+        x, y = os.fstat(a.fileno()), os.fstat(b.fileno())
+    except (AttributeError, OSError, ValueError):  # no file descriptor (io.StringIO, closed)
+        return False
+    return (x.st_dev, x.st_ino) == (y.st_dev, y.st_ino)
+
+
 class Progress:
     """Stages on ``stream`` (stderr), results on stdout.
 
-    A rich bar with the time left on a terminal (``live``), else plain lines, steps at most every
-    ``every_s`` seconds.
+    A rich bar with the time left on a terminal (``live``), cleared when results are printed.
+    Else plain lines, steps at most every ``every_s`` seconds, and none at all where ``stream``
+    goes where stdout goes (``> file 2>&1``, a CI log): there the results stay short.
     """
 
     def __init__(
@@ -79,6 +89,7 @@ class Progress:
         if live is None:
             live = self.stream.isatty() and os.environ.get("TERM") != "dumb"
         self.live, self.every_s = live, every_s
+        self.silent = not live and _same_file(self.stream, sys.stdout)
         self.started = self._last_line = time.perf_counter()
         self._bar: Any = None
 
@@ -93,6 +104,8 @@ class Progress:
 
     def step(self, text: str, done: int | None = None, total: int | None = None) -> None:
         """Report ``done`` of ``total`` steps in the stage (plain: once ``every_s`` has passed)."""
+        if self.silent:
+            return
         text = f"[{self.elapsed():4.0f} s] {text}"
         if self.live:
             if self._bar is None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
 from looptoolkit.bench.charts import BACKEND_COLORS, FLOOR_COLOR, Bar, Line, Panel, bar_chart
@@ -63,14 +63,21 @@ def _deviation(row: Row) -> str:
 
 
 def group_table(
-    group: Group, *, full: bool = False, epochs: int | None = None, bounded_note: bool = True
+    group: Group,
+    *,
+    full: bool = False,
+    epochs: int | None = None,
+    explain: bool = True,
+    only: Collection[str] | None = None,
 ) -> Table:
     """A group's table (``full``: with batches/s, for Markdown; ``epochs``: the epoch times it).
 
-    ``bounded_note=False`` leaves out the note naming the rows timed on their first batches
-    (they keep their ``*``).
+    ``explain=False`` leaves out the notes that explain the table (the columns, the rows timed on
+    their first batches, which keep their ``*``), not those saying why a row was not timed.
+    ``only``: the names of the rows shown (ratios still to the whole group's rows).
     """
-    (scale, unit), g, rows = _scale(group), group, group.rows
+    (scale, unit), g = _scale(group), group
+    rows = group.rows if only is None else [r for r in group.rows if r.name in only]
     floors, tokens = any(r.floor for r in rows), g.info.get("tokens")
     checked = any(r.check.startswith(("exact", "coverage", "documents", "mixture")) for r in rows)
     efficiency = any("padding_efficiency" in r.extra for r in rows)
@@ -94,18 +101,18 @@ def group_table(
     ]
     shown = [(header, cell) for header, on, cell in columns if on]
     notes = [f"{epochs} epochs: the median epoch times {epochs}, not a timed run."] * bool(epochs)
-    if tokens:
+    if tokens and explain:
         notes.append(
             "ms/Mtok: ms per 1M real tokens; eff: padding efficiency (real tokens / tokens in "
             "the batches); vs floor: over the faster hand loop of the same batching."
         )
-    if any("max_deviation" in r.extra for r in rows):
+    if any("max_deviation" in r.extra for r in rows) and explain:
         notes.append(_DEVIATION_NOTE)
         fewer = [r for r in rows if r.extra.get("deviation_batches", g.batches) < g.batches]
         if fewer:
             counts = ", ".join(f"{r.name} {r.extra['deviation_batches']}" for r in fewer)
             notes.append(f"max dev over the first batches of an epoch only: {counts}.")
-    bounded = [f"{r.name} {r.bounded}" for r in rows if r.timed and r.bounded and bounded_note]
+    bounded = [f"{r.name} {r.bounded}" for r in rows if r.timed and r.bounded and explain]
     if bounded:
         notes.append("Timed on the first batches of each epoch, scaled (*): " + ", ".join(bounded))
     cells = []
