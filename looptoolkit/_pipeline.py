@@ -309,7 +309,10 @@ def stager_for(rows: Rows, batch_size: int, plan: Plan, depth: int) -> Stager | 
     if plan.skipped is not None:
         kept = plan.skipped(rows.spec)
         leaves = [None if skip else leaf for leaf, skip in zip(leaves, kept, strict=True)]
-    return get_backend(target.home).stager(leaves, batch_size, target, depth + 1)
+    stager = get_backend(target.home).stager(leaves, batch_size, target, depth + 1)
+    if stager is not None:
+        stager.stats = getattr(rows, "stats", None)  # where it says how it stages
+    return stager
 
 
 # A list of batches is handed to the consumer once making its batches took this long

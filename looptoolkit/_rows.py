@@ -96,6 +96,7 @@ class Rows:
         if records is not None:
             raise TypeError(records)
         self.n = self._check(leaves, spec)
+        self.stats: Any = None  # the Loader's LoaderStats, where it keeps them
         self.leaves: list[Any] = leaves
         # The files of memmap leaves, checked at the start of each pass.
         self.files = MappedFiles(leaves, lambda: _tree.leaf_paths(spec, "data"))

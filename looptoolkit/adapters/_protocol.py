@@ -51,6 +51,10 @@ class Stager(Protocol):
     positions: list[int]
     """Positions, in the data's leaves, of the leaves this stager gathers itself."""
 
+    stats: Any
+    """The Loader's [`LoaderStats`][looptoolkit.LoaderStats] (None: none kept), set by the
+    Loader; a stager that uploads blocks of batches sets its ``block_batches``."""
+
     def staged(self, batches: Iterable[np.ndarray]) -> Iterator[list[Any]]:
         """The staged leaves of each batch (in the order of ``positions``), on the host."""
         ...

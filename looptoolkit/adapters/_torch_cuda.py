@@ -145,9 +145,16 @@ class CudaStager:
                 nbytes = batch_size * view[:1].nbytes
                 self.layout.append((j, size, nbytes, _torch_dtype(view.dtype), view.shape[1:]))
                 size += -(-nbytes // _ALIGN) * _ALIGN
+        self.pack_bytes = size
         self.packs: list[torch.Tensor | None] = []
-        with torch.cuda.device(device):
-            for _ in range(slots):
+
+    def _allocate(self) -> None:
+        """The pinned slots, made when the first batch is staged one at a time."""
+        if self.buffers:
+            return
+        batch_size, size = self.batch_size, self.pack_bytes
+        with torch.cuda.device(self.device):
+            for _ in range(self.slots):
                 pack = pinned_empty((size,), torch.uint8) if self.layout else None
                 tensors: list[torch.Tensor] = [
                     pinned_empty((batch_size, *view.shape[1:]), _torch_dtype(view.dtype))
@@ -166,6 +173,7 @@ class CudaStager:
         Pinned host tensors, but the packed leaves: those are already on the
         device, copied with one transfer on the side stream.
         """
+        self._allocate()
         for k, idx in enumerate(batches):
             slot = k % self.slots
             event = self.events[slot]
