@@ -9,8 +9,10 @@ runs), and [`prefetched`][looptoolkit._pipeline.prefetched] does them in one bac
 ([`looptoolkit._prefetch`][looptoolkit._prefetch]);
 [`choose_mode`][looptoolkit._pipeline.choose_mode] picks the thread or the consumer's. Moves
 go through the backend's staged upload when it offers one (torch on CUDA: pinned buffers and a
-side stream). The transform runs right after the move, in the same thread, inside the staged
-upload's stream, so that it overlaps the consumer's step and is ordered before it.
+side stream, or, in the consumer's thread, blocks of batches gathered and copied at once and
+handed out as slices of the device block). The transform runs right after the move, in the
+same thread, inside the staged upload's stream, so that it overlaps the consumer's step and is
+ordered before it.
 """
 
 from __future__ import annotations

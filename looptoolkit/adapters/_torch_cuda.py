@@ -32,12 +32,16 @@ which orders them with the step by itself, and the side stream's bookkeeping
 microseconds a batch on the CPU) would cost more than the copy it lets run
 beside the step. An event after each batch still guards its slot, and a batch
 handed out while another stream is current waits for that event there, as a
-side-stream batch does.
+side-stream batch does. Those batches are staged a block of batches at a time
+by the subclass the torch backend uses,
+[`BlockStager`][looptoolkit.adapters._torch_blocks.BlockStager] (one gather per leaf,
+one copy and one event a block); one at a time, as here, only with
+``_torch_blocks.BLOCK_BYTES = 0``.
 
 Small leaves (``packed``) share one pinned buffer per slot, at aligned offsets:
 they are gathered into it, copied with one transfer and split on the device, so
 the move finds them there already. Nothing is allocated in pinned memory per
-batch.
+batch; the slots are allocated when the first batch is staged one at a time.
 """
 
 from __future__ import annotations

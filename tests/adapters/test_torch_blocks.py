@@ -174,7 +174,9 @@ def ramp(batches: int, k: int) -> list[int]:
 
 
 def host(batch: dict[str, Any]) -> dict[str, np.ndarray]:
-    return {k: v.numpy() if isinstance(v, torch.Tensor) else np.asarray(v) for k, v in batch.items()}
+    return {
+        k: v.numpy() if isinstance(v, torch.Tensor) else np.asarray(v) for k, v in batch.items()
+    }
 
 
 def same(got: list[Any], want: list[Any]) -> None:
@@ -198,7 +200,7 @@ def per_batch(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def test_one_copy_and_one_event_per_block_none_per_batch(cuda, monkeypatch):
     monkeypatch.setattr(_torch_blocks, "BLOCK_MAX_BATCHES", 8)
     loader = Loader(data(), 10, seed=1, device="cuda:0", stats=True)
-    for epoch in range(2):
+    for _ in range(2):  # two epochs, the same counts
         cuda.log.clear()
         got = list(loader)
         blocks = ramp(100, 8)  # 1, 2, 4, then blocks of 8, the last of 5
