@@ -173,7 +173,7 @@ class Plan:
         self.skipped = skipping(skip_keys)
         # The device and the dtype policy are parsed here once, not for every batch.
         self._move = mover(target, dtype, skip_keys) if move else None
-        self._dtype = dtype
+        self.dtype = dtype
 
     def leaf_move(self, rows: Rows) -> LeafMove | None:
         """The move of a batch's list of leaves, where it equals ``finish``'s move of the tree.
@@ -199,7 +199,7 @@ class Plan:
             return None
         if any(a is not b for a, b in zip(seen, rows.leaves, strict=True)):
             return None
-        return leaf_mover(target, self._dtype)
+        return leaf_mover(target, self.dtype)
 
     def finish(
         self,
@@ -278,13 +278,21 @@ def _staged(
     gathered = rows.gather(batches, staged=(stager.positions, stager.staged))
     non_blocking = True if plan.non_blocking is None else plan.non_blocking
     move = plan.leaf_move(rows)
+    # Every leaf staged and nothing cast: where the stager's leaves are already on the
+    # device (block uploads), the move has nothing to do, and is not called.
+    whole = move is not None and plan.dtype is None and len(stager.positions) == len(rows.leaves)
+    moved: Sequence[Any] | None
     for k in itertools.count():
         with stager.context():
             leaves = next(gathered, None)
             if leaves is None:
                 return
-            # The moved leaves, where at hand, spare the hand-over a flatten of the batch.
-            batch, moved = plan.finish_leaves(rows, move, leaves, progress, k, non_blocking)
+            if whole and stager.moved:
+                batch = plan.finish(rows.build(leaves), progress, k, moved=True)
+                moved = None if plan.transform is not None else leaves
+            else:
+                # The moved leaves, where at hand, spare the hand-over a flatten of the batch.
+                batch, moved = plan.finish_leaves(rows, move, leaves, progress, k, non_blocking)
             token = stager.record(k)
         yield batch, token, moved
 

@@ -118,6 +118,7 @@ class BlockStager(_torch_cuda.CudaStager):
         Else (the prefetch thread, large batches, nothing to stage) as ``CudaStager``'s.
         """
         self.blocks = bool(self.direct and self.block_batches and self.views)
+        self.moved = self.blocks  # the staged leaves come out of `staged` on the device
         if not self.blocks:
             yield from super().staged(batches)
             return

@@ -130,6 +130,7 @@ class CudaStager:
         self._owner = threading.get_ident()
         self.batch_bytes = sum(batch_size * view[:1].nbytes for _, view in views)
         self.direct: bool | None = None
+        self.moved = False  # the batches' leaves are pinned host tensors, moved by the Loader
         self.batch_size = batch_size
         self.events: list[Any] = [None] * slots
         self.positions: list[int] = [i for i, _ in views]
