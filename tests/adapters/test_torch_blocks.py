@@ -199,7 +199,15 @@ def per_batch(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 def test_one_copy_and_one_event_per_block_none_per_batch(cuda, monkeypatch):
     monkeypatch.setattr(_torch_blocks, "BLOCK_MAX_BATCHES", 8)
+    calls = []
+    move = torch_adapter.backend.move
+    monkeypatch.setattr(
+        torch_adapter.backend,
+        "move",
+        lambda *a: calls.append(1) or move(*a),  # type: ignore[func-returns-value]
+    )
     loader = Loader(data(), 10, seed=1, device="cuda:0", stats=True)
+    calls.clear()  # the probe's move of a few rows, when the Loader was made
     for _ in range(2):  # two epochs, the same counts
         cuda.log.clear()
         got = list(loader)
@@ -219,6 +227,7 @@ def test_one_copy_and_one_event_per_block_none_per_batch(cuda, monkeypatch):
         assert {e[0] for e in cuda.log} == {"MainThread"}
     assert loader.stats.block_batches == 8
     assert loader.stats.as_dict()["block_batches"] == 8
+    assert calls == []  # every leaf on the device, nothing cast: no move is called
     assert not cuda.finish()
 
 
@@ -389,3 +398,25 @@ def test_batches_made_in_the_prefetch_thread_are_staged_one_at_a_time(cuda):
     assert len(got) == 100 and loader.stats.block_batches == 0
     assert len([e for e in cuda.log if e[1] == "move"]) == 100 * 3
     same(got, list(Loader(data(), 10, seed=1)))
+
+
+@pytest.mark.parametrize("case", ["large", "bfloat16", "prefetch0"])
+def test_where_blocks_do_not_apply_batches_are_moved_one_at_a_time(cuda, monkeypatch, case):
+    """Batches over ``DIRECT_MAX_BYTES``, nothing to stage (a dtype NumPy lacks), no staging."""
+    d: dict[str, Any] = {"x": np.arange(400.0, dtype=np.float32).reshape(100, 4)}
+    kw: dict[str, Any] = {}
+    if case == "large":
+        monkeypatch.setattr(_torch_cuda, "DIRECT_MAX_BYTES", 10 * 16 - 1)  # one batch
+    elif case == "bfloat16":
+        d = {"x": torch.from_numpy(d["x"]).to(torch.bfloat16)}
+    else:
+        kw["prefetch"] = 0
+    loader = Loader(d, 10, seed=1, device="cuda:0", stats=True, **kw)
+    cuda.log.clear()
+    got = list(loader)
+    assert len(got) == 10 and loader.stats.block_batches == 0
+    assert len([e for e in cuda.log if e[1] == "move"]) == 10
+    assert not [e for e in cuda.log if e[1] == "copy"]
+    want = list(Loader(d, 10, seed=1))
+    for g, w in zip(got, want, strict=True):
+        assert torch.equal(g["x"], torch.as_tensor(w["x"]))  # dtypes too
