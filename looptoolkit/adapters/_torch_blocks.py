@@ -136,7 +136,8 @@ class BlockStager(_torch_cuda.CudaStager):
             start = 0
             for idx in chunk:
                 stop = start + len(idx)
-                current = torch.cuda.current_stream(self.index)
+                # The first batch is made right after the copy: under the copy's stream.
+                current = torch.cuda.current_stream(self.index) if start else stream
                 if current not in waited:
                     # Made under another stream than its block's copy (the loop switched):
                     # that stream reads the block only after the copy, once per block.
