@@ -224,6 +224,8 @@ class Rows:
         if staged is None and len(groups) == 1:
             backend, _, leaves = groups[0]
             return backend.take_batches(leaves, batches)
+        if staged is not None and list(staged[0]) == list(range(len(self.leaves))):
+            return staged[1](batches)  # every leaf staged, in the data's order: nothing to merge
         if staged is not None:
             skip = set(staged[0])
             groups = []
