@@ -391,6 +391,38 @@ def test_no_block_is_used_before_its_copy_is_ordered_on_the_loops_stream(cuda, p
     assert not cuda.finish()
 
 
+@pytest.mark.parametrize(("prefetch", "on_own"), [(1, [6]), (2, [5, 6])])
+def test_a_switch_of_stream_at_a_block_boundary_is_waited_for(cuda, prefetch, on_own):
+    """Blocks of 1, 2, 4, 8 batches (0 | 1-2 | 3-6 | 7-14), the loop on its own stream at
+    batches ``on_own``, ``z`` cast on the device (so each batch's making is checked).
+
+    ``prefetch=1``, own stream at batch 6: batch 7 opens a block copied on the own stream,
+    batch 6 (made under the default stream) is handed out under it: the hand-over waits.
+    ``prefetch=2``, own stream at 5 and 6: batches 7 and 8 are made there (their block
+    copied there); batches 5 and 6, made under the default stream, are covered by one wait
+    at the hand-over of batch 5. Back on the default stream, batch 9 is made there from
+    the block copied on the own stream: the default stream waits for that copy first.
+    """
+    d = data(300)
+    cast = {np.uint8: np.float32}
+    loader = Loader(d, 10, seed=1, device="cuda:0", prefetch=prefetch, dtype=cast)
+    own = cuda.Stream(torch.device("cuda", 0))
+    got, bad = [], []
+    it = iter(loader)
+    for k in range(30):
+        with cuda.stream(own) if k in on_own else contextlib.nullcontext():
+            batch = next(it)
+            bad += [(k, key) for key in cuda.unordered(batch)]
+            got.append(batch)
+    assert not bad, bad
+    same(got, list(Loader(d, 10, seed=1, device="cuda:0", dtype=cast)))
+    waits = [e[2] for e in cuda.log if e[1] == "wait"]
+    assert waits.count(own.name) == 1
+    if prefetch == 2:
+        assert waits.count("default0") == 2  # batch 9's making, batch 7's hand-over
+    assert not cuda.finish()
+
+
 def test_batches_made_in_the_prefetch_thread_are_staged_one_at_a_time(cuda):
     loader = Loader(data(), 10, seed=1, device="cuda:0", prefetch_mode="thread", stats=True)
     cuda.log.clear()
