@@ -291,7 +291,38 @@ def test_blocks_give_the_per_batch_paths_batches(cuda, monkeypatch, case):
         np.testing.assert_array_equal(ys, np.concatenate([b["y"] for b in host_loader]))
         if case == "skip_keys":
             assert all(isinstance(b["z"], np.ndarray) for b in got[epoch])
+        if case in ("full", "sequential", "grouped", "runs", "skip_keys", "dtype"):
+            np.testing.assert_array_equal(np.sort(ys), np.arange(1000))  # every sample once
         host_loader.set_epoch(epoch + 1)
+    assert not cuda.finish()
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_blocks_on_random_inputs_give_the_host_loaders_batches(cuda, monkeypatch, seed):
+    """Random sizes, batch sizes, block caps, dtypes and row shapes; values and dtypes equal."""
+    rng = np.random.default_rng(seed)
+    monkeypatch.setattr(_torch_blocks, "BLOCK_MAX_BATCHES", int(rng.integers(1, 10)))
+    n = int(rng.integers(1, 400))
+    dtypes = [np.float32, np.float64, np.int8, np.int32, np.int64, np.uint8, np.bool_, np.float16]
+    d = {"row": np.arange(n)}
+    for i in range(int(rng.integers(1, 5))):
+        shape = (n, *rng.integers(1, 4, int(rng.integers(0, 3))))
+        d[f"l{i}"] = (rng.standard_normal(shape) * 50).astype(dtypes[rng.integers(len(dtypes))])
+    if rng.random() < 0.3:
+        d["t"] = np.asfortranarray(rng.standard_normal((n, 3)))[:, ::2]  # not contiguous
+    kw = {"seed": seed, "drop_last": bool(rng.random() < 0.3), "shuffle": bool(rng.random() < 0.8)}
+    batch_size = int(rng.integers(1, 41))
+    loader = Loader(d, batch_size, device="cuda:0", prefetch=int(rng.integers(1, 4)), **kw)
+    host_loader = Loader(d, batch_size, **kw)
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        host_loader.set_epoch(epoch)
+        got = list(loader)
+        same(got, list(host_loader))
+        if got and not kw["drop_last"]:
+            rows = np.concatenate([b["row"].numpy() for b in got])
+            np.testing.assert_array_equal(np.sort(rows), np.arange(n))
+    assert [e for e in cuda.log if e[1] == "copy"] or n < batch_size  # blocks were used
     assert not cuda.finish()
 
 
