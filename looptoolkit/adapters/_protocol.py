@@ -60,7 +60,10 @@ class Stager(Protocol):
     Loader; a stager that uploads blocks of batches sets its ``block_batches``."""
 
     def staged(self, batches: Iterable[np.ndarray]) -> Iterator[list[Any]]:
-        """The staged leaves of each batch (in the order of ``positions``), on the host."""
+        """The staged leaves of each batch (in the order of ``positions``).
+
+        On the host, or already on the device where ``moved`` says so.
+        """
         ...
 
     def context(self) -> AbstractContextManager[Any]:
