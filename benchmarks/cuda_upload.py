@@ -13,7 +13,9 @@ after each) of:
   fresh (pageable) batch; the same through ``.pin_memory()``; ``take`` into a ring of three
   pinned buffers, each reused after an event recorded behind its copy;
 - the Loader with ``device=`` as a user writes it (defaults: batches issued ahead in the loop's
-  thread), with ``prefetch=0``, and with ``prefetch_mode="thread"``.
+  thread, uploaded in blocks of ``K`` batches: ``K`` is printed), the same with block uploads
+  off (each batch staged by itself, as before them), with ``prefetch=0``, and with
+  ``prefetch_mode="thread"``.
 
 ``--profile`` adds a cProfile of one epoch of the default Loader on ``tabular``. No step runs:
 this is the cost the loop adds to a step. Last measured: docs/gpu.md ("Measured").
@@ -56,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from looptoolkit import Loader
+    from looptoolkit.adapters import _torch_blocks
 
     if not torch.cuda.is_available():
         print("no CUDA GPU: nothing to measure", file=sys.stderr)
@@ -113,22 +116,34 @@ def main(argv: list[str] | None = None) -> int:
 
         return run
 
-    def loader(data: dict[str, np.ndarray], **kw: Any) -> Callable[[], None]:
+    def loader(data: dict[str, np.ndarray], blocks: bool = True, **kw: Any) -> Callable[[], None]:
         it = Loader(data, B, seed=0, device=dev, **kw)
 
         def run() -> None:
-            for _ in it:
-                pass
+            budget = _torch_blocks.BLOCK_BYTES
+            _torch_blocks.BLOCK_BYTES = budget if blocks else 0  # read when a pass starts
+            try:
+                for _ in it:
+                    pass
+            finally:
+                _torch_blocks.BLOCK_BYTES = budget
 
         return run
 
+    def block_batches(data: dict[str, np.ndarray]) -> int:
+        counted = Loader(data, B, seed=0, device=dev, stats=True)
+        for _ in counted:
+            pass
+        return counted.stats.block_batches
+
     for name, data in (("index", {"i": np.arange(N)}), ("tabular", tabular)):
-        print(f"--- {name}")
+        print(f"--- {name} (block uploads of K = {block_batches(data)} batches)")
         for label, fn in (
             ("hand: take + .to(non_blocking), pageable", pageable(data)),
             ("hand: take + pin_memory() + .to(non_blocking)", pinned(data)),
             ("hand: take into a pinned ring of 3 + events", ring(data)),
             ("Loader(device=...)", loader(data)),
+            ("Loader(device=...), block uploads off", loader(data, blocks=False)),
             ("Loader(device=..., prefetch=0)", loader(data, prefetch=0)),
             ('Loader(device=..., prefetch_mode="thread")', loader(data, prefetch_mode="thread")),
         ):

@@ -9,8 +9,10 @@ runs), and [`prefetched`][looptoolkit._pipeline.prefetched] does them in one bac
 ([`looptoolkit._prefetch`][looptoolkit._prefetch]);
 [`choose_mode`][looptoolkit._pipeline.choose_mode] picks the thread or the consumer's. Moves
 go through the backend's staged upload when it offers one (torch on CUDA: pinned buffers and a
-side stream). The transform runs right after the move, in the same thread, inside the staged
-upload's stream, so that it overlaps the consumer's step and is ordered before it.
+side stream, or, in the consumer's thread, blocks of batches gathered and copied at once and
+handed out as slices of the device block). The transform runs right after the move, in the
+same thread, inside the staged upload's stream, so that it overlaps the consumer's step and is
+ordered before it.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from looptoolkit import tree as _tree
+from looptoolkit._dtypes import DtypePolicy, cast_before_copy
 from looptoolkit._prefetch import END, Prefetcher
 from looptoolkit._rows import Rows
 from looptoolkit._target import Target
@@ -171,7 +174,7 @@ class Plan:
         self.skipped = skipping(skip_keys)
         # The device and the dtype policy are parsed here once, not for every batch.
         self._move = mover(target, dtype, skip_keys) if move else None
-        self._dtype = dtype
+        self.dtype = dtype
 
     def leaf_move(self, rows: Rows) -> LeafMove | None:
         """The move of a batch's list of leaves, where it equals ``finish``'s move of the tree.
@@ -197,7 +200,7 @@ class Plan:
             return None
         if any(a is not b for a, b in zip(seen, rows.leaves, strict=True)):
             return None
-        return leaf_mover(target, self._dtype)
+        return leaf_mover(target, self.dtype)
 
     def finish(
         self,
@@ -276,13 +279,21 @@ def _staged(
     gathered = rows.gather(batches, staged=(stager.positions, stager.staged))
     non_blocking = True if plan.non_blocking is None else plan.non_blocking
     move = plan.leaf_move(rows)
+    # Every leaf staged and nothing cast: where the stager's leaves are already on the
+    # device (block uploads), the move has nothing to do, and is not called.
+    whole = move is not None and plan.dtype is None and len(stager.positions) == len(rows.leaves)
+    moved: Sequence[Any] | None
     for k in itertools.count():
         with stager.context():
             leaves = next(gathered, None)
             if leaves is None:
                 return
-            # The moved leaves, where at hand, spare the hand-over a flatten of the batch.
-            batch, moved = plan.finish_leaves(rows, move, leaves, progress, k, non_blocking)
+            if whole and stager.moved:
+                batch = plan.finish(rows.build(leaves), progress, k, moved=True)
+                moved = None if plan.transform is not None else leaves
+            else:
+                # The moved leaves, where at hand, spare the hand-over a flatten of the batch.
+                batch, moved = plan.finish_leaves(rows, move, leaves, progress, k, non_blocking)
             token = stager.record(k)
         yield batch, token, moved
 
@@ -309,7 +320,24 @@ def stager_for(rows: Rows, batch_size: int, plan: Plan, depth: int) -> Stager | 
     if plan.skipped is not None:
         kept = plan.skipped(rows.spec)
         leaves = [None if skip else leaf for leaf, skip in zip(leaves, kept, strict=True)]
-    return get_backend(target.home).stager(leaves, batch_size, target, depth + 1)
+    if plan.dtype is not None:
+        # A cast that shrinks a leaf (float32 -> float16) runs before its copy, on the
+        # host: such a leaf is not staged, so that the fewer bytes cross.
+        leaves = [None if _shrinks(leaf, plan.dtype) else leaf for leaf in leaves]
+    stager = get_backend(target.home).stager(leaves, batch_size, target, depth + 1)
+    if stager is not None:
+        stager.stats = getattr(rows, "stats", None)  # where it says how it stages
+    return stager
+
+
+def _shrinks(leaf: Any, dtype: Any) -> bool:
+    """Whether ``dtype``'s cast of ``leaf`` makes it smaller (cast before the copy)."""
+    backend = backend_of(leaf) if leaf is not None else None
+    if backend is None:
+        return False
+    source = backend.dtype_name(leaf)
+    cast = DtypePolicy(dtype)(source)
+    return cast is not None and cast_before_copy(source, cast)
 
 
 # A list of batches is handed to the consumer once making its batches took this long

@@ -96,6 +96,7 @@ class Rows:
         if records is not None:
             raise TypeError(records)
         self.n = self._check(leaves, spec)
+        self.stats: Any = None  # the Loader's LoaderStats, where it keeps them
         self.leaves: list[Any] = leaves
         # The files of memmap leaves, checked at the start of each pass.
         self.files = MappedFiles(leaves, lambda: _tree.leaf_paths(spec, "data"))
@@ -223,6 +224,8 @@ class Rows:
         if staged is None and len(groups) == 1:
             backend, _, leaves = groups[0]
             return backend.take_batches(leaves, batches)
+        if staged is not None and list(staged[0]) == list(range(len(self.leaves))):
+            return staged[1](batches)  # every leaf staged, in the data's order: nothing to merge
         if staged is not None:
             skip = set(staged[0])
             groups = []

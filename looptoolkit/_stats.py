@@ -39,6 +39,9 @@ class LoaderStats:
         prefetch_mode: where the Loader makes its batches: ``"thread"`` (one
             background thread, ahead of the loop) or ``"inline"`` (the loop's own
             thread, moves issued ahead); see the Loader's ``prefetch_mode``.
+        block_batches: batches per block upload where batches go to a CUDA device
+            with torch in blocks (gathered, copied and handed over K at a time: the
+            largest block, ``K``); 0 where each batch is moved by itself.
 
     Examples:
         >>> import numpy as np
@@ -54,6 +57,7 @@ class LoaderStats:
 
     __slots__ = (
         "batches",
+        "block_batches",
         "built",
         "prefetch_mode",
         "rows",
@@ -68,6 +72,7 @@ class LoaderStats:
 
     def __init__(self, prefetch_mode: str = "inline") -> None:
         self.prefetch_mode = prefetch_mode
+        self.block_batches = 0  # how batches are made, not a count: `reset` keeps it
         self.reset()
 
     @property
@@ -120,6 +125,8 @@ class LoaderStats:
             "data_wait_fraction": self.data_wait_fraction,
             "prefetch_mode": self.prefetch_mode,
         }
+        if self.block_batches:
+            out["block_batches"] = self.block_batches
         if self.built:
             out.update(
                 tokens=self.tokens,
@@ -137,10 +144,11 @@ class LoaderStats:
             if self.built
             else ""
         )
+        blocks = f", block_batches={self.block_batches}" if self.block_batches else ""
         return (
             f"LoaderStats(batches={self.batches}, wait_s={self.wait_s:.6f}, "
             f"step_s={self.step_s:.6f}, data_wait_fraction={self.data_wait_fraction:.3f}, "
-            f"prefetch_mode={self.prefetch_mode!r}{tokens})"
+            f"prefetch_mode={self.prefetch_mode!r}{blocks}{tokens})"
         )
 
 

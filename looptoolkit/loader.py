@@ -463,8 +463,7 @@ class Loader:
         if store is not None:  # a span read in the background too, but never in "inline"
             store.background = self.prefetch_mode == "thread" and prefetch > 0
         self._stats: LoaderStats | None = LoaderStats(self.prefetch_mode) if stats else None
-        if self._ragged:
-            rows.stats = self._stats
+        rows.stats = self._stats  # ragged rows count tokens; a staged upload, its blocks
         self.return_mask = bool(return_mask)
         # Which epoch the next pass runs (the one rule of every route: `_epochs`),
         # and the pass bound last, which `state_dict` describes while it runs.

@@ -4,8 +4,9 @@ Each one shows on a single GPU what the CPU tests with a recording fake
 (``tests/adapters/test_torch_streams.py``) check by the order of calls: skipped
 leaves stay the loop's own, the side stream waits for the loop's stream, batch
 memory stays bounded over epochs and under a CPU that runs ahead, uploads do
-not wait for a queued step, and the staged path (packed leaves, casts, a
-transform on the side stream) equals the host Loader. One more needs two GPUs.
+not wait for a queued step, the staged path (packed leaves, casts, a
+transform on the side stream) equals the host Loader, and so do block uploads,
+whose kept batches hold their values. One more needs two GPUs.
 """
 
 from __future__ import annotations
@@ -168,3 +169,40 @@ def test_cuda_without_an_index_follows_the_constructing_threads_device(cuda):
     finally:
         torch.cuda.set_device(before)
     assert {b["x"].device for b in batches} == {torch.device("cuda", 1)}
+
+
+def test_cuda_block_uploads_equal_the_host_loader_and_kept_batches_hold(cuda, cycles_per_ms):
+    """Block uploads: batches (cloned on the stream they are used on) equal the host Loader's,
+    with the GPU behind the CPU and the loop on a stream of its own for part of the epoch, and
+    batches kept to the end still hold their values."""
+    import torch
+
+    rng = np.random.default_rng(0)
+    n = 4 * N
+    data = {
+        "x": rng.standard_normal((n, 8)).astype(np.float32),
+        "y": np.arange(n),
+        "im": rng.integers(0, 255, (n, 3, 4, 4), dtype=np.uint8),
+    }
+    want = list(Loader(data, 64, seed=3))
+    loader = Loader(data, 64, seed=3, device=cuda, stats=True)
+    own = torch.cuda.Stream(cuda)
+    clones, kept = [], []
+    it = iter(loader)
+    for k in range(len(want)):
+        stream = own if 20 <= k < 40 else torch.cuda.current_stream(cuda)
+        with torch.cuda.stream(stream):
+            torch.cuda._sleep(int(cycles_per_ms * 0.2))  # the step: the GPU falls behind
+            batch = next(it)
+            clones.append({key: value.clone() for key, value in batch.items()})
+            if k % 5 == 0:
+                kept.append((k, batch))
+    assert next(it, None) is None
+    torch.cuda.synchronize()
+    assert loader.stats.block_batches > 1
+    for k, batch in enumerate(clones):
+        for key in data:
+            np.testing.assert_array_equal(batch[key].cpu().numpy(), want[k][key])
+    for k, batch in kept:
+        for key in data:
+            np.testing.assert_array_equal(batch[key].cpu().numpy(), want[k][key])

@@ -15,6 +15,7 @@ NEEDS = {
     "looptoolkit.distributed": "jax",
     "looptoolkit.adapters.torch": "torch",
     "looptoolkit.adapters._torch_cuda": "torch",
+    "looptoolkit.adapters._torch_blocks": "torch",
     "looptoolkit.adapters.jax": "jax",
     "looptoolkit.adapters.tf": "tensorflow",
     "looptoolkit.bench.variants.torch": "torch",

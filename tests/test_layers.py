@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, set[str]]] = [
         {
             "looptoolkit.adapters.numpy",
             "looptoolkit.adapters._torch_cuda",
+            "looptoolkit.adapters._torch_blocks",
             "looptoolkit.adapters._torch_gather",
             "looptoolkit.adapters._tensordict",
             "looptoolkit.adapters.torch",

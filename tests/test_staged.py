@@ -39,6 +39,7 @@ class HostStager:
         views: bool = False,
     ):
         self.positions = positions
+        self.moved = False  # the move copies the staged leaves
         self.yields_views = views
         self.views = [leaves[i] for i in positions]
         self.buffers = [

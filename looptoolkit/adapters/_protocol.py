@@ -51,8 +51,19 @@ class Stager(Protocol):
     positions: list[int]
     """Positions, in the data's leaves, of the leaves this stager gathers itself."""
 
+    moved: bool
+    """Whether the staged leaves of the batches made so far are on the target device already
+    (the move has nothing left to do for them); read once ``context`` has been entered."""
+
+    stats: Any
+    """The Loader's [`LoaderStats`][looptoolkit.LoaderStats] (None: none kept), set by the
+    Loader; a stager that uploads blocks of batches sets its ``block_batches``."""
+
     def staged(self, batches: Iterable[np.ndarray]) -> Iterator[list[Any]]:
-        """The staged leaves of each batch (in the order of ``positions``), on the host."""
+        """The staged leaves of each batch (in the order of ``positions``).
+
+        On the host, or already on the device where ``moved`` says so.
+        """
         ...
 
     def context(self) -> AbstractContextManager[Any]:

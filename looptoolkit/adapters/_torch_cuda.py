@@ -32,12 +32,16 @@ which orders them with the step by itself, and the side stream's bookkeeping
 microseconds a batch on the CPU) would cost more than the copy it lets run
 beside the step. An event after each batch still guards its slot, and a batch
 handed out while another stream is current waits for that event there, as a
-side-stream batch does.
+side-stream batch does. Those batches are staged a block of batches at a time
+by the subclass the torch backend uses,
+[`BlockStager`][looptoolkit.adapters._torch_blocks.BlockStager] (one gather per leaf,
+one copy and one event a block); one at a time, as here, only with
+``_torch_blocks.BLOCK_BYTES = 0``.
 
 Small leaves (``packed``) share one pinned buffer per slot, at aligned offsets:
 they are gathered into it, copied with one transfer and split on the device, so
 the move finds them there already. Nothing is allocated in pinned memory per
-batch.
+batch; the slots are allocated when the first batch is staged one at a time.
 """
 
 from __future__ import annotations
@@ -126,6 +130,7 @@ class CudaStager:
         self._owner = threading.get_ident()
         self.batch_bytes = sum(batch_size * view[:1].nbytes for _, view in views)
         self.direct: bool | None = None
+        self.moved = False  # the batches' leaves are pinned host tensors, moved by the Loader
         self.batch_size = batch_size
         self.events: list[Any] = [None] * slots
         self.positions: list[int] = [i for i, _ in views]
@@ -145,9 +150,16 @@ class CudaStager:
                 nbytes = batch_size * view[:1].nbytes
                 self.layout.append((j, size, nbytes, _torch_dtype(view.dtype), view.shape[1:]))
                 size += -(-nbytes // _ALIGN) * _ALIGN
+        self.pack_bytes = size
         self.packs: list[torch.Tensor | None] = []
-        with torch.cuda.device(device):
-            for _ in range(slots):
+
+    def _allocate(self) -> None:
+        """The pinned slots, made when the first batch is staged one at a time."""
+        if self.buffers:
+            return
+        batch_size, size = self.batch_size, self.pack_bytes
+        with torch.cuda.device(self.device):
+            for _ in range(self.slots):
                 pack = pinned_empty((size,), torch.uint8) if self.layout else None
                 tensors: list[torch.Tensor] = [
                     pinned_empty((batch_size, *view.shape[1:]), _torch_dtype(view.dtype))
@@ -166,6 +178,7 @@ class CudaStager:
         Pinned host tensors, but the packed leaves: those are already on the
         device, copied with one transfer on the side stream.
         """
+        self._allocate()
         for k, idx in enumerate(batches):
             slot = k % self.slots
             event = self.events[slot]

@@ -26,7 +26,7 @@ from looptoolkit._target import Target
 from looptoolkit.adapters import _tensordict, _torch_cuda
 from looptoolkit.adapters._host import chunked, row_gather
 from looptoolkit.adapters._protocol import BackendBase, Stager
-from looptoolkit.adapters._torch_cuda import CudaStager
+from looptoolkit.adapters._torch_blocks import BlockStager
 from looptoolkit.adapters._torch_gather import gather_view, index_select, take_view
 from looptoolkit.adapters._torch_gather import host_view as _host_view
 
@@ -262,7 +262,7 @@ class TorchBackend(BackendBase):
     def stager(
         self, leaves: Sequence[Any], batch_size: int, target: Target, slots: int
     ) -> Stager | None:
-        """On CUDA: gather into pinned buffers, copy on a side stream (see ``_torch_cuda``)."""
+        """On CUDA: block uploads (``_torch_blocks``) or pinned slots on a side stream."""
         if target.platform != "cuda" or target.home != "torch":
             return None
         views = [(i, v) for i, v in enumerate(map(_stageable, leaves)) if v is not None]
@@ -273,7 +273,7 @@ class TorchBackend(BackendBase):
         device = _with_index(resolve_device(target))
         # Also with no leaf to stage (data on the device, dtypes NumPy lacks): the
         # producer's work then still runs on the side stream, ordered both ways.
-        return CudaStager(views, batch_size, device, slots, packed)
+        return BlockStager(views, batch_size, device, slots, packed)
 
     def bind_target(self, target: Target) -> Target:
         """``"cuda"`` without an index: the calling thread's current CUDA device, fixed.

@@ -25,7 +25,7 @@ torch = pytest.importorskip("torch")
 
 from looptoolkit import Loader  # noqa: E402
 from looptoolkit._pipeline import Plan  # noqa: E402
-from looptoolkit.adapters import _torch_cuda  # noqa: E402
+from looptoolkit.adapters import _torch_blocks, _torch_cuda  # noqa: E402
 from looptoolkit.adapters import torch as torch_adapter  # noqa: E402
 from looptoolkit.device import parse_device  # noqa: E402
 
@@ -370,7 +370,9 @@ def test_prefetch_0_makes_every_cuda_call_in_the_loops_thread(fake):
 
 @pytest.fixture
 def direct(fake: FakeCuda, monkeypatch: pytest.MonkeyPatch) -> FakeCuda:
+    """Batches staged one at a time (block uploads off: ``test_torch_blocks.py``)."""
     monkeypatch.setattr(_torch_cuda, "DIRECT_MAX_BYTES", 1 << 20)
+    monkeypatch.setattr(_torch_blocks, "BLOCK_BYTES", 0)
     return fake
 
 
