@@ -131,6 +131,7 @@ def test_gpu_checks_are_selected_only_where_a_gpu_is_present():
         "memory",
         "overlap",
         "ragged",
+        "blocks",
     ]
 
     class FakeJax:  # jax.devices("gpu") on a machine with one GPU
@@ -163,7 +164,7 @@ def test_the_cuda_checks_pass_on_the_host_and_see_a_planted_fault():
 
 @pytest.mark.cuda
 @pytest.mark.parametrize(
-    "name", ["loader-cuda", "skip-keys", "stream-order", "memory", "overlap", "ragged"]
+    "name", ["loader-cuda", "skip-keys", "stream-order", "memory", "overlap", "ragged", "blocks"]
 )
 def test_the_cuda_checks_pass_on_a_gpu(cuda, name):
     import torch
@@ -187,3 +188,34 @@ def test_the_ragged_cuda_check_sees_batches_of_a_reused_buffer(monkeypatch):
     (ragged,) = [c for c in cuda_checks(CudaKit(torch, "cpu")) if c.name == "ragged"]
     with pytest.raises(CheckFailed, match="pad batches: batch 0"):
         ragged.run()
+
+
+def test_the_blocks_cuda_check_sees_kept_batches_overwritten(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from looptoolkit.bench import doctor_checks
+
+    real = doctor_checks.Loader
+
+    class Reused:  # moved batches that all show the latest: views of one reused block
+        def __init__(self, *args: Any, device: Any = None, **kwargs: Any) -> None:
+            self.loader = real(*args, device=device, **kwargs)
+            self.moved = device is not None
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.loader, name)
+
+        def __iter__(self) -> Any:
+            last: dict[str, Any] = {}
+            for batch in self.loader:
+                if not self.moved:
+                    yield batch
+                    continue
+                for key, value in batch.items():
+                    last.setdefault(key, value.copy() if hasattr(value, "copy") else value.clone())
+                    last[key][: len(value)] = value  # one buffer, rewritten
+                yield last
+
+    monkeypatch.setattr(doctor_checks, "Loader", Reused)
+    (blocks,) = [c for c in cuda_checks(CudaKit(torch, "cpu")) if c.name == "blocks"]
+    with pytest.raises(CheckFailed, match="epoch 0, kept: batch 0"):
+        blocks.run()

@@ -369,8 +369,28 @@ def _cuda_ragged(kit: CudaKit) -> str:
     return f"{batches} padded, flat and packed batches equal the host Loader's"
 
 
+def _cuda_blocks(kit: CudaKit) -> str:
+    data = _data(10)
+    loader = Loader(data, B, seed=4, device=kit.device, stats=True)
+    kept = []
+    for epoch in range(2):  # the pinned blocks are reused; the device blocks of kept batches not
+        want = _rows(data, loader, epoch)
+        got = []
+        for batch in loader:
+            kit.sleep(0.2)  # a step queued behind each batch: the next blocks' copies run ahead
+            got.append(batch)
+        kept.append((got, want))
+    kit.synchronize()
+    for epoch, (got, want) in enumerate(kept):
+        _same([{k: _numpy(v) for k, v in b.items()} for b in got], want, f"epoch {epoch}, kept")
+    k = loader.stats.block_batches
+    if kit.cuda and k < 2:
+        raise CheckFailed(f"batches were moved one at a time (block_batches {k}), not in blocks.")
+    return f"{sum(len(g) for g, _ in kept)} batches kept over 2 epochs equal NumPy's (K = {k})"
+
+
 def cuda_checks(kit: CudaKit) -> list[Check]:
-    """The six torch CUDA checks, on ``kit``'s device."""
+    """The seven torch CUDA checks, on ``kit``'s device."""
     named = [
         ("loader-cuda", "staged, cast, transformed Loader equals the host's", _cuda_equal),
         ("skip-keys", "skipped leaves stay NumPy arrays of their own batch", _cuda_skipped),
@@ -378,5 +398,6 @@ def cuda_checks(kit: CudaKit) -> list[Check]:
         ("memory", "reserved memory does not grow over six epochs", _cuda_memory),
         ("overlap", "a pinned to_device does not wait for a queued step", _cuda_overlap),
         ("ragged", "padded, flat and packed batches equal the host's", _cuda_ragged),
+        ("blocks", "batches kept from block uploads keep their values", _cuda_blocks),
     ]
     return [Check("cuda", name, text, partial(fn, kit), "torch") for name, text, fn in named]
