@@ -11,6 +11,8 @@
   and [`keep_batch`][looptoolkit.keep_batch] bring the batched fetch to
   ``torch.utils.data.DataLoader`` (they need torch); [`loader_dataset`][looptoolkit.loader_dataset]
   yields the Loader's batches from ``tf.data`` (needs tensorflow).
+- [`StaticBatches`][looptoolkit.StaticBatches] copies every batch into the same torch
+  buffers, for CUDA graphs and ``torch.compile(mode="reduce-overhead")``.
 
 Importing looptoolkit imports no framework: torch, jax and tensorflow are
 loaded only when their arrays are used or their integration is asked for.
@@ -26,6 +28,7 @@ from looptoolkit.tree import ContainerRebuildWarning
 
 if TYPE_CHECKING:
     from looptoolkit._records import stack_records
+    from looptoolkit._static import StaticBatches
     from looptoolkit.loader import Loader, LoaderStats
     from looptoolkit.mix import Mix
     from looptoolkit.order import Order
@@ -53,6 +56,7 @@ __all__ = [
     "Packed",
     "Padded",
     "Ragged",
+    "StaticBatches",
     "TransferError",
     "__version__",
     "keep_batch",
@@ -79,6 +83,7 @@ _LAZY = {
     "loader_dataset": "looptoolkit.tf_data",
     "normalize": "looptoolkit.transforms",
     "stack_records": "looptoolkit._records",
+    "StaticBatches": "looptoolkit._static",
 }
 
 

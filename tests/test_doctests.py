@@ -11,6 +11,7 @@ import looptoolkit
 # Modules that need a framework beyond NumPy -> the framework.
 NEEDS = {
     "looptoolkit.torch_data": "torch",
+    "looptoolkit._static": "torch",
     "looptoolkit.tf_data": "tensorflow",
     "looptoolkit.distributed": "jax",
     "looptoolkit.adapters.torch": "torch",

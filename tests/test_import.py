@@ -74,6 +74,7 @@ def test_import_adds_only_looptoolkit_and_the_standard_library():
                 "looptoolkit.torch_data",
                 "looptoolkit.tf_data",
                 "looptoolkit.loader",
+                "looptoolkit._static",
             )
         )
     ]

@@ -88,6 +88,7 @@ LAYERS: list[tuple[str, set[str]]] = [
         {
             "looptoolkit.torch_data",
             "looptoolkit._torch_ragged",
+            "looptoolkit._static",
             "looptoolkit.tf_data",
             "looptoolkit.distributed",
         },
