@@ -63,10 +63,11 @@ def _arrays(
     """
     if isinstance(leaf, Ragged):
         values = leaf.values
-        nbytes = getattr(values, "nbytes", None)
-        if nbytes is None:
-            nbytes = int(np.prod(values.shape)) * np.dtype(values.dtype).itemsize
-        yield from _arrays(values, nbytes / max(1, len(leaf)))
+        if isinstance(values, np.ndarray | StoredValues):  # a framework's tensor maps no file
+            nbytes = getattr(values, "nbytes", None)
+            if nbytes is None:
+                nbytes = int(np.prod(values.shape)) * np.dtype(values.dtype).itemsize
+            yield from _arrays(values, nbytes / max(1, len(leaf)))
         if offsets:
             yield from _arrays(leaf.offsets)
     elif isinstance(leaf, StoredValues):
