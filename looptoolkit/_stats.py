@@ -40,8 +40,9 @@ class LoaderStats:
             background thread, ahead of the loop) or ``"inline"`` (the loop's own
             thread, moves issued ahead); see the Loader's ``prefetch_mode``.
         block_batches: batches per block upload where batches go to a CUDA device
-            with torch in blocks (gathered, copied and handed over K at a time: the
-            largest block, ``K``); 0 where each batch is moved by itself.
+            with torch, or from the host to a JAX device, in blocks (gathered,
+            copied and handed over K at a time: the largest block, ``K``); 0 where
+            each batch is moved by itself.
 
     Examples:
         >>> import numpy as np

@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "looptoolkit.adapters._torch_gather",
             "looptoolkit.adapters._tensordict",
             "looptoolkit.adapters.torch",
+            "looptoolkit.adapters._jax_blocks",
             "looptoolkit.adapters.jax",
             "looptoolkit.adapters.tf",
         },

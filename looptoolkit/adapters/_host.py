@@ -107,14 +107,17 @@ def host_chunks(
     views: Sequence[np.ndarray],
     batches: Iterable[np.ndarray],
     gather: Callable[[np.ndarray], Callable[[np.ndarray], np.ndarray]] = row_gather,
+    counts: Iterable[int] | None = None,
 ) -> Iterator[tuple[list[int], list[np.ndarray]]]:
     """Gather consecutive batches together: ``(batch sizes, one gathered array per view)``.
 
     Each chunk is one batch-sized-cost gather per view (``gather(view)``, by
     default [`row_gather`][looptoolkit.adapters.row_gather]) of the concatenated
     indices of up to ``CHUNK_MAX_BATCHES`` batches and about ``CHUNK_BYTES``
-    bytes. A backend wraps each chunk once and splits it into its batches in one
-    call, instead of paying its per-call cost per batch.
+    bytes, or of ``counts``' batches in turn where given (a stream of chunk
+    lengths, e.g. growing 1, 2, 4, ...). A backend wraps each chunk once and
+    splits it into its batches in one call, instead of paying its per-call cost
+    per batch.
     """
     gathers = [gather(v) for v in views]
     row_bytes = sum(v.itemsize * int(np.prod(v.shape[1:])) for v in views) or 1
@@ -122,8 +125,14 @@ def host_chunks(
     first = next(stream, None)
     if first is None:
         return
-    count = max(1, min(CHUNK_MAX_BATCHES, CHUNK_BYTES // max(1, len(first) * row_bytes)))
-    for chunk in chunked(itertools.chain([first], stream), count):
+    stream = itertools.chain([first], stream)
+    chunks: Iterator[list[np.ndarray]]
+    if counts is None:
+        count = max(1, min(CHUNK_MAX_BATCHES, CHUNK_BYTES // max(1, len(first) * row_bytes)))
+        chunks = chunked(stream, count)
+    else:
+        chunks = itertools.takewhile(bool, (list(itertools.islice(stream, n)) for n in counts))
+    for chunk in chunks:
         flat = chunk[0] if len(chunk) == 1 else np.concatenate(chunk)
         yield [len(idx) for idx in chunk], [g(flat) for g in gathers]
 
@@ -134,14 +143,16 @@ def split_chunks(
     wrap: Callable[[list[np.ndarray]], _T],
     split: Callable[[_T, list[int]], Iterable[Any]],
     gather: Callable[[np.ndarray], Callable[[np.ndarray], np.ndarray]] = row_gather,
+    counts: Iterable[int] | None = None,
 ) -> Iterator[Any]:
     """The batches of ``host_chunks``: each chunk wrapped once, then split into batches.
 
     ``wrap`` turns a chunk's gathered rows (one array per view) into the
     framework's arrays in one go; ``split(arrays, sizes)`` cuts them into one
     sequence of leaves per batch (a list or a tuple: the backend's batches). A
-    chunk of one batch is yielded as wrapped. ``gather`` as in ``host_chunks``.
-    Python runs once per chunk; ``chain`` steps through each chunk's batches in C.
+    chunk of one batch is yielded as wrapped. ``gather`` and ``counts`` as in
+    ``host_chunks``. Python runs once per chunk; ``chain`` steps through each
+    chunk's batches in C.
     """
 
     def batches_of(chunk: tuple[list[int], list[np.ndarray]]) -> Iterable[Any]:
@@ -149,7 +160,8 @@ def split_chunks(
         wrapped = wrap(rows)
         return (wrapped,) if len(sizes) == 1 else split(wrapped, sizes)
 
-    return itertools.chain.from_iterable(map(batches_of, host_chunks(views, batches, gather)))
+    chunks = host_chunks(views, batches, gather, counts)
+    return itertools.chain.from_iterable(map(batches_of, chunks))
 
 
 def chunked(items: Iterable[np.ndarray], size: int) -> Iterator[list[np.ndarray]]:

@@ -17,8 +17,10 @@ import numpy as np
 
 from looptoolkit._dtypes import as_numpy_dtype
 from looptoolkit._target import Target
+from looptoolkit.adapters import _jax_blocks
 from looptoolkit.adapters._host import aligned_gather, chunked, split_chunks
-from looptoolkit.adapters._protocol import BackendBase
+from looptoolkit.adapters._jax_blocks import JaxBlockStager, split, stageable
+from looptoolkit.adapters._protocol import BackendBase, Stager
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
@@ -42,14 +44,6 @@ def _take_chunk(
     # program: one dispatch and one index transfer for all of them.
     rows = [jnp.take(leaf, idx, axis=0, mode="fill") for leaf in leaves]
     return [[r[j * size : (j + 1) * size] for r in rows] for j in range(count)]
-
-
-@partial(jax.jit, static_argnums=(1,))
-def _split(leaves: list[jax.Array], sizes: tuple[int, ...]) -> list[list[jax.Array]]:
-    # One dispatch cuts a chunk of batches into its batches (one program per
-    # distinct tuple of sizes: a full chunk, and the epoch's last one).
-    starts = np.cumsum((0, *sizes[:-1]))
-    return [[leaf[s : s + n] for leaf in leaves] for s, n in zip(starts, sizes, strict=True)]
 
 
 def _take_on_device(
@@ -183,11 +177,30 @@ class JaxBackend(BackendBase):
                 views,
                 batches,
                 lambda rows: jax.device_put(rows, device),
-                lambda arrays, sizes: _split(arrays, tuple(sizes)),
+                lambda arrays, sizes: split(arrays, tuple(sizes)),
                 aligned_gather,
             )
             return
         yield from _take_on_device(leaves, batches, device)
+
+    def stager(
+        self, leaves: Sequence[Any], batch_size: int, target: Target, slots: int
+    ) -> Stager | None:
+        """Block uploads (``_jax_blocks``) of host leaves to one JAX device.
+
+        None (each batch gathered, then moved by one ``device_put``) for a
+        ``Sharding`` target, where no leaf is on the host (or of a dtype JAX
+        holds), and where ``_jax_blocks.BLOCK_BYTES`` is 0.
+        """
+        if target.home != "jax" or _jax_blocks.BLOCK_BYTES <= 0:
+            return None
+        device = resolve_device(target)
+        if not isinstance(device, jax.Device):  # a Sharding: batches moved one at a time
+            return None
+        views = [(i, v) for i, v in enumerate(map(stageable, leaves)) if v is not None]
+        if not views:
+            return None
+        return JaxBlockStager(views, batch_size, device)
 
     def move(
         self,
