@@ -142,7 +142,15 @@ def test_a_sequential_epoch_reads_into_few_new_arrays(fine, arrays, mode, monkey
     x = [leaf.path for leaf in cache.leaves].index("data['x']")
     assert cache.chunks_read[x] == -(-ROWS // 64)
     assert cache.reads >= 15 * len(cache.leaves)
-    assert cache.allocated[x] <= cache.reads // len(cache.leaves) // 2
+    per_leaf = cache.reads // len(cache.leaves)
+    if mode == "inline":
+        assert cache.allocated[x] <= per_leaf // 2
+    else:
+        # In the reading thread a span is free for reuse only once the loop has dropped its
+        # batch, and how far the thread runs ahead depends on the scheduler (on a loaded
+        # machine it took 16 new arrays of 29 reads, where an idle one takes a few): the
+        # bound that holds whatever the timing is that reads reuse arrays at all.
+        assert cache.allocated[x] < per_leaf
     # Spare arrays free to reuse are kept within the budget and one per leaf beyond it
     # (checked in the loop's thread: in a background thread, the loop frees more of them
     # as it goes), and go with the pass.
