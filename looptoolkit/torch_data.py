@@ -13,6 +13,7 @@ This module imports torch; ``looptoolkit`` loads it on first use of
 
 from __future__ import annotations
 
+import multiprocessing
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -254,9 +255,16 @@ class _Pass:
 
     def close(self) -> None:
         """End the pass (workers of a non-persistent DataLoader shut down with their iterator)."""
-        self._it = None
+        it, self._it = self._it, None
         if self._total < 0:
             self._total = 0
+        if it is not None and _exit_through_interpreter(self._loader):
+            _drain(it)
+
+    def __del__(self) -> None:
+        # A pass dropped before its end (a look-ahead, a `break`) ends as `close()` does.
+        if self._it is not None:
+            self.close()
 
     def running(self) -> tuple[int, int, int, bool] | None:
         """``(epoch, offset reached, token, finished)`` while bound and not closed."""
@@ -265,6 +273,57 @@ class _Pass:
         order = self._loader._sampler.order
         offset = self._offset + self._delivered * order.batch_size * order.world_size
         return self._epoch, offset, self._token, self._delivered >= self._total
+
+
+def _exit_through_interpreter(loader: torch.utils.data.DataLoader[Any]) -> bool:
+    """Whether ``loader``'s worker processes are spawned (they end as an interpreter exits)."""
+    if loader.num_workers == 0 or loader.persistent_workers:
+        return False
+    context = loader.multiprocessing_context
+    if context is not None:
+        return context.get_start_method() == "spawn"
+    # The default start method, the first listed, unless one was set.
+    method = multiprocessing.get_start_method(allow_none=True)
+    return (method or multiprocessing.get_all_start_methods()[0]) == "spawn"
+
+
+def _drain(it: Any) -> None:
+    """Receive the batches a multi-process iterator's workers were asked for, then stop them.
+
+    torch stops the workers of an iterator dropped before its end at once: each skips
+    the batches still queued for it, but one it has put on its result queue may still
+    be pickled there by the queue's feeder thread (a batch's tensors moved to shared
+    memory, in C++) as the worker exits. A spawned worker exits through the
+    interpreter's finalisation (fork and forkserver ones through ``os._exit``), which
+    ends that daemon thread where it next takes the GIL, inside C++ code: the worker
+    aborts ("terminate called without an active exception") and torch raises
+    "DataLoader worker ... is killed by signal: Aborted" in the iterator's ``__del__``.
+    Received here first, no batch is in flight when the workers are told to stop: a
+    stop waits for the batches already asked for (``prefetch_factor`` per worker), not
+    only the one being read.
+    """
+    iterator = torch.utils.data.dataloader._MultiProcessingDataLoaderIter
+    if (
+        not isinstance(it, iterator)
+        or it._shutdown
+        or torch.utils.data._utils.python_exit_status is not False  # torch's own exit path
+    ):
+        return
+    it._sampler_iter = iter(())  # no more batches asked for
+    try:
+        while True:
+            received = it._rcvd_idx
+            try:
+                it._next_data()  # the last one shuts the workers down
+            except StopIteration:
+                return
+            except Exception:
+                # A batch that failed in its worker is received too; any other
+                # failure (a worker gone, a timeout) is left to torch's shutdown.
+                if it._rcvd_idx == received:
+                    return
+    finally:
+        it._shutdown_workers()  # done already, unless a failure ended the receiving
 
 
 class EpochDataLoader(torch.utils.data.DataLoader[Any]):

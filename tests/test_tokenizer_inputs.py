@@ -100,6 +100,10 @@ def test_a_hundred_thousand_documents_are_read_in_one_vectorised_pass():
 
     rng = np.random.default_rng(0)
     docs = [list(range(int(n))) for n in rng.integers(1, 33, 100_000)]
+    # The first read of token lists in a process also imports and sets up (0.7 s here),
+    # which made the pass timed below take 1.3 s cold against 0.6 s warm: done first,
+    # so that only the pass is timed and a loaded machine keeps it under the bound.
+    lt.Loader({"input_ids": docs[:100]}, 32)
     start = time.perf_counter()
     loader = lt.Loader({"input_ids": docs}, 32)
     assert time.perf_counter() - start < 2.0  # a loop per token took about 1.5 s here
