@@ -23,7 +23,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from test_torch_streams import FakeCuda, FakeEvent  # noqa: E402
+from test_torch_streams import FakeCuda, FakeEvent, install  # noqa: E402
 
 from looptoolkit import Loader  # noqa: E402
 from looptoolkit.adapters import _torch_blocks, _torch_cuda  # noqa: E402
@@ -120,19 +120,7 @@ class BlockCuda(FakeCuda):
 @pytest.fixture
 def cuda(monkeypatch: pytest.MonkeyPatch) -> BlockCuda:
     fake = BlockCuda()
-    for name in (
-        "is_available",
-        "device_count",
-        "current_device",
-        "set_device",
-        "device",
-        "current_stream",
-        "stream",
-        "Stream",
-        "Event",
-    ):
-        monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
-    monkeypatch.setattr(_torch_cuda, "_side_streams", {})
+    install(monkeypatch, fake)
     monkeypatch.setattr(
         _torch_cuda, "pinned_empty", lambda shape, dtype: torch.empty(shape, dtype=dtype)
     )

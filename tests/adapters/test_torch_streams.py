@@ -135,10 +135,8 @@ class FakeCuda:
         return FakeEvent(self, blocking)
 
 
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> FakeCuda:
-    """torch.cuda faked; the torch backend's move copies on the host and logs where it went."""
-    cuda = FakeCuda()
+def install(monkeypatch: pytest.MonkeyPatch, cuda: FakeCuda) -> None:
+    """Put ``cuda`` in place of the parts of ``torch.cuda`` the staged uploads call."""
     for name in (
         "is_available",
         "device_count",
@@ -152,6 +150,13 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeCuda:
     ):
         monkeypatch.setattr(torch.cuda, name, getattr(cuda, name))
     monkeypatch.setattr(_torch_cuda, "_side_streams", {})
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeCuda:
+    """torch.cuda faked; the torch backend's move copies on the host and logs where it went."""
+    cuda = FakeCuda()
+    install(monkeypatch, cuda)
     # The side stream for every batch: the rules below are its rules. Small batches made in
     # the loop's thread copy on the loop's stream instead (the `direct` tests at the end).
     monkeypatch.setattr(_torch_cuda, "DIRECT_MAX_BYTES", -1)
