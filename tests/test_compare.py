@@ -228,7 +228,11 @@ def test_quick_run_reports_step_and_targets(quick_run):
     measured = [v for v in run.verdicts if v.value is not None]
     assert measured and {v.status for v in measured} == {"not judged at --quick"}
     assert "not judged at --quick" in "\n".join(compare_report.summary(run))
-    assert run.extras["accelerator_only"] == ["loader-torch-res", "torch-res-gather"]
+    assert run.extras["accelerator_only"] == [
+        "loader-torch-res",
+        "torch-res-gather",
+        "dl-tensordataset",
+    ]
 
 
 def test_markdown_and_screen_tables_re_render_from_the_json(quick_run):
@@ -422,7 +426,8 @@ def test_targets_set_synthetic_timings_against_their_bounds():
 def test_gpu_targets_and_missing_variants():
     values = {
         BASELINE: 1.0,
-        "dl-getitems": 20.0,
+        "dl-getitems": 5.0,  # beside it, not its measure any more
+        "dl-tensordataset": 20.0,
         "loader-torch-res": 1.0,
         "torch-res-gather": 0.5,
         "wait:loader-torch": 0.01,

@@ -47,7 +47,7 @@ loader-torch | compare | Loader, torch data, over its floor (take + torch.from_n
 loader-torch-hand | compare | Loader, torch data, vs torch's randperm + index_select loop | loader-torch / torch-index-select <= 1.0 |
 loader-jax | compare | Loader, JAX data, over its floor (the chunked hand loop) | loader-jax / floor-jax <= 1.05 |
 loader-tf | compare | Loader, tf data, over its floor (the chunked hand loop) | loader-tf / floor-tf <= 1.05 |
-gpu-resident-vs-dataloader | compare | device-resident Loader: batches/s over DataLoader + __getitems__ | dl-getitems / loader-torch-res >= 10 |
+gpu-resident-vs-dataloader | compare | device-resident Loader: batches/s over DataLoader(TensorDataset, pin_memory) + .to(device) | dl-tensordataset / loader-torch-res >= 10 |
 gpu-resident-vs-gather | compare | device-resident Loader over the bare on-device gather | loader-torch-res / torch-res-gather <= 1.5 |
 gpu-prefetch-overlap | compare | prefetch: data wait per step over the step (loader-torch, step section) | wait:loader-torch / step:loader-torch < 0.05 |
 tokens-pad | compare | tokens: Loader, 32 documents padded (full shuffle), over the faster hand loop | loader-pad / floor:loader-pad <= 1.1 |

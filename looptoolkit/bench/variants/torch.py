@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch.nn.utils.rnn import pad_sequence
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from looptoolkit import Loader, tree
 from looptoolkit._rows import Rows
@@ -105,6 +105,29 @@ def floor_loop(data: Any, batch_size: int, *, seed: int = 0, device: Any = None)
     """
     wrap = each(torch.from_numpy) if device is None else _to(device)
     return numpy_manual(data, batch_size, seed=seed, wrap=wrap)
+
+
+def tensordataset_dataloader(
+    data: Any, batch_size: int, *, seed: int = 0, device: Any = None
+) -> EpochPipeline:
+    """What a device-resident Loader replaces: a ``DataLoader`` of a ``TensorDataset``.
+
+    ``shuffle=True``, ``pin_memory=True`` on CUDA, and each batch's tensors then
+    ``.to(device, non_blocking=True)``.
+    """
+    tensors, spec = _tensors(data)
+    pin = device is not None and torch.device(device).type == "cuda"
+    generator = torch.Generator().manual_seed(seed)
+    loader = DataLoader(
+        TensorDataset(*tensors), batch_size, shuffle=True, pin_memory=pin, generator=generator
+    )
+    move: Callable[[list[Any]], list[Any]] = (lambda ts: ts) if device is None else _to(device)
+
+    def epoch_fn(epoch: int) -> Iterator[Any]:
+        for batch in loader:
+            yield tree.unflatten(spec, move(list(batch)))
+
+    return EpochPipeline(epoch_fn, len(loader), name="tensordataset")
 
 
 def resident_gather(data: Any, batch_size: int, *, order: Any, device: Any = None) -> EpochPipeline:
@@ -212,6 +235,8 @@ LABELS = {
     "dl-getitems-arrays": "make_dataloader: GetItemsDataset + batches of index arrays",
     "loader-torch": "Loader on torch data (on a GPU: pinned, non-blocking copies)",
     "loader-torch-res": "Loader, data resident on the GPU",
+    "dl-tensordataset": "DataLoader(TensorDataset, shuffle=True, pin_memory=True) + .to(device): "
+    "what a resident Loader replaces",
     "torch-res-gather": "bare on-device index_select (the GPU reference)",
     "dl-pad-sequence": "DataLoader(shuffle=True) of tensor views, collate: pad_sequence + mask",
     "hf-pad": "DataLoader of {'input_ids': list} + HF DataCollatorWithPadding",
@@ -245,6 +270,12 @@ VARIANTS = (
         floor="torch-res-gather",
     ),
     _v("torch-res-gather", loop(resident_gather, order=True, device_of=NAME), accelerator=True),
+    _v(
+        "dl-tensordataset",
+        loop(tensordataset_dataloader, host=True, device_of=NAME),
+        accelerator=True,
+        slow=True,
+    ),
     *(
         tokens.on_tokens(_v(name, loop(documents_dataloader, host=True, collate=how), **kw), b)
         for name, how, b, kw in (
