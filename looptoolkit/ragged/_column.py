@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import collections
 import itertools
-import mmap
 import operator
 from collections.abc import Sequence
 from typing import Any
@@ -23,6 +22,7 @@ import numpy as np
 import optree
 
 from looptoolkit import tree as _tree
+from looptoolkit._mapped import mapping_of
 from looptoolkit.adapters import backend_of, get_backend
 from looptoolkit.ragged._stored import StoredValues
 from looptoolkit.stores import StoreArray, is_store_type
@@ -86,7 +86,7 @@ class Ragged:
                 f"`offsets` must start at 0 and end at len(values) ({total}), got "
                 f"{int(offsets[0])} and {int(offsets[-1])}."
             )
-        mapped = _is_mapped(offsets)
+        mapped = mapping_of(offsets) is not None
         if offsets.dtype == np.uint64 and mapped:
             # Read in place as int64: a value past 2**63 (never an offset up to `total`)
             # reads as negative, and the rows' checks below refuse it.
@@ -218,16 +218,6 @@ class Ragged:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (Ragged, (self.values, self.offsets))
-
-
-def _is_mapped(x: np.ndarray) -> bool:
-    """Whether ``x`` is a view of a memory-mapped file (``np.memmap``, ``np.load(mmap_mode=)``)."""
-    base: Any = x
-    while base is not None:
-        if isinstance(base, np.memmap | mmap.mmap):
-            return True
-        base = getattr(base, "base", None)
-    return False
 
 
 # Offsets checked and differenced this many at a time: 32 MiB of int64 a block.
