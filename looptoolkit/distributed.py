@@ -2,16 +2,16 @@
 
 This module sits beside the data flow rather than in it. Under
 ``torch.distributed`` the [`Loader`][looptoolkit.Loader] needs nothing from here: it
-reads rank and world size from the process group and [`looptoolkit.order`][looptoolkit.order]
-gives each rank its share of the epoch. Under multi-process JAX each process
-runs a Loader over its share of every global batch (``rank`` = process index,
-``world_size`` = process count) and [`global_batch`][looptoolkit.distributed.global_batch] assembles
-the process-local batches into one ``jax.Array`` per leaf, sharded over the mesh,
-without any process touching another's rows.
+reads rank and world size from the process group and
+[`looptoolkit.order`][looptoolkit.order] gives each rank its share of the epoch.
+Under multi-process JAX each process runs a Loader over its share of every global batch (``rank`` =
+process index, ``world_size`` = process count) and
+[`global_batch`][looptoolkit.distributed.global_batch] assembles the process-local batches into one
+``jax.Array`` per leaf, sharded over the mesh, without any process touching another's rows.
 
-The layout, shared with [`looptoolkit.order`][looptoolkit.order] (it is ``DistributedSampler``'s):
-global batch ``i`` is positions ``[i*G, (i+1)*G)`` of the epoch's (padded) global order, and process
-``p`` of ``P`` loads every ``P``-th of them from ``i*G + p`` on
+The layout, shared with [`looptoolkit.order`][looptoolkit.order] (it is
+``DistributedSampler``'s): global batch ``i`` is positions ``[i*G, (i+1)*G)`` of the epoch's
+(padded) global order, and process ``p`` of ``P`` loads every ``P``-th of them from ``i*G + p`` on
 ([`process_positions`][looptoolkit.distributed.process_positions]: positions ``p, p + P, ...`` of
 the global batch). [`global_batch`][looptoolkit.distributed.global_batch] concatenates the
 processes' rows: on a mesh whose devices of process ``p`` hold block ``[p*G/P, (p+1)*G/P)`` of the
@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from looptoolkit import tree as _tree
 from looptoolkit.adapters import backend_of
+from looptoolkit.device import _tree as _tree
 
 __all__ = [
     "drop_padding",
@@ -224,7 +224,7 @@ def global_batch(local_batch: Any, sharding: Any) -> Any:
     """
     import jax
 
-    from looptoolkit.device import TransferError
+    from looptoolkit.device._move import TransferError
 
     leaves, spec = _tree.flatten(local_batch)
     positions: list[int] = []

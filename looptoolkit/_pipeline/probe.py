@@ -12,57 +12,16 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-from looptoolkit import tree as _tree
-from looptoolkit._errors import TransferError
-from looptoolkit._rows import Rows
-from looptoolkit._target import Target
+from looptoolkit._common.errors import TransferError
+from looptoolkit._common.target import Target
+from looptoolkit._rows.rows import Rows
 from looptoolkit.adapters import batch_shards
-from looptoolkit.device import describe_leaf, to_device
-from looptoolkit.order import Order
+from looptoolkit.device import _tree as _tree
+from looptoolkit.device._move import describe_leaf, to_device
+from looptoolkit.order._checks import check_shards
+from looptoolkit.order._order import Order
 
-__all__ = ["check_not_empty", "check_shards", "probe", "resident"]
-
-
-def check_not_empty(order: Order) -> None:
-    """Refuse an order whose epochs hold no batch (``drop_last`` with too few rows).
-
-    Raises:
-        ValueError: with ``drop_last``, this shard has fewer rows than ``batch_size``.
-    """
-    if len(order) == 0:
-        rows = order.per_rank()
-        if rows == 0 and not order.pad_shards:
-            raise ValueError(
-                f"rank {order.rank} of {order.world_size} gets no rows: the epoch has "
-                f"{order.length} and `pad_shards=False` does not pad it."
-            )
-        shard = f"the {rows} rows of this shard" if order.world_size > 1 else f"the {rows} rows"
-        raise ValueError(
-            f"`batch_size` {order.batch_size} is larger than {shard}, so `drop_last=True` "
-            f"drops every batch; pass a `batch_size` of at most {rows}, or `drop_last=False`."
-        )
-
-
-def check_shards(order: Order, shards: int, offset: int = 0) -> None:
-    """Refuse batches that a sharding of ``shards`` devices cannot split evenly.
-
-    Raises:
-        ValueError: ``batch_size``, or the last batch of an epoch started (or
-            resumed) at ``offset``, is no multiple of ``shards``.
-    """
-    b = order.batch_size
-    if b % shards:
-        raise ValueError(
-            f"`batch_size` must be a multiple of the {shards} shards of `device`'s batch "
-            f"axis, got {b}."
-        )
-    last = order.last_batch_size(offset)
-    if last % shards:
-        where = f"resumed at offset {offset} " if offset else ""
-        raise ValueError(
-            f"the last batch of an epoch {where}has {last} rows, which do not split over the "
-            f"{shards} shards of `device`'s batch axis; pass `drop_last=True`."
-        )
+__all__ = ["probe", "resident"]
 
 
 def _as_data_error(error: TransferError, rows: Rows, moved: list[Any]) -> TransferError:
@@ -90,7 +49,7 @@ def probe(
 
     Returns:
         The shards of ``target``'s batch axis (1 unless it is a sharding), for
-        [`check_shards`][looptoolkit._probe.check_shards] of a resumed epoch; and
+        [`check_shards`][looptoolkit.order._checks.check_shards] of a resumed epoch; and
         whether the move kept every leaf and container as it was (host arrays
         to ``"cpu"``, no cast): then a batch's move is a no-op the Loader skips.
 

@@ -1,8 +1,8 @@
 """Device transfer: ``to_device`` moves every array leaf of a pytree to a device.
 
 Step after the gather: it takes a batch (any nesting of containers, see
-[`looptoolkit.tree`][looptoolkit.tree]), sends each framework's leaves to that framework's
-backend in one call (so a backend can pack many small leaves into one copy, or
+[`looptoolkit.tree`][looptoolkit.tree]), sends each framework's leaves to that
+framework's backend in one call (so a backend can pack many small leaves into one copy, or
 put a whole list with one ``jax.device_put``), and rebuilds the same containers
 around the moved leaves. The Loader's prefetch queue receives the result.
 
@@ -18,10 +18,9 @@ import io
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
-from looptoolkit import tree as _tree
-from looptoolkit._dtypes import DtypePolicy, cast_before_copy, dtype_name
-from looptoolkit._errors import TransferError
-from looptoolkit._target import Target, parse_device_string
+from looptoolkit._common.dtypes import DtypePolicy, cast_before_copy, dtype_name
+from looptoolkit._common.errors import TransferError
+from looptoolkit._common.target import Target, parse_device_string
 from looptoolkit.adapters import (
     DEVICE_HOMES,
     Backend,
@@ -30,6 +29,7 @@ from looptoolkit.adapters import (
     native_target,
     object_backend,
 )
+from looptoolkit.device import _tree as _tree
 
 __all__ = [
     "Target",
@@ -51,7 +51,7 @@ def parse_device(device: Any) -> Target:
         device: what the caller passed as ``device``.
 
     Returns:
-        The parsed [`Target`][looptoolkit._target.Target].
+        The parsed [`Target`][looptoolkit._common.target.Target].
 
     Raises:
         ValueError: an unknown device string.
