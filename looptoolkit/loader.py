@@ -31,38 +31,25 @@ from __future__ import annotations
 
 import inspect
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from looptoolkit._common.errors import check_int
-from looptoolkit._common.target import Target
-from looptoolkit._inputs.advice import advise_reads
-from looptoolkit._inputs.habits import dataset_data, refuse_dataloader_args
-from looptoolkit._pipeline import probe as _probe
+from looptoolkit._inputs.habits import refuse_dataloader_args
+from looptoolkit._inputs.kinds import rows_of
+from looptoolkit._pipeline.delivery import Delivery
 from looptoolkit._pipeline.iterator import CLOSED as _CLOSED
 from looptoolkit._pipeline.iterator import LoaderIterator
-from looptoolkit._pipeline.stats import LoaderStats, timed
+from looptoolkit._pipeline.stats import LoaderStats
 from looptoolkit._pipeline.stream import (
-    MODES,
-    Plan,
     Progress,
-    Transform,
-    ahead,
-    choose_mode,
-    prefetched,
-    stager_for,
-    with_masks,
 )
-from looptoolkit._rows.rows import Rows
-from looptoolkit._rows.store_reads import loader_order, plan_reads
 from looptoolkit.adapters import process_group
-from looptoolkit.device._move import parse_device
 from looptoolkit.mix import Mix
 from looptoolkit.mix import _loader as _mix
 from looptoolkit.order import _epochs as _epochs
-from looptoolkit.order._checks import check_not_empty, check_shards
+from looptoolkit.order._checks import check_shards
 from looptoolkit.order._epochs import (
     EPOCH_KEY,
     OFFSET_KEY,
@@ -72,12 +59,8 @@ from looptoolkit.order._epochs import (
     position,
     state_of,
 )
-from looptoolkit.order._order import normalize_shuffle, resolve_rank
-from looptoolkit.ragged._column import find_ragged
-from looptoolkit.ragged._loader import ragged_probe
-from looptoolkit.ragged._loader import setup as ragged_setup
+from looptoolkit.order._options import OrderOptions
 from looptoolkit.ragged._options import DEFAULTS as RAGGED_DEFAULTS
-from looptoolkit.ragged._options import check_unused
 from looptoolkit.ragged._options import given as ragged_given
 from looptoolkit.ragged._units import UnitOrder
 
@@ -93,6 +76,17 @@ def _restore(cls: type[Loader], data: Any, args: dict[str, Any], state: dict[str
     _mix.load(loader._order, state, epoch, offset)
     loader._cursor.load(epoch, offset)
     return loader
+
+
+def _given(scope: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The Loader's arguments from its ``__init__``'s locals, and its ragged options.
+
+    The arguments are every one but the data, the ragged options only where given: a
+    Loader's ``repr`` and pickle name what the user said.
+    """
+    args = {k: v for k, v in scope.items() if k not in ("self", "data")}
+    ragged = {k: args.pop(k) for k in RAGGED_DEFAULTS}
+    return {**args, **{k: ragged[k] for k in ragged_given(ragged)}}, ragged
 
 
 # -- the Loader ----------------------------------------------------------------------
@@ -331,142 +325,31 @@ class Loader:
         max_segments: int | None = None,
         long_rows: str = "error",
     ) -> None:
-        # The ragged options by name, as their defaults list them (`looptoolkit.ragged`).
-        arguments = locals()
-        ragged_args = {name: arguments[name] for name in RAGGED_DEFAULTS}
-        self._args = {
-            "batch_size": batch_size,
-            "shuffle": shuffle,
-            "seed": seed,
-            "drop_last": drop_last,
-            "group_size": group_size,
-            "run_size": run_size,
-            "device": device,
-            "prefetch": prefetch,
-            "prefetch_mode": prefetch_mode,
-            "rank": rank,
-            "world_size": world_size,
-            "resident": resident,
-            "dtype": dtype,
-            "non_blocking": non_blocking,
-            "stats": stats,
-            "return_mask": return_mask,
-            "transform": transform,
-            "jit_transform": jit_transform,
-            "weights": weights,
-            "replacement": replacement,
-            "num_samples": num_samples,
-            "indices": indices,
-            "order_fn": order_fn,
-            "pad_shards": pad_shards,
-            "skip_keys": skip_keys,
-            "cache_bytes": cache_bytes,
-            **{k: ragged_args[k] for k in ragged_given(ragged_args)},
-        }
-        normalize_shuffle(shuffle)
-        rank, world_size = resolve_rank(rank, world_size, process_group())
-        prefetch = check_int("prefetch", prefetch, minimum=0)
-        if not isinstance(prefetch_mode, str):
-            raise TypeError(f"`prefetch_mode` must be a str, got {type(prefetch_mode).__name__}.")
-        if prefetch_mode not in MODES:
-            raise ValueError(
-                f"`prefetch_mode` must be one of {', '.join(map(repr, MODES))}, "
-                f"got {prefetch_mode!r}."
-            )
-        if prefetch_mode == "thread" and prefetch == 0:
-            raise ValueError("`prefetch_mode='thread'` needs `prefetch >= 1`, got 0.")
-        if transform is not None and not callable(transform):
-            raise TypeError(f"`transform` must be callable, got {type(transform).__name__}.")
-        if skip_keys is not None and (device is None or resident):
-            raise ValueError(
-                "`skip_keys` needs a `device` and `resident=False`: they are the leaves "
-                "a batch's move leaves where they are."
-            )
-        if device is None:
-            for name, value in (("resident", resident), ("dtype", dtype)):
-                if value is not None and value is not False:
-                    raise ValueError(
-                        f'`{name}` needs a `device` ("cpu" keeps host arrays on the host).'
-                    )
-            if non_blocking is not None:
-                raise ValueError("`non_blocking` needs a `device`.")
-        self._target: Target | None = None if device is None else parse_device(device)
-
-        self._data = data
-        # A mixture is its columns as data, and its order as the order options' `order_fn`.
-        self._mix: Mix | None = data if isinstance(data, Mix) else None
-        order_args = self._args
-        if self._mix is not None:
-            data, order_args = _mix.prepare(self._mix, self._args)
-        data = dataset_data(data)  # a TensorDataset's tensors; another dataset is refused
-        ragged = find_ragged(data)
-        self._ragged = ragged is not None
-        # Rows and Order, or their ragged counterparts (same interfaces: `looptoolkit.ragged`).
-        rows: Any
-        self._order: Any
-        if ragged is None:
-            check_unused(ragged_args, batch_size)
-            rows = Rows(data)
-        else:
-            # The Loader's arguments (`_args`) say the order; rank and world size are resolved.
-            rows, self._order = ragged_setup(ragged, order_args, ragged_args, rank, world_size)
-        # store objects as StoreArrays: what pickles (a mixture pickles as itself)
-        self._expanded = rows.data if self._mix is None else self._mix
-        store = rows.store
-        if store is not None:
-            if resident:
-                raise ValueError(
-                    "`resident=True` puts in-memory data on the device; for a store, read it "
-                    "first (`np.asarray(array)`) or let the Loader read it a batch at a time."
-                )
-        elif cache_bytes is not None:
-            raise ValueError(
-                "`cache_bytes` sizes the chunk cache of store data (zarr, HDF5, Arrow)."
-            )
-        if not self._ragged:
-            assert batch_size is not None  # checked with the ragged options
-            self._order = loader_order(rows.n, batch_size, order_args, rank, world_size, store)
-            check_not_empty(self._order)
-        advise_reads(rows.leaves, self._args, world_size)  # MADV_RANDOM where reads scatter
-        if store is not None:
-            plan_reads(store, self._order, cache_bytes)
+        # What `repr`, pickling and a rebuilt Loader use; the ragged options apart.
+        self._args, ragged_args = _given(locals())
+        orders = OrderOptions.of(self._args, batch_size, rank, world_size, process_group())
+        delivery = Delivery.of(self._args)
+        # 1. What the rows are: one entry for every kind of data, each kind's checks its own.
+        rows = rows_of(data, batch_size, ragged_args, cache_bytes)
+        # 2. Which rows when: the order, built by the rows from the order options.
+        self._order: Any = rows.order(orders)
+        # 3. Where they go: the delivery fitted to the rows (a probe move, or resident rows).
+        self._route = delivery.route(rows, self._order)
+        self._rows, self._plan = self._route.rows, self._route.plan
+        self._mix: Mix | None = getattr(rows, "mix", None)
+        self._ragged = bool(rows.ragged_paths)
+        # What pickles: store objects as StoreArrays; a mixture as itself.
+        self._data, self._expanded = data, rows.data if self._mix is None else self._mix
         # Plain ints, whatever integer type was passed: state_dict() holds them.
         self.batch_size: Any = None if batch_size is None else int(batch_size)
         self.n: int = rows.n
-        self.rank: int = rank
-        self.world_size: int = world_size
-        self.prefetch: int = prefetch
-        self.resident: bool = bool(resident)
+        self.rank, self.world_size = orders.rank, orders.world_size
+        self.prefetch: int = delivery.prefetch
+        self.resident: bool = delivery.resident
         self.device: Any = device
-        self._shards = 1  # of the device's batch axis: what a resumed epoch must split into
-        kept = True  # whether moving a batch keeps it as it is (then it is not moved)
-        if self._target is not None:
-            # The dataset goes to the device once and batches are gathered there;
-            # or a few rows go, to fail here rather than in the middle of an epoch.
-            if resident:
-                rows = _probe.resident(rows, data, self._target, dtype, non_blocking)
-            elif self._ragged:
-                kept = ragged_probe(rows, self._target, dtype, non_blocking, skip_keys)
-            else:
-                self._shards, kept = _probe.probe(
-                    rows, self._target, self._order, dtype, non_blocking, skip_keys
-                )
-        self._rows = rows
-        self._plan = Plan(
-            self._target,
-            dtype,
-            non_blocking,
-            None if transform is None else Transform(transform, bool(jit_transform), skip_keys),
-            move=not kept,
-            skip_keys=skip_keys,
-        )
-        # Where batches are made: "thread" or "inline" (the loop's own thread).
-        self.prefetch_mode: str = choose_mode(prefetch_mode, prefetch, store is not None)
-        if store is not None:  # a span read in the background too, but never in "inline"
-            store.background = self.prefetch_mode == "thread" and prefetch > 0
-        self._stats: LoaderStats | None = LoaderStats(self.prefetch_mode) if stats else None
-        rows.stats = self._stats  # ragged rows count tokens; a staged upload, its blocks
-        self.return_mask = bool(return_mask)
+        self.prefetch_mode: str = self._route.mode  # where batches are made: "thread" or "inline"
+        self._stats: LoaderStats | None = self._route.stats
+        self.return_mask = delivery.return_mask
         # Which epoch the next pass runs (the one rule of every route: `_epochs`),
         # and the pass bound last, which `state_dict` describes while it runs.
         self._cursor = EpochCursor()
@@ -496,27 +379,7 @@ class Loader:
         # Batches are views of blocks of the order, made as the epoch goes: no
         # N-long index array for a grouped or sequential order.
         batches = _mix.counted(iter(schedule), self._order, self._mix, self._stats)
-        source: Iterator[Any]
-        stager = None
-        if self._plan.move and self.prefetch > 0 and not self._ragged:
-            assert self._target is not None
-            stager = stager_for(self._rows, self.batch_size, self._plan, self.prefetch)
-        if self.prefetch_mode == "thread":
-            # A store's reads (decoding releases the GIL) are handed over in blocks.
-            store = self._rows.store
-            block = 1 if self._plan.move or store is None else store.handoff
-            source = prefetched(
-                self._rows, batches, progress, self._plan, self.prefetch, stager, block
-            )
-        else:
-            # Only a move can run asynchronously; a host gather or transform has nothing
-            # to overlap with, so nothing is made ahead of time.
-            depth = self.prefetch if self._plan.move else 0
-            source = ahead(self._rows, batches, progress, self._plan, depth, stager)
-        if self.return_mask:
-            source = with_masks(source, schedule, self.batch_size)
-        if self._stats is not None:
-            source = timed(source, self._stats)
+        source = self._route.stream(batches, schedule, progress, self.batch_size)
         iterator._progress, iterator._token = progress, token
         iterator._source = source if progress.total else _CLOSED
         if not progress.total:  # resumed at the very end of its epoch
@@ -614,8 +477,8 @@ class Loader:
                 offset does not fit this loader.
         """
         epoch, offset = parse_state(self._order, state)
-        if self._shards > 1:
-            check_shards(self._order, self._shards, offset)
+        if self._route.shards > 1:
+            check_shards(self._order, self._route.shards, offset)
         _mix.load(self._order, state, epoch, offset)
         self._cursor.load(epoch, offset)
 

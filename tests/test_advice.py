@@ -17,7 +17,7 @@ import pytest
 
 import looptoolkit as lt
 from looptoolkit import Loader, Ragged
-from looptoolkit._inputs.advice import advise_reads
+from looptoolkit._rows.advice import advise_reads
 from looptoolkit._rows.mapped import advise_random, mapping_of
 
 SMAPS = Path("/proc/self/smaps")

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-import looptoolkit.loader as loader_module
+import looptoolkit._pipeline.delivery as delivery_module
 from looptoolkit import Loader
 from looptoolkit.adapters import BACKENDS, DEVICE_HOMES, BackendBase, _registry, register_backend
 
@@ -95,7 +95,7 @@ def test_staged_and_plain_leaves_merge_into_the_right_batches(monkeypatch, mode)
         made.append(HostStager(rows.leaves, [1, 2], batch_size, depth + 1))
         return made[-1]
 
-    monkeypatch.setattr(loader_module, "stager_for", stager_for)
+    monkeypatch.setattr(delivery_module, "stager_for", stager_for)
 
     def transform(batch: dict[str, Any]) -> dict[str, Any]:
         made[-1].transform_inside.append(bool(getattr(made[-1].inside, "on", False)))
@@ -140,7 +140,7 @@ def test_staged_path_resumes_exactly(monkeypatch, mode):
         made.append(HostStager(rows.leaves, [0], b, depth + 1))
         return made[-1]
 
-    monkeypatch.setattr(loader_module, "stager_for", stager_for)
+    monkeypatch.setattr(delivery_module, "stager_for", stager_for)
     kwargs = {"device": "cpu", "dtype": {np.int64: np.int32}, "prefetch": 3, "prefetch_mode": mode}
     loader = Loader(data, 7, seed=1, **kwargs)
     it = iter(loader)

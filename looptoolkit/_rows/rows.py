@@ -18,11 +18,15 @@ from typing import Any
 import numpy as np
 import optree
 
+from looptoolkit._rows.advice import advise_reads
 from looptoolkit._rows.mapped import MappedFiles
 from looptoolkit._rows.records import find_records, kind_of
-from looptoolkit._rows.store_reads import StoreReads
+from looptoolkit._rows.store_reads import StoreReads, loader_order, plan_reads
 from looptoolkit.adapters import backend_of, is_batched_node
 from looptoolkit.device import _tree as _tree
+from looptoolkit.order._checks import check_not_empty
+from looptoolkit.order._options import OrderOptions
+from looptoolkit.order._order import Order
 from looptoolkit.stores import StoreArray, is_store_type
 from looptoolkit.stores import wrap as wrap_store
 
@@ -81,14 +85,23 @@ class Rows:
     around the gathered leaves. Shared by [`Loader`][looptoolkit.Loader] and
     [`GetItemsDataset`][looptoolkit.GetItemsDataset]; not part of the public API.
 
+    Args:
+        data: the data, a pytree of arrays, memmaps and store objects.
+        cache_bytes: the chunk cache of store leaves read whole chunks at a time (None: the
+            default of [`plan_reads`][looptoolkit._rows.store_reads.plan_reads]).
+
     Raises:
         ValueError: an empty pytree, a 0-d leaf, no rows, leaves of different
-            leading dimensions (both named, with their sizes).
+            leading dimensions (both named, with their sizes); ``cache_bytes`` without a
+            store leaf.
         TypeError: a leaf that is not an array (named by its key path); a list of
             per-sample records (see [`looptoolkit._rows.records`][looptoolkit._rows.records]).
     """
 
-    def __init__(self, data: Any) -> None:
+    # The paths of the leaves read as ragged columns: none here (`looptoolkit.ragged`'s rows).
+    ragged_paths: tuple[str, ...] = ()
+
+    def __init__(self, data: Any, cache_bytes: int | None = None) -> None:
         data = expand_stores(data)
         self.data = data  # as given, with store objects as StoreArrays (picklable)
         leaves, spec = _tree.flatten(data)
@@ -111,6 +124,11 @@ class Rows:
         if stores:
             assert self.chunk_rows is not None
             self.store = StoreReads(stores, self.n, self.chunk_rows)
+        elif cache_bytes is not None:
+            raise ValueError(
+                "`cache_bytes` sizes the chunk cache of store data (zarr, HDF5, Arrow)."
+            )
+        self.cache_bytes = cache_bytes
         for i, leaf in enumerate(leaves):
             backend = self.store if isinstance(leaf, StoreArray) else backend_of(leaf)
             assert backend is not None  # checked above
@@ -125,6 +143,37 @@ class Rows:
         )
         self._batched = (nodes, outer) if any(map(is_batched_node, nodes)) else None
         self._specs: dict[int, optree.PyTreeSpec] = {}
+
+    def order(self, opts: OrderOptions) -> Order:
+        """This data's epoch order: step 2 of a Loader's construction ("which rows when").
+
+        A store's order visits whole chunks (its reads are planned here, with the chunk
+        cache); memory-mapped leaves that the order reads scattered are advised so.
+
+        Raises:
+            ValueError: the order's options do not go together, or an epoch holds no batch.
+        """
+        assert opts.batch_size is not None  # checked with the ragged options
+        order = loader_order(
+            self.n, opts.batch_size, opts.args, opts.rank, opts.world_size, self.store
+        )
+        check_not_empty(order)
+        advise_reads(self.leaves, opts.reads, opts.world_size)  # MADV_RANDOM where reads scatter
+        if self.store is not None:
+            plan_reads(self.store, order, self.cache_bytes)
+        return order
+
+    def check_delivery(self, resident: bool, return_mask: bool) -> None:
+        """Refuse a delivery these rows do not offer: a store put on the device whole.
+
+        Raises:
+            ValueError: ``resident`` with store leaves.
+        """
+        if resident and self.store is not None:
+            raise ValueError(
+                "`resident=True` puts in-memory data on the device; for a store, read it "
+                "first (`np.asarray(array)`) or let the Loader read it a batch at a time."
+            )
 
     @staticmethod
     def _check(leaves: list[Any], spec: optree.PyTreeSpec) -> int:

@@ -45,6 +45,7 @@ import numpy as np
 from looptoolkit._common.background import Stopped, stopping
 from looptoolkit._rows.chunk_cache import ChunkCache, _consecutive
 from looptoolkit.adapters import gather_rows
+from looptoolkit.order._options import ORDER_ARGS
 from looptoolkit.order._order import DEFAULT_GROUP_SIZE, Order, normalize_shuffle
 from looptoolkit.order._sources import chunk_shards
 from looptoolkit.stores import StoreArray
@@ -445,12 +446,6 @@ def plan_reads(store: StoreReads, order: Any, cache_bytes: int | None) -> None:
         store.handoff = max(store.block, (group + ahead) // order.batch_size)
         if order.world_size == 1:  # consecutive rows: a block is views of the spans read
             store.block = store.handoff
-
-
-ORDER_ARGS = (
-    "shuffle", "seed", "group_size", "run_size", "drop_last", "weights", "replacement",
-    "num_samples", "indices", "order_fn", "pad_shards",
-)  # fmt: skip
 
 
 def loader_order(

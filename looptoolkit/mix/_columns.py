@@ -11,7 +11,7 @@ each row to its source.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -43,6 +43,11 @@ class Concatenated(StoreArray):
         self.shape = (int(self.bases[-1]), *tuple(first.shape[1:]))
         self.dtype = np.dtype(first.dtype)
         self.chunk_rows = None
+
+    def arrays_read(self, pitch: float | None, offsets: bool) -> Iterator[tuple[Any, float | None]]:
+        """The sources' parts, read in place (read advice)."""
+        for part in self.parts:
+            yield part, pitch
 
     def _read_part(self, s: int, rows: np.ndarray) -> np.ndarray:
         part = self.parts[s]

@@ -20,11 +20,13 @@ from looptoolkit._rows.rows import chunk_unit
 from looptoolkit.device import _tree as _tree
 from looptoolkit.mix._mix import Mix
 from looptoolkit.order._epochs import MIX_KEY
+from looptoolkit.order._options import OrderOptions
 from looptoolkit.order._order import normalize_shuffle
 from looptoolkit.ragged._column import Ragged
+from looptoolkit.ragged._loader import rows_of as ragged_rows_of
 from looptoolkit.stores import StoreArray
 
-__all__ = ["counted", "load", "mixed_order", "prepare"]
+__all__ = ["MixedRows", "counted", "load", "mixed_order", "prepare", "rows_of"]
 
 
 # Options that choose rows of the whole data: a mixture's sources choose their own.
@@ -36,12 +38,34 @@ def _chunk_rows(data: Any) -> int | None:
     return chunk_unit(stores) if stores else None
 
 
+def _refuse_per_source(args: dict[str, Any]) -> None:
+    for name in (*_PER_SOURCE, "replacement"):
+        value = args.get(name)
+        if value is not None and value is not False:
+            raise ValueError(
+                f"`{name}` chooses rows of the whole data; a Mix draws from its sources by "
+                "their weights: subset or weight a source before mixing it."
+            )
+
+
+def _mixed(mix: Mix, args: dict[str, Any]) -> Any:
+    """The mixed order of ``mix`` under a route's order options (an ``order_fn``)."""
+    _refuse_per_source(args)
+    return mix.order(
+        shuffle=normalize_shuffle(args.get("shuffle", True)),
+        group_size=args.get("group_size"),
+        run_size=args.get("run_size", 1),
+        seed=args.get("seed", 0),
+        chunk_rows=_chunk_rows,
+    )
+
+
 def prepare(mix: Mix, args: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """The data and the order options a route uses for ``mix``.
 
     Args:
         mix: the mixture.
-        args: the route's order options by name (the Loader's ``_args``).
+        args: the route's order options by name.
 
     Returns:
         ``(columns, args)``: the mixture's columns, and ``args`` with the mixed order as
@@ -51,22 +75,49 @@ def prepare(mix: Mix, args: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         ValueError: an option that chooses rows of the whole data (``weights``,
             ``indices``, ``order_fn``, ``num_samples``, ``replacement``).
     """
-    for name in (*_PER_SOURCE, "replacement"):
-        value = args.get(name)
-        if value is not None and value is not False:
-            raise ValueError(
-                f"`{name}` chooses rows of the whole data; a Mix draws from its sources by "
-                "their weights: subset or weight a source before mixing it."
-            )
-    shuffle = normalize_shuffle(args.get("shuffle", True))
-    mixed = mix.order(
-        shuffle=shuffle,
-        group_size=args.get("group_size"),
-        run_size=args.get("run_size", 1),
-        seed=args.get("seed", 0),
-        chunk_rows=_chunk_rows,
-    )
-    return mix.columns, {**args, "order_fn": mixed}
+    return mix.columns, {**args, "order_fn": _mixed(mix, args)}
+
+
+class MixedRows:
+    """The rows of a [`Mix`][looptoolkit.Mix]: its columns' rows, in the mixed order.
+
+    Everything but the order is the columns' rows' (rectangular or ragged), which this
+    object stands for; [`order`][looptoolkit.mix._loader.MixedRows.order] gives them the
+    mixed order as their ``order_fn``.
+
+    Args:
+        mix: the mixture.
+        rows: the rows of its columns.
+    """
+
+    def __init__(self, mix: Mix, rows: Any) -> None:
+        self.mix = mix
+        self.rows = rows
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("mix", "rows"):  # not set yet (unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.rows, name)
+
+    def order(self, opts: OrderOptions) -> Any:
+        """The columns' order with the mixed order as its ``order_fn``.
+
+        Raises:
+            ValueError: an option that chooses rows of the whole data (``weights``,
+                ``indices``, ``order_fn``, ``num_samples``, ``replacement``).
+        """
+        return self.rows.order(opts.with_order_fn(_mixed(self.mix, opts.args)))
+
+
+def rows_of(data: Any, batch_size: Any, ragged_args: dict[str, Any], cache_bytes: Any) -> Any:
+    """What the rows of ``data`` are, a mixture or not (step 1, below the data's entry).
+
+    A [`Mix`][looptoolkit.Mix] is [`MixedRows`][looptoolkit.mix._loader.MixedRows] over its
+    columns' rows; other data goes on to [`looptoolkit.ragged`][looptoolkit.ragged]'s.
+    """
+    if not isinstance(data, Mix):
+        return ragged_rows_of(data, batch_size, ragged_args, cache_bytes)
+    return MixedRows(data, ragged_rows_of(data.columns, batch_size, ragged_args, cache_bytes))
 
 
 def mixed_order(order: Any) -> Any:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import collections
 import itertools
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -148,6 +148,21 @@ class Ragged:
 
             return cls(from_host(backend.name, values, rows[0]), offsets)
         return cls(values, offsets)
+
+    def arrays_read(self, pitch: float | None, offsets: bool) -> Iterator[tuple[Any, float | None]]:
+        """The arrays a batch reads, each with the bytes of one document in it (read advice).
+
+        The values, when they are host arrays or stored values (a framework's tensor maps no
+        file), and the offsets unless ``offsets`` is False.
+        """
+        values = self.values
+        if isinstance(values, np.ndarray | StoredValues):
+            nbytes = getattr(values, "nbytes", None)
+            if nbytes is None:
+                nbytes = int(np.prod(values.shape)) * np.dtype(values.dtype).itemsize
+            yield values, nbytes / max(1, len(self))
+        if offsets:
+            yield self.offsets, None
 
     @property
     def lengths(self) -> np.ndarray:

@@ -21,24 +21,26 @@ from typing import Any
 import numpy as np
 import optree
 
+from looptoolkit._rows.advice import advise_reads
 from looptoolkit._rows.mapped import MappedFiles
 from looptoolkit._rows.rows import Rows
 from looptoolkit._rows.store_reads import loader_order
 from looptoolkit.adapters._wrap import from_host
 from looptoolkit.device import _tree as _tree
 from looptoolkit.order._checks import check_not_empty
+from looptoolkit.order._options import ORDER_ARGS, OrderOptions
 from looptoolkit.order._order import Order
-from looptoolkit.ragged._column import Ragged
+from looptoolkit.ragged._column import Ragged, find_ragged
 from looptoolkit.ragged._layouts import (
     flat_batch,
     packed_batches,
     pad_batch,
     padded_length,
 )
-from looptoolkit.ragged._options import Options, options
-from looptoolkit.ragged._units import Block, Pieces, UnitOrder
+from looptoolkit.ragged._options import Options, check_unused, options
+from looptoolkit.ragged._units import WINDOWED_MIN_RANKS, Block, Pieces, UnitOrder
 
-__all__ = ["RaggedRows", "ragged_probe", "setup"]
+__all__ = ["RaggedRows", "ragged_probe", "rows_of", "setup"]
 
 
 class RaggedRows:
@@ -271,6 +273,70 @@ class RaggedRows:
             with self._lock:
                 stats.add_tokens(tokens, slots, rows, truncated)
 
+    def order(self, opts: OrderOptions) -> Order | UnitOrder:
+        """The epoch order of these rows: step 2 of a Loader's construction.
+
+        Padded and flat batches of ``batch_size`` rows follow the rectangular
+        [`Order`][looptoolkit.Order] over rows; token budgets, length grouping, packed and
+        fitted rows plan each epoch into whole batches dealt to the ranks in turn
+        ([`UnitOrder`][looptoolkit.ragged._units.UnitOrder]).
+
+        Raises:
+            ValueError: ``pad_shards=False`` with planned batches; an epoch without batches.
+        """
+        args, rank, world_size = opts.args, opts.rank, opts.world_size
+        o = self.opts
+        order: Order | UnitOrder
+        if not o.units:
+            assert o.batch_size is not None
+            order = loader_order(self.n, o.batch_size, args, rank, world_size, None)
+            check_not_empty(order)
+        else:
+            if not args["pad_shards"]:
+                raise ValueError(
+                    "`pad_shards=False` is not offered with planned batches (`batch_tokens`, "
+                    '`group_by_length`, `layout="pack"` or `"fit"`): ranks get whole batches '
+                    "in turn."
+                )
+            # The epoch's order of the rows, on one rank: the plan deals whole batches to the
+            # ranks.
+            docs = loader_order(self.n, 1, {**args, "drop_last": False}, 0, 1, None)
+            order = UnitOrder(
+                self.all_lengths,
+                self.padded,
+                o,
+                docs,
+                rank,
+                world_size,
+                args["drop_last"],
+                self.length_at,
+            )
+            if len(order) == 0:
+                raise ValueError(
+                    f"`drop_last=True` leaves rank {rank} of {world_size} no batch of epoch 0."
+                )
+        # A plan of the whole epoch reads every row's offsets in sequence (read-ahead helps).
+        whole = (
+            o.batch_tokens is not None
+            or o.layout in ("pack", "fit")
+            or (o.group_by_length and world_size < WINDOWED_MIN_RANKS)
+        )
+        advise_reads(self.leaves, opts.reads, world_size, offsets=not whole)
+        return order
+
+    def check_delivery(self, resident: bool, return_mask: bool) -> None:
+        """Refuse what a Loader does not offer with ragged leaves.
+
+        Raises:
+            ValueError: ``resident`` or ``return_mask``.
+        """
+        for name, value in (("resident", resident), ("return_mask", return_mask)):
+            if value:
+                raise ValueError(
+                    f"`{name}` is not offered with ragged leaves (batches are laid out on the "
+                    "host, then moved by `device=`)."
+                )
+
     def first_rows(self, k: int) -> Any:
         """A batch of the first ``k`` rows in the Loader's layout (the construction probe)."""
         idx = np.arange(min(k, self.n), dtype=np.int64)
@@ -322,23 +388,53 @@ def ragged_probe(
     return spec == given_spec and all(a is b for a, b in zip(out, given, strict=True))
 
 
+def rows_of(data: Any, batch_size: Any, ragged_args: dict[str, Any], cache_bytes: Any) -> Any:
+    """What the rows of ``data`` are when it may hold ragged columns (step 1, below a mixture).
+
+    Ragged inputs (lists of token lists, object arrays, Arrow list columns, jagged tensors...)
+    become [`Ragged`][looptoolkit.Ragged] leaves and the data a
+    [`RaggedRows`][looptoolkit.ragged._loader.RaggedRows] laid out by the ragged options; data
+    without any is rectangular [`Rows`][looptoolkit._rows.rows.Rows].
+
+    Args:
+        data: the data.
+        batch_size: rows per batch (None with ``batch_tokens``).
+        ragged_args: the ragged options by name.
+        cache_bytes: the chunk cache of store leaves (rectangular data only).
+
+    Raises:
+        ValueError: ragged options without ragged leaves, a missing ``batch_size``,
+            ``cache_bytes`` with ragged leaves, and the errors of the options and the rows.
+    """
+    ragged = find_ragged(data)
+    if ragged is None:
+        check_unused(ragged_args, batch_size)
+        return Rows(data, cache_bytes)
+    if cache_bytes is not None:
+        raise ValueError(
+            "`cache_bytes` is not offered with ragged leaves (batches are laid out on the host, "
+            "then moved by `device=`)."
+        )
+    return RaggedRows(ragged, options(batch_size, **ragged_args))
+
+
 def setup(
     data: Any, args: dict[str, Any], ragged_args: dict[str, Any], rank: int, world_size: int
 ) -> tuple[RaggedRows, Order | UnitOrder]:
-    """The rows and the epoch order of ``data`` with ragged leaves.
+    """The rows and the epoch order of ``data`` with ragged leaves (``make_dataloader``'s route).
 
     Args:
         data: the data, its ragged inputs as [`Ragged`][looptoolkit.Ragged] leaves.
-        args: the Loader's arguments (``batch_size``, the order's options, ...).
+        args: the route's arguments (``batch_size``, the order's options, ...).
         ragged_args: the ragged options.
         rank: this process's rank, resolved.
         world_size: the number of ranks, resolved.
 
     Raises:
-        ValueError: as [`options`][looptoolkit.ragged._options.options] and
-            [`RaggedRows`][looptoolkit.ragged._loader.RaggedRows]; ``pad_shards=False`` with
-            planned batches; an epoch without batches; a Loader option the ragged path does
-            not offer (``resident``, ``return_mask``, ``cache_bytes``).
+        ValueError: as [`options`][looptoolkit.ragged._options.options],
+            [`RaggedRows`][looptoolkit.ragged._loader.RaggedRows] and its
+            [`order`][looptoolkit.ragged._loader.RaggedRows.order]; a Loader option the
+            ragged path does not offer (``resident``, ``return_mask``, ``cache_bytes``).
     """
     for name in ("resident", "return_mask", "cache_bytes"):
         value = args[name]
@@ -347,32 +443,7 @@ def setup(
                 f"`{name}` is not offered with ragged leaves (batches are laid out on the host, "
                 "then moved by `device=`)."
             )
-    opts = options(args["batch_size"], **ragged_args)
-    rows = RaggedRows(data, opts)
-    if not opts.units:
-        assert opts.batch_size is not None
-        order = loader_order(rows.n, opts.batch_size, args, rank, world_size, None)
-        check_not_empty(order)
-        return rows, order
-    if not args["pad_shards"]:
-        raise ValueError(
-            "`pad_shards=False` is not offered with planned batches (`batch_tokens`, "
-            '`group_by_length`, `layout="pack"` or `"fit"`): ranks get whole batches in turn.'
-        )
-    # The epoch's order of the rows, on one rank: the plan deals whole batches to the ranks.
-    docs = loader_order(rows.n, 1, {**args, "drop_last": False}, 0, 1, None)
-    planned = UnitOrder(
-        rows.all_lengths,
-        rows.padded,
-        opts,
-        docs,
-        rank,
-        world_size,
-        args["drop_last"],
-        rows.length_at,
-    )
-    if len(planned) == 0:
-        raise ValueError(
-            f"`drop_last=True` leaves rank {rank} of {world_size} no batch of epoch 0."
-        )
-    return rows, planned
+    rows = RaggedRows(data, options(args["batch_size"], **ragged_args))
+    options = {k: args[k] for k in ORDER_ARGS}
+    opts = OrderOptions(options, rows.opts.batch_size, rank, world_size, options)
+    return rows, rows.order(opts)

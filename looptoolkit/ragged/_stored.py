@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -40,6 +41,10 @@ class StoredValues:
         self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
         self.reads = 0  # chunks read from the store (decoded) so far
+
+    def arrays_read(self, pitch: float | None, offsets: bool) -> Iterator[tuple[Any, float | None]]:
+        """The store's array, read at ``pitch`` bytes a document (read advice)."""
+        yield self.array, pitch
 
     def __len__(self) -> int:
         return self.shape[0]

@@ -4,7 +4,7 @@ Between the order and the gathers in the data flow. A page fault in a
 memory-mapped file makes the kernel read ahead around the page (a window of
 ``WINDOW`` bytes by default), which pays for itself when the next rows read lie
 in that window and costs a window per row when they do not. The Loader knows
-which: [`advise_reads`][looptoolkit._inputs.advice.advise_reads] looks at the order
+which: [`advise_reads`][looptoolkit._rows.advice.advise_reads] looks at the order
 options and at each mapped array's bytes per row, and advises ``MADV_RANDOM``
 ([`looptoolkit._rows.mapped.advise_random`][looptoolkit._rows.mapped.advise_random]) on
 the mappings a rank reads scattered, once, when the Loader is made (an order's
@@ -21,11 +21,7 @@ from typing import Any
 import numpy as np
 
 from looptoolkit._rows.mapped import advise_random
-from looptoolkit.mix._columns import Concatenated
 from looptoolkit.order._order import DEFAULT_GROUP_SIZE, normalize_shuffle
-from looptoolkit.ragged._column import Ragged
-from looptoolkit.ragged._stored import StoredValues
-from looptoolkit.ragged._units import WINDOWED_MIN_RANKS
 
 __all__ = ["WINDOW", "advise_reads", "scattered"]
 
@@ -57,24 +53,15 @@ def _arrays(
 ) -> Iterator[tuple[Any, float]]:
     """The arrays a leaf reads from, each with the bytes of one row of the data in it.
 
-    A ragged column's values (a row: a document's elements) and offsets (unless
-    ``offsets`` is False); a mixture's parts (memmaps read in place); a plain array by
-    its row stride.
+    A leaf made of arrays says which with ``arrays_read(pitch, offsets)``: a ragged column
+    its values (a row: a document's elements) and offsets (unless ``offsets`` is False), a
+    mixture's column its parts (memmaps read in place), stored values their array. A plain
+    array is read by its row stride.
     """
-    if isinstance(leaf, Ragged):
-        values = leaf.values
-        if isinstance(values, np.ndarray | StoredValues):  # a framework's tensor maps no file
-            nbytes = getattr(values, "nbytes", None)
-            if nbytes is None:
-                nbytes = int(np.prod(values.shape)) * np.dtype(values.dtype).itemsize
-            yield from _arrays(values, nbytes / max(1, len(leaf)))
-        if offsets:
-            yield from _arrays(leaf.offsets)
-    elif isinstance(leaf, StoredValues):
-        yield from _arrays(leaf.array, pitch)
-    elif isinstance(leaf, Concatenated):
-        for part in leaf.parts:
-            yield from _arrays(part, pitch, offsets)
+    parts = getattr(leaf, "arrays_read", None)
+    if parts is not None:
+        for part, part_pitch in parts(pitch, offsets):
+            yield from _arrays(part, part_pitch, offsets)
     elif isinstance(leaf, np.ndarray) and leaf.ndim:
         yield leaf, pitch if pitch is not None else abs(leaf.strides[0]) or leaf.itemsize
 
@@ -93,7 +80,9 @@ def _wasted(order: str, pitch: float, group_size: int, world_size: int) -> bool:
     return span / (pitch * world_size) * row < USEFUL
 
 
-def advise_reads(leaves: list[Any], args: Mapping[str, Any], world_size: int) -> int:
+def advise_reads(
+    leaves: list[Any], args: Mapping[str, Any], world_size: int, offsets: bool = True
+) -> int:
     """Advise ``MADV_RANDOM`` on the mappings of ``leaves`` that the order reads scattered.
 
     Args:
@@ -101,6 +90,9 @@ def advise_reads(leaves: list[Any], args: Mapping[str, Any], world_size: int) ->
             columns, a mixture's columns); those not memory-mapped are left alone.
         args: the Loader's order options (``shuffle``, ``group_size``, ``weights``...).
         world_size: ranks sharing each epoch.
+        offsets: whether a ragged column's offsets are read as its rows are (False where a
+            plan of the whole epoch reads every row's offsets in sequence, where read-ahead
+            helps).
 
     Returns:
         The number of mappings advised (0 for an order read in sequence).
@@ -109,16 +101,10 @@ def advise_reads(leaves: list[Any], args: Mapping[str, Any], world_size: int) ->
     if order is None:
         return 0
     group_size = args.get("group_size") or DEFAULT_GROUP_SIZE
-    # A plan of the whole epoch reads every row's offsets in sequence, where read-ahead helps.
-    whole = (
-        args.get("batch_tokens") is not None
-        or args.get("seq_len") is not None
-        or (bool(args.get("group_by_length")) and world_size < WINDOWED_MIN_RANKS)
-    )
     arrays = (
         array
         for leaf in leaves
-        for array, pitch in _arrays(leaf, offsets=not whole)
+        for array, pitch in _arrays(leaf, offsets=offsets)
         if _wasted(order, pitch, group_size, world_size)
     )
     return advise_random(arrays)
