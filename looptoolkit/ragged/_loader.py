@@ -444,6 +444,6 @@ def setup(
                 "then moved by `device=`)."
             )
     rows = RaggedRows(data, options(args["batch_size"], **ragged_args))
-    options = {k: args[k] for k in ORDER_ARGS}
-    opts = OrderOptions(options, rows.opts.batch_size, rank, world_size, options)
+    chosen = {k: args[k] for k in ORDER_ARGS}
+    opts = OrderOptions(chosen, rows.opts.batch_size, rank, world_size, chosen)
     return rows, rows.order(opts)
