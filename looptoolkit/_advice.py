@@ -24,6 +24,7 @@ from looptoolkit._mapped import advise_random
 from looptoolkit.mix._columns import Concatenated
 from looptoolkit.order import DEFAULT_GROUP_SIZE, normalize_shuffle
 from looptoolkit.ragged._column import Ragged
+from looptoolkit.ragged._layout_options import FitLayout, PackLayout
 from looptoolkit.ragged._stored import StoredValues
 from looptoolkit.ragged._units import WINDOWED_MIN_RANKS
 
@@ -112,7 +113,7 @@ def advise_reads(leaves: list[Any], args: Mapping[str, Any], world_size: int) ->
     # A plan of the whole epoch reads every row's offsets in sequence, where read-ahead helps.
     whole = (
         args.get("batch_tokens") is not None
-        or args.get("seq_len") is not None
+        or isinstance(args.get("layout"), PackLayout | FitLayout)
         or (bool(args.get("group_by_length")) and world_size < WINDOWED_MIN_RANKS)
     )
     arrays = (

@@ -179,7 +179,7 @@ class RaggedRows:
         if opts.layout == "fit" and opts.long_rows == "error" and top > (opts.seq_len or 0):
             raise ValueError(
                 f"{where}, more than `seq_len` ({opts.seq_len}); pass "
-                '`long_rows="split"` or `"truncate"`, or a larger `seq_len`.'
+                '`FitLayout(long_rows="split")` or `"truncate"`, or a larger `seq_len`.'
             )
 
     def padded(self, lengths: np.ndarray) -> np.ndarray:
