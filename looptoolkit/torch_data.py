@@ -502,7 +502,8 @@ def make_dataloader(
         TypeError: ``sampler`` or ``batch_sampler`` in ``kwargs`` (the orders come
             from ``shuffle``, ``seed`` and the sharding); an option of a layout in
             ``kwargs`` (``seq_len``, ``pad_value``...: the layout object named); a
-            ``collate_fn`` that is not callable; the errors of [`GetItemsDataset`][looptoolkit.GetItemsDataset].
+            ``collate_fn`` that is not callable; the errors of
+            [`GetItemsDataset`][looptoolkit.GetItemsDataset].
 
     Examples:
         >>> import numpy as np

@@ -107,9 +107,7 @@ class PadLayout(_Layout):
             if sizes.ndim != 1 or not len(sizes) or sizes.dtype.kind not in "iu":
                 raise TypeError(f"`buckets` must be a non-empty list of ints, got {buckets!r}.")
             if sizes.min() < 1 or (np.diff(sizes) <= 0).any():
-                raise ValueError(
-                    f"`buckets` must be increasing positive lengths, got {buckets!r}."
-                )
+                raise ValueError(f"`buckets` must be increasing positive lengths, got {buckets!r}.")
             # A tuple of ints: the object stays hashable and compares by value.
             object.__setattr__(self, "buckets", tuple(int(b) for b in sizes))
 
