@@ -513,7 +513,8 @@ def make_dataloader(
         >>> type(next(iter(loader))["y"]).__name__
         'Tensor'
     """
-    refuse_layout_args(kwargs)  # as the Loader refuses them: the layout object to write
+    # As the Loader refuses them: the layout object to write (with the `layout` given).
+    refuse_layout_args({"layout": layout, **kwargs})
     clash = [name for name in _OWN_ARGUMENTS if name in kwargs]
     if clash:
         raise TypeError(
