@@ -357,7 +357,7 @@ def setup(
     if not args["pad_shards"]:
         raise ValueError(
             "`pad_shards=False` is not offered with planned batches (`batch_tokens`, "
-            '`group_by_length`, `layout="pack"` or `"fit"`): ranks get whole batches in turn.'
+            "`group_by_length`, `PackLayout` or `FitLayout`): ranks get whole batches in turn."
         )
     # The epoch's order of the rows, on one rank: the plan deals whole batches to the ranks.
     docs = loader_order(rows.n, 1, {**args, "drop_last": False}, 0, 1, None)
