@@ -39,12 +39,12 @@ from unittest import mock
 
 import numpy as np
 
-from looptoolkit import _keyed as keyed_module
-from looptoolkit._keyed import KEYED_MIN_ROWS, Keyed
-from looptoolkit._sources import STREAM_FULL, generator
 from looptoolkit.bench.results import REFERENCE_HELP, results_dir, write_results
 from looptoolkit.bench.timing import interleave, machine_info
 from looptoolkit.order import Order
+from looptoolkit.order import _keyed as keyed_module
+from looptoolkit.order._keyed import KEYED_MIN_ROWS, Keyed
+from looptoolkit.order._sources import STREAM_FULL, generator
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from looptoolkit import Loader
-from looptoolkit._mapped import mapping_of
+from looptoolkit._rows.mapped import mapping_of
 from looptoolkit.bench.results import REFERENCE_HELP, results_dir, write_results
 from looptoolkit.bench.timing import machine_info
 

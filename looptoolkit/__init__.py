@@ -22,16 +22,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from looptoolkit._errors import TransferError
-from looptoolkit.device import to_device
-from looptoolkit.tree import ContainerRebuildWarning
+from looptoolkit._common.errors import TransferError
+from looptoolkit.device._move import to_device
+from looptoolkit.device._tree import ContainerRebuildWarning
 
 if TYPE_CHECKING:
-    from looptoolkit._records import stack_records
+    from looptoolkit._rows.records import stack_records
     from looptoolkit._static import StaticBatches
     from looptoolkit.loader import Loader, LoaderStats
     from looptoolkit.mix import Mix
-    from looptoolkit.order import Order
+    from looptoolkit.order._order import Order
     from looptoolkit.ragged import (
         FitLayout,
         Flat,
@@ -85,7 +85,7 @@ _LAZY = {
     "Loader": "looptoolkit.loader",
     "LoaderStats": "looptoolkit.loader",
     "Mix": "looptoolkit.mix",
-    "Order": "looptoolkit.order",
+    "Order": "looptoolkit.order._order",
     "Ragged": "looptoolkit.ragged",
     "Padded": "looptoolkit.ragged",
     "Flat": "looptoolkit.ragged",
@@ -99,7 +99,7 @@ _LAZY = {
     "make_dataloader": "looptoolkit.torch_data",
     "loader_dataset": "looptoolkit.tf_data",
     "normalize": "looptoolkit.transforms",
-    "stack_records": "looptoolkit._records",
+    "stack_records": "looptoolkit._rows.records",
     "StaticBatches": "looptoolkit._static",
 }
 

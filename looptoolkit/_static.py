@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from looptoolkit.tree import flatten, leaf_paths, unflatten
+from looptoolkit.device._tree import flatten, leaf_paths, unflatten
 
 SHORT = ("drop", "pad")
 

@@ -20,13 +20,13 @@ import numpy as np
 import optree
 import torch.utils.data
 
-from looptoolkit._epochs import EpochCursor
+from looptoolkit.device._tree import NAMESPACE
+from looptoolkit.order._epochs import EpochCursor
 from looptoolkit.ragged._hf import hf_inputs as _hf_inputs
 from looptoolkit.ragged._loader import RaggedRows
 from looptoolkit.ragged._loader import setup as ragged_setup
 from looptoolkit.ragged._options import Options
 from looptoolkit.ragged._units import UnitEpoch, UnitOrder
-from looptoolkit.tree import NAMESPACE
 
 __all__ = ["PerBatch", "RaggedItemsDataset", "as_tensor", "hf_inputs", "ragged_parts"]
 

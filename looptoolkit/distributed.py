@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from looptoolkit import tree as _tree
 from looptoolkit.adapters import backend_of
+from looptoolkit.device import _tree as _tree
 
 __all__ = [
     "drop_padding",
@@ -224,7 +224,7 @@ def global_batch(local_batch: Any, sharding: Any) -> Any:
     """
     import jax
 
-    from looptoolkit.device import TransferError
+    from looptoolkit.device._move import TransferError
 
     leaves, spec = _tree.flatten(local_batch)
     positions: list[int] = []

@@ -8,7 +8,7 @@ per-call cost is paid per chunk), rebuilds the data's containers around the
 gathered leaves, moves the batch with [`looptoolkit.to_device`][looptoolkit.to_device] when a
 ``device`` is given, applies the ``transform``, and hands it to the user's
 step, prefetched in the loop's own thread or by one background thread
-([`looptoolkit._pipeline`][looptoolkit._pipeline] builds the epoch's stream).
+([`looptoolkit._pipeline.stream`][looptoolkit._pipeline.stream] builds the epoch's stream).
 
 Where the work runs:
 
@@ -36,22 +36,15 @@ from typing import Any
 
 import numpy as np
 
-from looptoolkit import _epochs, _probe
-from looptoolkit._advice import advise_reads
-from looptoolkit._epochs import (
-    EPOCH_KEY,
-    OFFSET_KEY,
-    EpochCursor,
-    EpochSampler,
-    parse_state,
-    position,
-    state_of,
-)
-from looptoolkit._errors import check_int
-from looptoolkit._habits import dataset_data, refuse_dataloader_args
-from looptoolkit._pass import CLOSED as _CLOSED
-from looptoolkit._pass import LoaderIterator
-from looptoolkit._pipeline import (
+from looptoolkit._common.errors import check_int
+from looptoolkit._common.target import Target
+from looptoolkit._inputs.advice import advise_reads
+from looptoolkit._inputs.habits import dataset_data, refuse_dataloader_args
+from looptoolkit._pipeline import probe as _probe
+from looptoolkit._pipeline.iterator import CLOSED as _CLOSED
+from looptoolkit._pipeline.iterator import LoaderIterator
+from looptoolkit._pipeline.stats import LoaderStats, timed
+from looptoolkit._pipeline.stream import (
     MODES,
     Plan,
     Progress,
@@ -62,15 +55,23 @@ from looptoolkit._pipeline import (
     stager_for,
     with_masks,
 )
-from looptoolkit._rows import Rows
-from looptoolkit._stats import LoaderStats, timed
-from looptoolkit._store_reads import loader_order, plan_reads
-from looptoolkit._target import Target
+from looptoolkit._rows.rows import Rows
+from looptoolkit._rows.store_reads import loader_order, plan_reads
 from looptoolkit.adapters import process_group
-from looptoolkit.device import parse_device
+from looptoolkit.device._move import parse_device
 from looptoolkit.mix import Mix
 from looptoolkit.mix import _loader as _mix
-from looptoolkit.order import normalize_shuffle, resolve_rank
+from looptoolkit.order import _epochs as _epochs
+from looptoolkit.order._epochs import (
+    EPOCH_KEY,
+    OFFSET_KEY,
+    EpochCursor,
+    EpochSampler,
+    parse_state,
+    position,
+    state_of,
+)
+from looptoolkit.order._order import normalize_shuffle, resolve_rank
 from looptoolkit.ragged._column import find_ragged
 from looptoolkit.ragged._layout_options import LayoutOptions, refuse_layout_args
 from looptoolkit.ragged._loader import ragged_probe
@@ -132,7 +133,7 @@ class Loader:
         drop_last: drop this shard's last batch when it is short (and do not pad
             the shards).
         group_size: group size of the grouped shuffle; None for the default
-            (``looptoolkit.order.DEFAULT_GROUP_SIZE``).
+            (``looptoolkit.order._order.DEFAULT_GROUP_SIZE``).
         run_size: rows per run of the grouped shuffle: runs of consecutive rows
             are shuffled as units inside each group, so each batch is gathered as
             runs of neighbouring rows (faster gathers, a weaker shuffle:

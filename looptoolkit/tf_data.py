@@ -19,13 +19,13 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from looptoolkit._epochs import EpochCursor
-from looptoolkit._rows import Rows
-from looptoolkit._store_reads import default_group_size, plan_reads
+from looptoolkit._rows.rows import Rows
+from looptoolkit._rows.store_reads import default_group_size, plan_reads
 from looptoolkit.loader import Loader
 from looptoolkit.mix import Mix
 from looptoolkit.mix._loader import prepare as mix_prepare
-from looptoolkit.order import Order, batch_count, epoch_indices, normalize_shuffle
+from looptoolkit.order._epochs import EpochCursor
+from looptoolkit.order._order import Order, batch_count, epoch_indices, normalize_shuffle
 from looptoolkit.ragged._column import find_ragged
 from looptoolkit.ragged._layouts import Padded
 from looptoolkit.ragged._units import UnitOrder

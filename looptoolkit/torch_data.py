@@ -21,16 +21,16 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
-from looptoolkit._epochs import EpochCursor, EpochSampler, parse_state, position, state_of
-from looptoolkit._probe import check_not_empty
-from looptoolkit._rows import Rows
-from looptoolkit._store_reads import loader_order, plan_reads
+from looptoolkit._pipeline.probe import check_not_empty
+from looptoolkit._rows.rows import Rows
+from looptoolkit._rows.store_reads import loader_order, plan_reads
 from looptoolkit._torch_ragged import as_tensor, hf_inputs, ragged_parts
 from looptoolkit.adapters import process_group
 from looptoolkit.mix import Mix
 from looptoolkit.mix._loader import load as mix_load
 from looptoolkit.mix._loader import prepare as mix_prepare
-from looptoolkit.order import Order, resolve_rank
+from looptoolkit.order._epochs import EpochCursor, EpochSampler, parse_state, position, state_of
+from looptoolkit.order._order import Order, resolve_rank
 from looptoolkit.ragged._column import find_ragged
 from looptoolkit.ragged._layout_options import LayoutOptions, refuse_layout_args
 from looptoolkit.ragged._options import DEFAULTS as RAGGED_DEFAULTS

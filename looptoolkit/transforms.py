@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from looptoolkit._dtypes import dtype_name
+from looptoolkit._common.dtypes import dtype_name
 from looptoolkit.adapters import backend_of
 
 __all__ = ["Normalize", "normalize"]

@@ -17,8 +17,8 @@ import pytest
 
 import looptoolkit as lt
 from looptoolkit import Loader, PackLayout, Ragged
-from looptoolkit._advice import advise_reads
-from looptoolkit._mapped import advise_random, mapping_of
+from looptoolkit._inputs.advice import advise_reads
+from looptoolkit._rows.mapped import advise_random, mapping_of
 
 SMAPS = Path("/proc/self/smaps")
 needs_smaps = pytest.mark.skipif(

@@ -209,7 +209,7 @@ def _unflatten_loop(data, batch_size, *, seed=0, gather="take", wrap=None):
     import numpy as np
 
     from looptoolkit import tree
-    from looptoolkit._rows import Rows
+    from looptoolkit._rows.rows import Rows
     from looptoolkit.bench.variants import split_batches
 
     n = Rows(data).n

@@ -32,8 +32,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from looptoolkit import ContainerRebuildWarning, TransferError, to_device
-from looptoolkit._dtypes import cast_before_copy, dtype_name
-from looptoolkit._target import Target
+from looptoolkit._common.dtypes import cast_before_copy, dtype_name
+from looptoolkit._common.target import Target
 from looptoolkit.device import parse_device
 
 CASES = corpus()

@@ -25,10 +25,10 @@ NEEDS = {
 }
 # Modules whose public functions show how they are used: they must have examples.
 WITH_EXAMPLES = {
-    "looptoolkit._dtypes",
-    "looptoolkit._target",
-    "looptoolkit.device",
-    "looptoolkit.order",
+    "looptoolkit._common.dtypes",
+    "looptoolkit._common.target",
+    "looptoolkit.device._move",
+    "looptoolkit.order._order",
     "looptoolkit.loader",
     "looptoolkit.distributed",
     "looptoolkit.torch_data",

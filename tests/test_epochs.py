@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from looptoolkit import Loader
-from looptoolkit._epochs import EpochCursor, EpochSampler, pass_over
 from looptoolkit.order import Order
+from looptoolkit.order._epochs import EpochCursor, EpochSampler, pass_over
 
 N, B, SEED = 100, 10, 5
 
@@ -213,8 +213,8 @@ def test_an_error_ends_the_pass_and_the_next_runs_the_whole_epoch(
         transform=_failing_once(3),
     )
     if where != "transform":
-        import looptoolkit._rows as rows_module
-        import looptoolkit.device as device_module
+        import looptoolkit._rows.rows as rows_module
+        import looptoolkit.device._move as device_module
 
         module, name = (
             (rows_module.Rows, "gather") if where == "gather" else (device_module, "_move_tree")

@@ -1,4 +1,4 @@
-"""The full shuffle computed by position (looptoolkit._keyed): a keyed bijection of [0, n).
+"""The full shuffle computed by position (looptoolkit.order._keyed): a keyed bijection of [0, n).
 
 Above ``KEYED_MIN_ROWS`` rows the ``"full"`` order is a Feistel network with
 cycle-walking. These tests check that it is a permutation for awkward ``n``
@@ -22,10 +22,10 @@ import test_order as definitions
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from looptoolkit import _keyed as keyed_module
-from looptoolkit._keyed import KEYED_MIN_ROWS, Keyed, KeyedDraws, KeyedWeightedDraws
-from looptoolkit._sources import STREAM_FULL, Materialized, draw, generator
 from looptoolkit.order import Order
+from looptoolkit.order import _keyed as keyed_module
+from looptoolkit.order._keyed import KEYED_MIN_ROWS, Keyed, KeyedDraws, KeyedWeightedDraws
+from looptoolkit.order._sources import STREAM_FULL, Materialized, draw, generator
 
 SMALL_N = sorted(
     {1, 2, 3, 4, 5, 7, 13, 97, 251, 1009, 65_521}

@@ -571,7 +571,7 @@ def test_close_and_full_epoch_stop_the_background_thread():
 
 
 def test_background_exception_is_raised_in_the_consumer(monkeypatch):
-    import looptoolkit.device as device_module  # every batch moves through its _move_tree
+    import looptoolkit.device._move as device_module  # every batch moves through its _move_tree
 
     baseline = threading.active_count()
     # A cast makes the move real: a move that keeps every leaf as it is is skipped.
@@ -599,7 +599,7 @@ def test_background_exception_is_raised_in_the_consumer(monkeypatch):
 
 
 def test_background_exception_of_an_unusual_type_keeps_its_type(monkeypatch):
-    import looptoolkit.device as device_module  # every batch moves through its _move_tree
+    import looptoolkit.device._move as device_module  # every batch moves through its _move_tree
 
     class Odd(Exception):
         def __init__(self, a: int, b: int) -> None:

@@ -194,7 +194,7 @@ def test_drop_last_with_a_batch_larger_than_the_shard_raises_at_construction():
 
 
 def _failing_loader(monkeypatch: Any, error: BaseException) -> Loader:
-    import looptoolkit.device as device_module  # every batch moves through its _move_tree
+    import looptoolkit.device._move as device_module  # every batch moves through its _move_tree
 
     # A cast makes the move real (a move that keeps every leaf as it is is skipped).
     loader = Loader(

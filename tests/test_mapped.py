@@ -21,7 +21,6 @@ SCRIPT = textwrap.dedent(
     import os, sys
     import numpy as np
     from looptoolkit import Loader
-
     path, how = sys.argv[1], sys.argv[2]
     np.save(path, np.arange(200_000, dtype=np.float64).reshape(-1, 8))
     data = {"x": np.load(path, mmap_mode="r"), "y": np.arange(25_000)}

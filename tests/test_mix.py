@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import looptoolkit as lt
-from looptoolkit._epochs import state_of
 from looptoolkit.mix._interleave import Interleave, period, rational_weights
+from looptoolkit.order._epochs import state_of
 
 
 def _sources(sizes, base=1000):

@@ -18,7 +18,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from looptoolkit import _sources as sources_module
 from looptoolkit.order import (
     DEFAULT_GROUP_SIZE,
     SHUFFLE_MODES,
@@ -27,6 +26,7 @@ from looptoolkit.order import (
     normalize_shuffle,
     resolve_rank,
 )
+from looptoolkit.order import _sources as sources_module
 
 MODES = st.sampled_from(SHUFFLE_MODES)
 GROUP_SIZES = st.one_of(st.integers(1, 600), st.sampled_from([1024, 4096, 10_000]))
@@ -604,7 +604,7 @@ def test_orders_ask_no_backend_registry():
 
     import looptoolkit.order
 
-    source = ast.parse(pathlib.Path(looptoolkit.order.__file__).read_text())
+    source = ast.parse(pathlib.Path(looptoolkit.order._order.__file__).read_text())
     imported = {node.module for node in ast.walk(source) if isinstance(node, ast.ImportFrom)} | {
         a.name for node in ast.walk(source) if isinstance(node, ast.Import) for a in node.names
     }

@@ -15,7 +15,7 @@ import h5py
 import numpy as np
 import pytest
 
-import looptoolkit.device as device_module
+import looptoolkit.device._move as device_module
 from looptoolkit import Loader
 
 MODES = ["inline", "thread"]

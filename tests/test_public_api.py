@@ -55,7 +55,7 @@ def test_public_names_live_where_the_layout_says():
         "FitLayout": "looptoolkit.ragged._layout_options",
         "StaticBatches": "looptoolkit._static",
         "to_device": "looptoolkit.device",
-        "TransferError": "looptoolkit._errors",
+        "TransferError": "looptoolkit._common.errors",
         "ContainerRebuildWarning": "looptoolkit.tree",
     }
     for name, module in homes.items():

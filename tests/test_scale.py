@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from looptoolkit._keyed import Keyed, KeyedDraws, KeyedWeightedDraws
 from looptoolkit.order import Order
+from looptoolkit.order._keyed import Keyed, KeyedDraws, KeyedWeightedDraws
 
 pytestmark = pytest.mark.slow  # about 15 s in all on the project machine
 

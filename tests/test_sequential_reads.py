@@ -21,7 +21,7 @@ import pytest
 from chunked import chunked_stores, random_table
 
 from looptoolkit import Loader
-from looptoolkit._store_reads import ChunkCache, _cut
+from looptoolkit._rows.store_reads import ChunkCache, _cut
 from looptoolkit.stores import wrap
 
 ROWS, DIM, CHUNK = 5_000, 8, 512

@@ -17,8 +17,8 @@ import pytest
 from chunked import chunked_stores, random_table
 
 from looptoolkit import Loader
-from looptoolkit import _chunk_cache as reads
-from looptoolkit._chunk_cache import ChunkCache
+from looptoolkit._rows import chunk_cache as reads
+from looptoolkit._rows.chunk_cache import ChunkCache
 from looptoolkit.stores import wrap
 
 ROWS, DIM, CHUNK = 20_000, 8, 256

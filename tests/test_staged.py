@@ -290,7 +290,7 @@ def test_moving_staged_leaves_as_a_list_equals_moving_the_built_batch(
 
     ``prefetch=2``: the staged batches; ``prefetch=0``: the gathered ones, moved inline.
     """
-    from looptoolkit._pipeline import Plan
+    from looptoolkit._pipeline.stream import Plan
 
     rng = np.random.default_rng(seed)
     n, batch = int(rng.integers(20, 90)), int(rng.integers(3, 17))
@@ -329,8 +329,8 @@ def test_moving_staged_leaves_as_a_list_equals_moving_the_built_batch(
 
 
 def test_leaves_the_list_path_cannot_take_go_through_the_tree(slotted):
-    from looptoolkit._pipeline import Plan
-    from looptoolkit._rows import Rows
+    from looptoolkit._pipeline.stream import Plan
+    from looptoolkit._rows.rows import Rows
     from looptoolkit.device import parse_device
 
     data = {"x": np.ones((8, 2)), "meta": {"ids": np.arange(8)}}

@@ -20,7 +20,7 @@ import pytest
 import zarr
 
 from looptoolkit import Loader
-from looptoolkit._store_reads import PART_CHUNKS, read_parts, sorted_take
+from looptoolkit._rows.store_reads import PART_CHUNKS, read_parts, sorted_take
 
 ROWS, DIM, CHUNK = 60_000, 16, 256
 

@@ -174,7 +174,7 @@ def _as_framework(name: str, x: np.ndarray) -> Any:
     ],
 )
 def test_normalize_returns_the_dtype_asked_for(framework, dtype):
-    from looptoolkit._dtypes import dtype_name
+    from looptoolkit._common.dtypes import dtype_name
 
     if dtype == "bfloat16" and framework == "numpy":
         pytest.importorskip("ml_dtypes")

@@ -23,7 +23,6 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from looptoolkit import Loader
-
 N, FEATURES, BATCH = 1001, 16, 32  # 1001: the evaluation pads at any world size > 1
 
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 if TYPE_CHECKING:
-    from looptoolkit._target import Target
+    from looptoolkit._common.target import Target
 
 __all__ = [
     "Backend",
@@ -138,7 +138,7 @@ class Required(Protocol):
         """Move leaves (of this framework, or NumPy leaves sent to it) to ``target``.
 
         Dtypes are not the move's business: the transfer layer
-        (`looptoolkit.device.transfer`) casts through ``cast`` before
+        (`looptoolkit.device._move.transfer`) casts through ``cast`` before
         or after it, on the side of the copy that moves fewer bytes.
         """
         ...
@@ -169,7 +169,7 @@ class Staging(Protocol):
 
     Examples:
         >>> from looptoolkit.adapters import get_backend
-        >>> from looptoolkit.device import parse_device
+        >>> from looptoolkit.device._move import parse_device
         >>> get_backend("numpy").stager([], 32, parse_device("cpu"), 2) is None  # none on NumPy
         True
     """

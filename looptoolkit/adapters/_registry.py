@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from looptoolkit._target import PATH_STYLE
+from looptoolkit._common.target import PATH_STYLE
 from looptoolkit.adapters._protocol import Backend, Flatten
 
 if TYPE_CHECKING:
-    from looptoolkit._target import Target
+    from looptoolkit._common.target import Target
 
 __all__ = [
     "BACKENDS",

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from looptoolkit._node import Node, Ref
+from looptoolkit._common.node import Node, Ref
 
 __all__ = ["container", "is_batched_node", "move_container"]
 

@@ -15,8 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from looptoolkit._dtypes import as_numpy_dtype
-from looptoolkit._target import Target
+from looptoolkit._common.dtypes import as_numpy_dtype
+from looptoolkit._common.target import Target
 from looptoolkit.adapters import _jax_blocks
 from looptoolkit.adapters._host import aligned_gather, chunked, split_chunks
 from looptoolkit.adapters._jax_blocks import JaxBlockStager, split, stageable

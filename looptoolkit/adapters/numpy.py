@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from looptoolkit._dtypes import as_numpy_dtype
+from looptoolkit._common.dtypes import as_numpy_dtype
 from looptoolkit.adapters._host import gather_rows, row_gather, zip_gathers
 from looptoolkit.adapters._protocol import BackendBase
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
-    from looptoolkit._target import Target
+    from looptoolkit._common.target import Target
 
 
 def _plain(leaf: np.ndarray) -> np.ndarray:

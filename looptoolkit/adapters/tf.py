@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import tensorflow as tf
 
-from looptoolkit._dtypes import as_numpy_dtype
+from looptoolkit._common.dtypes import as_numpy_dtype
 from looptoolkit.adapters._host import (
     ALIGN,
     aligned_gather,
@@ -25,7 +25,7 @@ from looptoolkit.adapters._protocol import BackendBase
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
-    from looptoolkit._target import Target
+    from looptoolkit._common.target import Target
 
 
 @tf.function(reduce_retracing=True)

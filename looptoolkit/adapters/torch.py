@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch._utils import _flatten_dense_tensors
 
-from looptoolkit._target import Target
+from looptoolkit._common.target import Target
 from looptoolkit.adapters import _tensordict, _torch_cuda
 from looptoolkit.adapters._host import chunked, row_gather
 from looptoolkit.adapters._protocol import BackendBase, Stager

@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from looptoolkit import tree as _tree
 from looptoolkit.bench.variants import Context, Variant, kit, split_batches
 from looptoolkit.bench.workloads import host_array
-from looptoolkit.order import epoch_indices
+from looptoolkit.device import _tree as _tree
+from looptoolkit.order._order import epoch_indices
 
 __all__ = ["Check", "check_batches", "host_array", "host_leaves"]
 

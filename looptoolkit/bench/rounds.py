@@ -54,7 +54,7 @@ def selected(name: str, patterns: list[str] | None, skip: list[str] | None = Non
 def sync_fn(device: str, backends: Iterable[str]) -> Callable[[], None] | None:
     """Waits for these backends' accelerator before a clock is read (None on the CPU)."""
     from looptoolkit.adapters import get_backend
-    from looptoolkit.device import parse_device
+    from looptoolkit.device._move import parse_device
 
     loaded = [get_backend(b) for b in backends] if device != "cpu" else []
     target = parse_device(device) if loaded else None

@@ -85,7 +85,7 @@ def check_same(name: str, got: Any, want: Any, kind: type | None = None) -> None
     """Raise AssertionError unless ``got`` has ``want``'s structure, dtypes, values and ``kind``."""
     import optree
 
-    from looptoolkit.tree import NAMESPACE
+    from looptoolkit.device._tree import NAMESPACE
 
     if type(got).__module__.startswith("tensordict"):
         got, want = got.to_dict(), _as_dicts(want)

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from looptoolkit import tree as _tree
-from looptoolkit.order import batch_count
+from looptoolkit.device import _tree as _tree
+from looptoolkit.order._order import batch_count
 
 __all__ = ["DEFAULT_WORKLOADS", "SHARED", "WORKLOADS", "Workload", "host_array", "make_workload"]
 

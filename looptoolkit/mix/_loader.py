@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from looptoolkit import tree as _tree
-from looptoolkit._epochs import MIX_KEY
-from looptoolkit._rows import chunk_unit
+from looptoolkit._rows.rows import chunk_unit
+from looptoolkit.device import _tree as _tree
 from looptoolkit.mix._mix import Mix
-from looptoolkit.order import normalize_shuffle
+from looptoolkit.order._epochs import MIX_KEY
+from looptoolkit.order._order import normalize_shuffle
 from looptoolkit.ragged._column import Ragged
 from looptoolkit.stores import StoreArray
 

@@ -17,12 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from looptoolkit import tree as _tree
-from looptoolkit._rows import expand_stores
-from looptoolkit._sampling import Sampling
+from looptoolkit._rows.rows import expand_stores
+from looptoolkit.device import _tree as _tree
 from looptoolkit.mix._columns import concatenate
 from looptoolkit.mix._interleave import Interleave, rational_weights
 from looptoolkit.mix._order import MixedOrder, fingerprint
+from looptoolkit.order._sampling import Sampling
 from looptoolkit.ragged._column import Ragged, find_ragged
 from looptoolkit.stores import StoreArray
 

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from looptoolkit.mix._interleave import Interleave
-from looptoolkit.order import Order
+from looptoolkit.order._order import Order
 
 __all__ = ["MixedOrder", "MixedSource"]
 

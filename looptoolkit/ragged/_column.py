@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 import optree
 
-from looptoolkit import tree as _tree
-from looptoolkit._mapped import mapping_of
+from looptoolkit._rows.mapped import mapping_of
 from looptoolkit.adapters import backend_of, get_backend
+from looptoolkit.device import _tree as _tree
 from looptoolkit.ragged._stored import StoredValues
 from looptoolkit.stores import StoreArray, is_store_type
 from looptoolkit.stores import wrap as wrap_store

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from looptoolkit._errors import check_int
+from looptoolkit._common.errors import check_int
 
 __all__ = [
     "LAYOUT_TYPES",

@@ -1,9 +1,9 @@
 """The Loader's variable-length path: plans per epoch, ragged batches per plan.
 
 Between the order and the transfer, in place of the rectangular
-[`Rows`][looptoolkit._rows.Rows]: [`setup`][looptoolkit.ragged._loader.setup] reads the options,
-[`RaggedRows`][looptoolkit.ragged._loader.RaggedRows] builds each batch's layout (one copy per
-leaf per batch) and fixed leaves' rows, and the epoch order is either the rectangular
+[`Rows`][looptoolkit._rows.rows.Rows]: [`setup`][looptoolkit.ragged._loader.setup] reads the
+options, [`RaggedRows`][looptoolkit.ragged._loader.RaggedRows] builds each batch's layout (one copy
+per leaf per batch) and fixed leaves' rows, and the epoch order is either the rectangular
 [`Order`][looptoolkit.Order] over rows (padded and flat batches of ``batch_size`` rows: every
 rectangular feature as it is) or a [`UnitOrder`][looptoolkit.ragged._loader.UnitOrder]: each
 epoch is planned (token budgets, length grouping, packing) into whole batches, and the batches are
@@ -21,13 +21,13 @@ from typing import Any
 import numpy as np
 import optree
 
-from looptoolkit import _probe
-from looptoolkit import tree as _tree
-from looptoolkit._mapped import MappedFiles
-from looptoolkit._rows import Rows
-from looptoolkit._store_reads import loader_order
+from looptoolkit._pipeline import probe as _probe
+from looptoolkit._rows.mapped import MappedFiles
+from looptoolkit._rows.rows import Rows
+from looptoolkit._rows.store_reads import loader_order
 from looptoolkit.adapters._wrap import from_host
-from looptoolkit.order import Order
+from looptoolkit.device import _tree as _tree
+from looptoolkit.order._order import Order
 from looptoolkit.ragged._column import Ragged
 from looptoolkit.ragged._layouts import (
     flat_batch,
@@ -314,7 +314,7 @@ def ragged_probe(
     Raises:
         TransferError: a leaf cannot be moved or cast.
     """
-    from looptoolkit.device import to_device
+    from looptoolkit.device._move import to_device
 
     batch = rows.first_rows(2)
     moved = to_device(batch, target, dtype=dtype, non_blocking=non_blocking, skip_keys=skip_keys)

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from looptoolkit._errors import check_int
+from looptoolkit._common.errors import check_int
 from looptoolkit.ragged._layout_options import (
     LAYOUT_TYPES,
     FitLayout,

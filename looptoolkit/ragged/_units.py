@@ -17,9 +17,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from looptoolkit._errors import check_int
-from looptoolkit._sources import generator
-from looptoolkit.order import Order
+from looptoolkit._common.errors import check_int
+from looptoolkit.order._order import Order
+from looptoolkit.order._sources import generator
 from looptoolkit.ragged import _plans
 from looptoolkit.ragged._options import Options
 

@@ -2,7 +2,7 @@
 
 A store array in the Loader's data is wrapped in a [`StoreArray`][looptoolkit.stores.StoreArray]:
 one small protocol (its length, its chunk layout, a read of a row range, a read
-of sorted rows) that the Loader's reads (`looptoolkit._store_reads`) use
+of sorted rows) that the Loader's reads (`looptoolkit._rows.store_reads`) use
 whatever the format. A store container is a dict of its arrays: a zarr group or
 an HDF5 file or group (nested groups as nested dicts), an Arrow table, a HF
 ``datasets.Dataset`` (its columns). Each format lives in its own module,

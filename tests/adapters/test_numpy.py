@@ -6,7 +6,7 @@ import pytest
 
 np = pytest.importorskip("numpy")
 
-from looptoolkit._dtypes import as_numpy_dtype  # noqa: E402
+from looptoolkit._common.dtypes import as_numpy_dtype  # noqa: E402
 from looptoolkit.adapters import backend_of, get_backend  # noqa: E402
 from looptoolkit.device import parse_device, transfer  # noqa: E402
 

@@ -81,7 +81,6 @@ _SHRINK_BEFORE_CROSSING = textwrap.dedent(
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     from looptoolkit import to_device
-
     crossing = []
     real = tf.identity
     tf.identity = lambda x, *a, **k: crossing.append((x.dtype.name, x.device)) or real(x, *a, **k)

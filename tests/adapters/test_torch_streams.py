@@ -24,7 +24,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from looptoolkit import Loader  # noqa: E402
-from looptoolkit._pipeline import Plan  # noqa: E402
+from looptoolkit._pipeline.stream import Plan  # noqa: E402
 from looptoolkit.adapters import _torch_blocks, _torch_cuda  # noqa: E402
 from looptoolkit.adapters import torch as torch_adapter  # noqa: E402
 from looptoolkit.device import parse_device  # noqa: E402

@@ -14,14 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from looptoolkit import tree as _tree
 from looptoolkit.adapters import get_backend
 from looptoolkit.bench.targets import BASELINE as BASELINE
 from looptoolkit.bench.variants.epochs import EpochPipeline as EpochPipeline
 from looptoolkit.bench.variants.epochs import split_batches as split_batches
 from looptoolkit.bench.workloads import Workload, host_array
-from looptoolkit.device import parse_device
-from looptoolkit.order import Order
+from looptoolkit.device import _tree as _tree
+from looptoolkit.device._move import parse_device
+from looptoolkit.order._order import Order
 
 Factory = Callable[["Context"], Iterable[Any]]
 

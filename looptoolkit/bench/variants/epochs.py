@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from looptoolkit._epochs import EpochCursor, pass_over
-from looptoolkit.order import batch_count
+from looptoolkit.order._epochs import EpochCursor, pass_over
+from looptoolkit.order._order import batch_count
 
 
 def batch_slices(indices: Any, batch_size: int) -> Iterator[Any]:

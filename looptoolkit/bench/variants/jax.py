@@ -10,13 +10,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from looptoolkit import Loader, tree
+from looptoolkit import Loader
 from looptoolkit.adapters.jax import resolve_device
 from looptoolkit.bench.variants import Kit, images, loop, variant
 from looptoolkit.bench.variants.epochs import EpochPipeline, batch_slices, order_length
 from looptoolkit.bench.variants.numpy import aligned_take, chunked_manual
-from looptoolkit.device import parse_device
-from looptoolkit.order import batch_count, epoch_indices
+from looptoolkit.device import _tree as tree
+from looptoolkit.device._move import parse_device
+from looptoolkit.order._order import batch_count, epoch_indices
 
 
 def placement(device: Any = None) -> Any:

@@ -21,7 +21,7 @@ import numpy as np
 
 from looptoolkit.bench.variants import Variant, loop
 from looptoolkit.bench.variants.epochs import EpochPipeline
-from looptoolkit.order import batch_count
+from looptoolkit.order._order import batch_count
 
 __all__ = ["MIXES", "bounds", "mix_loader", "mix_variants", "source_of", "weights_of"]
 

@@ -10,13 +10,14 @@ from typing import Any
 
 import numpy as np
 
-from looptoolkit import Loader, tree
-from looptoolkit._rows import Rows
+from looptoolkit import Loader
+from looptoolkit._rows.rows import Rows
 from looptoolkit.bench.variants import BASELINE, Kit, loop, tokens, variant
 from looptoolkit.bench.variants.epochs import EpochPipeline, batch_slices, split_batches
 from looptoolkit.bench.variants.grain_pack import grain_variants
 from looptoolkit.bench.variants.mix import mix_variants
-from looptoolkit.order import batch_count
+from looptoolkit.device import _tree as tree
+from looptoolkit.order._order import batch_count
 
 # A chunk's bytes of rows (at most 64 batches): faster than 16 batches for JAX and tf on tabular.
 CHUNK_ROW_BYTES = 4 << 20

@@ -11,14 +11,15 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from looptoolkit import Loader, tree
-from looptoolkit._rows import Rows
+from looptoolkit import Loader
+from looptoolkit._rows.rows import Rows
 from looptoolkit.adapters.torch import from_numpy
 from looptoolkit.bench.variants import Context, Kit, images, loop, tokens, variant
 from looptoolkit.bench.variants.epochs import EpochPipeline, batch_slices, order_length
 from looptoolkit.bench.variants.mix import mix_variants
 from looptoolkit.bench.variants.numpy import each, numpy_manual
-from looptoolkit.order import batch_count, epoch_indices
+from looptoolkit.device import _tree as tree
+from looptoolkit.order._order import batch_count, epoch_indices
 from looptoolkit.torch_data import GetItemsDataset, keep_batch, make_dataloader
 
 

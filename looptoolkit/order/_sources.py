@@ -1,18 +1,18 @@
 """Global epoch orders: the permutation of ``[0, n)`` an epoch visits, before sharding.
 
 [`Order`][looptoolkit.Order] asks one of these sources for segments of the
-epoch's global order: [`Sequential`][looptoolkit._sources.Sequential] (``arange``),
-[`Materialized`][looptoolkit._sources.Materialized] (a permutation held whole: the full shuffle
-below ``KEYED_MIN_ROWS`` rows, a weighted draw without replacement, fewer draws with
+epoch's global order: [`Sequential`][looptoolkit.order._sources.Sequential] (``arange``),
+[`Materialized`][looptoolkit.order._sources.Materialized] (a permutation held whole: the full
+shuffle below ``KEYED_MIN_ROWS`` rows, a weighted draw without replacement, fewer draws with
 replacement, a custom order) or
-[`Grouped`][looptoolkit._sources.Grouped] (grouped shuffling, generated chunk by chunk so that any
-position is computed without an ``n``-long array); the full shuffle from ``KEYED_MIN_ROWS`` rows
-on is [`Keyed`][looptoolkit._keyed.Keyed], whose every position is computed on its own, and
-draws with replacement from ``KEYED_MIN_ROWS`` draws on are
-[`KeyedDraws`][looptoolkit._keyed.KeyedDraws] or their weighted kind. A source
+[`Grouped`][looptoolkit.order._sources.Grouped] (grouped shuffling, generated chunk by chunk so
+that any position is computed without an ``n``-long array); the full shuffle from
+``KEYED_MIN_ROWS`` rows on is [`Keyed`][looptoolkit.order._keyed.Keyed], whose every position is
+computed on its own, and draws with replacement from ``KEYED_MIN_ROWS`` draws on are
+[`KeyedDraws`][looptoolkit.order._keyed.KeyedDraws] or their weighted kind. A source
 with ``positional = True`` also has ``at(positions)``: a rank then reads only its own positions.
-Every random choice comes from [`generator`][looptoolkit._sources.generator], a pure function of
-``(seed, epoch, stream, ...)``.
+Every random choice comes from [`generator`][looptoolkit.order._sources.generator], a pure function
+of ``(seed, epoch, stream, ...)``.
 """
 
 from __future__ import annotations
@@ -301,7 +301,7 @@ def draw(
 
     An order draws its epoch this way without replacement at any size, and with
     replacement below ``KEYED_MIN_ROWS`` draws; from there on each draw is
-    computed from its position ([`looptoolkit._keyed`][looptoolkit._keyed]), a
+    computed from its position ([`looptoolkit.order._keyed`][looptoolkit.order._keyed]), a
     different sequence.
     """
     rng = generator(seed, epoch, _STREAM_DRAW)
@@ -333,7 +333,7 @@ _STREAM_STORE_GROUP = 5
 
 
 def chunk_shards(n: int, chunk_rows: int, world_size: int) -> tuple[int, ...]:
-    """Rows each rank gets from a [`ChunkGrouped`][looptoolkit._sources.ChunkGrouped] order.
+    """Rows each rank gets from a [`ChunkGrouped`][looptoolkit.order._sources.ChunkGrouped] order.
 
     The same every epoch.
 
@@ -363,7 +363,7 @@ class ChunkGrouped:
     keeps a group's chunks while its rows are used reads each chunk once per epoch.
 
     Position ``p`` of the global order is position ``p // W`` of rank ``p % W``'s
-    stream, so [`EpochOrder`][looptoolkit.order.EpochOrder]'s strided split gives
+    stream, so [`EpochOrder`][looptoolkit.order._order.EpochOrder]'s strided split gives
     each rank its own groups. The global order has ``W * m`` positions: ``m`` the
     longest rank's rows (shorter ranks wrap around their own stream: padding), or
     with ``cut`` the shortest's (longer ranks' last rows are left out).

@@ -2,8 +2,8 @@
 
 Part of the order step ([`looptoolkit.order`][looptoolkit.order]): above
 ``KEYED_MIN_ROWS`` rows the ``"full"`` order is
-[`Keyed`][looptoolkit._keyed.Keyed], a source of
-[`looptoolkit._sources`][looptoolkit._sources] whose value at any position is
+[`Keyed`][looptoolkit.order._keyed.Keyed], a source of
+[`looptoolkit.order._sources`][looptoolkit.order._sources] whose value at any position is
 computed on its own, so a rank computes only its own positions, a block at a
 time, in O(block) memory, and a resumed epoch starts in O(1).
 
@@ -22,9 +22,9 @@ outside ``[0, n)``, so a position needs fewer than two encryptions on average;
 only the positions still outside are walked again.
 
 Draws with replacement of ``KEYED_MIN_ROWS`` or more per epoch are computed by
-position too: [`KeyedDraws`][looptoolkit._keyed.KeyedDraws] (uniform: a keyed
+position too: [`KeyedDraws`][looptoolkit.order._keyed.KeyedDraws] (uniform: a keyed
 64-bit hash of the position, modulo ``n``) and
-[`KeyedWeightedDraws`][looptoolkit._keyed.KeyedWeightedDraws] (weighted: the
+[`KeyedWeightedDraws`][looptoolkit.order._keyed.KeyedWeightedDraws] (weighted: the
 same hash as a uniform in ``[0, 1)``, inverted through the cumulative weights).
 """
 
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from looptoolkit._sources import STREAM_FULL, STREAM_KEYED_DRAWS, generator
+from looptoolkit.order._sources import STREAM_FULL, STREAM_KEYED_DRAWS, generator
 
 __all__ = ["KEYED_MIN_ROWS", "KEYED_ROUNDS", "Keyed", "KeyedDraws", "KeyedWeightedDraws"]
 
@@ -177,7 +177,7 @@ class KeyedWeightedDraws(KeyedDraws):
     """``k`` weighted draws with replacement, each computed from its position.
 
     Draw ``p`` inverts the cumulative weights at a uniform of its own: the top 53
-    bits of [`KeyedDraws`][looptoolkit._keyed.KeyedDraws]' hash of ``p`` make
+    bits of [`KeyedDraws`][looptoolkit.order._keyed.KeyedDraws]' hash of ``p`` make
     ``u`` in ``[0, 1)``, and the draw is the first row whose cumulative weight
     exceeds ``u * total`` (``searchsorted(cdf, u * total, side="right")``: a row
     of zero weight, an empty interval, is never chosen). O(log n) a draw; the

@@ -1,8 +1,8 @@
 """How optree looks into a container (a leaf module: it imports nothing of looptoolkit).
 
-A container rule is a [`Node`][looptoolkit._node.Node], optree's ``(flatten, unflatten)`` pair; the
-pytree layer and the backends' own containers (TensorDict) both write them, and
-carry the object being flattened in the treespec as a [`Ref`][looptoolkit._node.Ref].
+A container rule is a [`Node`][looptoolkit._common.node.Node], optree's ``(flatten, unflatten)``
+pair; the pytree layer and the backends' own containers (TensorDict) both write them, and
+carry the object being flattened in the treespec as a [`Ref`][looptoolkit._common.node.Ref].
 """
 
 from __future__ import annotations

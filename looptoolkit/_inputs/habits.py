@@ -1,10 +1,10 @@
 """A DataLoader user's habits, met at the Loader's door: datasets as data, DataLoader arguments.
 
 Before the [`Loader`][looptoolkit.Loader] reads its ``data``:
-[`dataset_data`][looptoolkit._habits.dataset_data] takes a dataset that holds its tensors
+[`dataset_data`][looptoolkit._inputs.habits.dataset_data] takes a dataset that holds its tensors
 (``TensorDataset``: its ``tensors`` tuple, batched as ``(x, y)``) and refuses any other
 dataset object with the line to write;
-[`refuse_dataloader_args`][looptoolkit._habits.refuse_dataloader_args] refuses the keyword
+[`refuse_dataloader_args`][looptoolkit._inputs.habits.refuse_dataloader_args] refuses the keyword
 arguments only ``DataLoader`` takes, naming the Loader's equivalent. Both read types and
 attributes only: no framework is imported or named.
 """
@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from looptoolkit import tree as _tree
-from looptoolkit._records import kind_of
+from looptoolkit._rows.records import kind_of
 from looptoolkit.adapters import backend_of
+from looptoolkit.device import _tree as _tree
 from looptoolkit.ragged._column import Ragged
 from looptoolkit.stores import is_store_type
 
@@ -63,7 +63,8 @@ def refuse_dataloader_args(kwargs: Mapping[str, Any]) -> None:
     """Refuse the ``DataLoader``-only keyword arguments among ``kwargs``, naming the equivalent.
 
     Raises:
-        TypeError: one of [`DATALOADER_ONLY`][looptoolkit._habits.DATALOADER_ONLY] was passed.
+        TypeError: one of [`DATALOADER_ONLY`][looptoolkit._inputs.habits.DATALOADER_ONLY] was
+        passed.
     """
     for name in kwargs:
         hint = DATALOADER_ONLY.get(name)

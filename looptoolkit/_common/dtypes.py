@@ -1,9 +1,9 @@
 """dtype rules shared by the core and the adapters (a leaf module).
 
 Every framework's dtype is known here by its NumPy-style name (``"float32"``,
-``"bfloat16"``). [`DtypePolicy`][looptoolkit._dtypes.DtypePolicy] decides which dtype a leaf should
-arrive in, and [`cast_before_copy`][looptoolkit._dtypes.cast_before_copy] on which side of the copy
-the cast runs: the side that moves fewer bytes.
+``"bfloat16"``). [`DtypePolicy`][looptoolkit._common.dtypes.DtypePolicy] decides which dtype a leaf
+should arrive in, and [`cast_before_copy`][looptoolkit._common.dtypes.cast_before_copy] on which
+side of the copy the cast runs: the side that moves fewer bytes.
 """
 
 from __future__ import annotations

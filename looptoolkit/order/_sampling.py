@@ -1,10 +1,11 @@
 """What an epoch draws from the rows: a permutation, a subset, a weighted draw or a custom order.
 
 Part of the order step ([`looptoolkit.order`][looptoolkit.order]):
-[`Sampling`][looptoolkit._sampling.Sampling] checks the options DataLoader users bring (``weights``,
-``replacement``, ``num_samples``, ``indices``, ``order_fn``) once, at construction, and gives each
-epoch's global order as a source of [`looptoolkit._sources`][looptoolkit._sources]. Everything is a
-pure function of ``(seed, epoch)``.
+[`Sampling`][looptoolkit.order._sampling.Sampling] checks the options DataLoader users bring
+(``weights``, ``replacement``, ``num_samples``, ``indices``, ``order_fn``) once, at construction,
+and gives each epoch's global order as a source of
+[`looptoolkit.order._sources`][looptoolkit.order._sources]. Everything is a pure function of
+``(seed, epoch)``.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from looptoolkit import _keyed
-from looptoolkit._errors import check_int
-from looptoolkit._sources import Mapped, Materialized, Source, draw
+from looptoolkit._common.errors import check_int
+from looptoolkit.order import _keyed as _keyed
+from looptoolkit.order._sources import Mapped, Materialized, Source, draw
 
 __all__ = ["Sampling"]
 
@@ -72,7 +73,7 @@ class Sampling:
     ``KEYED_MIN_ROWS`` (2**20) or more per epoch are computed by position, so a rank
     computes only its own, O(log n) a weighted draw, after the cumulative weights
     (8 bytes a row, computed once for every epoch); fewer draws are drawn whole
-    ([`draw`][looptoolkit._sources.draw]). A weighted draw without replacement is
+    ([`draw`][looptoolkit.order._sources.draw]). A weighted draw without replacement is
     drawn whole at any size, on every rank and every epoch: O(n + k log k) time
     (``num_samples`` k; O(n log n) for the default k = n), O(n) memory.
 

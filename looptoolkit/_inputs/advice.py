@@ -4,9 +4,9 @@ Between the order and the gathers in the data flow. A page fault in a
 memory-mapped file makes the kernel read ahead around the page (a window of
 ``WINDOW`` bytes by default), which pays for itself when the next rows read lie
 in that window and costs a window per row when they do not. The Loader knows
-which: [`advise_reads`][looptoolkit._advice.advise_reads] looks at the order
+which: [`advise_reads`][looptoolkit._inputs.advice.advise_reads] looks at the order
 options and at each mapped array's bytes per row, and advises ``MADV_RANDOM``
-([`looptoolkit._mapped.advise_random`][looptoolkit._mapped.advise_random]) on
+([`looptoolkit._rows.mapped.advise_random`][looptoolkit._rows.mapped.advise_random]) on
 the mappings a rank reads scattered, once, when the Loader is made (an order's
 kind is the same every epoch). ``docs/loader.md`` ("Memory-mapped data") has the
 rule and the measurements behind it.
@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from looptoolkit._mapped import advise_random
+from looptoolkit._rows.mapped import advise_random
 from looptoolkit.mix._columns import Concatenated
-from looptoolkit.order import DEFAULT_GROUP_SIZE, normalize_shuffle
+from looptoolkit.order._order import DEFAULT_GROUP_SIZE, normalize_shuffle
 from looptoolkit.ragged._column import Ragged
 from looptoolkit.ragged._layout_options import FitLayout, PackLayout
 from looptoolkit.ragged._stored import StoredValues

@@ -1,9 +1,10 @@
 """One pass over an epoch of a Loader: the iterator the user's ``for`` loop holds.
 
-The step between the Loader's epoch stream ([`looptoolkit._pipeline`][looptoolkit._pipeline])
-and the user's loop: it binds the epoch when its first batch is asked for, counts the batches it
-hands out (what ``state_dict`` describes), completes the epoch on the cursor after the last one,
-and closes the stream when the loop leaves early.
+The step between the Loader's epoch stream
+([`looptoolkit._pipeline.stream`][looptoolkit._pipeline.stream]) and the user's loop: it binds the
+epoch when its first batch is asked for, counts the batches it hands out (what ``state_dict``
+describes), completes the epoch on the cursor after the last one, and closes the stream when the
+loop leaves early.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from looptoolkit._pipeline import Progress
+from looptoolkit._pipeline.stream import Progress
 
 __all__ = ["CLOSED", "UNSTARTED", "LoaderIterator"]
 

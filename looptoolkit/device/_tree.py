@@ -1,15 +1,15 @@
 """Pytree helpers on optree: the containers looptoolkit looks into.
 
-First step of every transfer: [`flatten`][looptoolkit.tree.flatten] turns a nested batch into a list
-of leaves and a treespec that rebuilds the same containers. It hands the leaves
+First step of every transfer: [`flatten`][looptoolkit.device._tree.flatten] turns a nested batch
+into a list of leaves and a treespec that rebuilds the same containers. It hands the leaves
 to [`looptoolkit.device`][looptoolkit.device] (or the Loader) and gets them back for
 ``spec.unflatten``.
 
 optree already handles dict (key order kept), OrderedDict, defaultdict, deque,
 list, tuple and namedtuples. On first sight this module registers, in optree's
 ``"looptoolkit"`` namespaces only, every other container a batch may hold (the
-rules are in [`looptoolkit._containers`][looptoolkit._containers]): dataclasses (frozen too, and
-those that are also mappings), attrs classes, ``SimpleNamespace``, frameworks' own
+rules are in [`looptoolkit.device._containers`][looptoolkit.device._containers]): dataclasses
+(frozen too, and those that are also mappings), attrs classes, ``SimpleNamespace``, frameworks' own
 containers (TensorDict and tensorclass: ``Backend.container``), sets, and
 subclasses of the built-in containers, namedtuple subclasses with instance
 attributes or their own constructor included. A container that cannot be
@@ -19,8 +19,8 @@ is otherwise rebuilt as its closest base with a
 [`ContainerRebuildWarning`][looptoolkit.ContainerRebuildWarning], or raises under ``strict=True``;
 an array inside it is never left behind.
 
-Two views of one tree: the Loader's ([`NAMESPACE`][looptoolkit.tree.NAMESPACE]) looks into every
-container; ``to_device``'s (``flatten(..., move=True)``) leaves a container that
+Two views of one tree: the Loader's ([`NAMESPACE`][looptoolkit.device._tree.NAMESPACE]) looks into
+every container; ``to_device``'s (``flatten(..., move=True)``) leaves a container that
 cannot be rebuilt but has its own ``.to`` (a tokenizer's ``BatchEncoding``) as a
 leaf, for its ``.to`` to move it, and also looks into containers whose parts are
 samples rather than columns (a lazily stacked TensorDict).
@@ -36,8 +36,8 @@ from typing import Any
 
 import optree
 
-from looptoolkit import _containers
-from looptoolkit._containers import ContainerRebuildWarning, Unbuildable
+from looptoolkit.device import _containers as _containers
+from looptoolkit.device._containers import ContainerRebuildWarning, Unbuildable
 
 __all__ = [
     "MOVE_NAMESPACE",
@@ -181,8 +181,8 @@ def unflatten(
     raises.
 
     Args:
-        spec: the treespec from [`flatten`][looptoolkit.tree.flatten].
-        leaves: the new leaves, in the order of [`flatten`][looptoolkit.tree.flatten]'s.
+        spec: the treespec from [`flatten`][looptoolkit.device._tree.flatten].
+        leaves: the new leaves, in the order of [`flatten`][looptoolkit.device._tree.flatten]'s.
         strict: raise instead of warning.
         tree: the tree ``spec`` came from, to name the container's key path.
         root: the name of ``tree`` in that key path.

@@ -12,13 +12,13 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-from looptoolkit import tree as _tree
-from looptoolkit._errors import TransferError
-from looptoolkit._rows import Rows
-from looptoolkit._target import Target
+from looptoolkit._common.errors import TransferError
+from looptoolkit._common.target import Target
+from looptoolkit._rows.rows import Rows
 from looptoolkit.adapters import batch_shards
-from looptoolkit.device import describe_leaf, to_device
-from looptoolkit.order import Order
+from looptoolkit.device import _tree as _tree
+from looptoolkit.device._move import describe_leaf, to_device
+from looptoolkit.order._order import Order
 
 __all__ = ["check_not_empty", "check_shards", "probe", "resident"]
 
@@ -90,7 +90,7 @@ def probe(
 
     Returns:
         The shards of ``target``'s batch axis (1 unless it is a sharding), for
-        [`check_shards`][looptoolkit._probe.check_shards] of a resumed epoch; and
+        [`check_shards`][looptoolkit._pipeline.probe.check_shards] of a resumed epoch; and
         whether the move kept every leaf and container as it was (host arrays
         to ``"cpu"``, no cast): then a batch's move is a no-op the Loader skips.
 

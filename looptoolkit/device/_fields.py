@@ -1,7 +1,7 @@
 """Containers with named fields: dataclasses, attrs classes, ``SimpleNamespace``.
 
-Part of the container rules of [`looptoolkit._containers`][looptoolkit._containers]: each is
-flattened by its fields (and by any other instance attribute that is not a
+Part of the container rules of [`looptoolkit.device._containers`][looptoolkit.device._containers]:
+each is flattened by its fields (and by any other instance attribute that is not a
 plain value, such as an array set after ``__init__``) and rebuilt as a shallow
 copy with them replaced, without running its constructor again.
 """
@@ -17,7 +17,7 @@ import types
 from collections.abc import Iterable
 from typing import Any
 
-from looptoolkit._node import Node, Ref
+from looptoolkit._common.node import Node, Ref
 from looptoolkit.adapters import backend_of, container_node
 
 __all__ = [

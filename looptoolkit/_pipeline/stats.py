@@ -1,8 +1,8 @@
 """Loop statistics: where a training loop's time goes, waiting for data or in the step.
 
 The outermost wrapper of a Loader's epoch when it is created with ``stats=True``:
-[`timed`][looptoolkit._stats.timed] counts the time inside ``next`` as waiting and the time between
-batches as the user's step, into a [`LoaderStats`][looptoolkit.LoaderStats].
+[`timed`][looptoolkit._pipeline.stats.timed] counts the time inside ``next`` as waiting and the
+time between batches as the user's step, into a [`LoaderStats`][looptoolkit.LoaderStats].
 """
 
 from __future__ import annotations

@@ -42,11 +42,11 @@ from typing import Any
 
 import numpy as np
 
-from looptoolkit._chunk_cache import ChunkCache, _consecutive
-from looptoolkit._prefetch import Stopped, stopping
-from looptoolkit._sources import chunk_shards
+from looptoolkit._common.background import Stopped, stopping
+from looptoolkit._rows.chunk_cache import ChunkCache, _consecutive
 from looptoolkit.adapters import gather_rows
-from looptoolkit.order import DEFAULT_GROUP_SIZE, Order, normalize_shuffle
+from looptoolkit.order._order import DEFAULT_GROUP_SIZE, Order, normalize_shuffle
+from looptoolkit.order._sources import chunk_shards
 from looptoolkit.stores import StoreArray
 
 __all__ = ["ChunkCache", "StoreReads"]
@@ -96,7 +96,7 @@ class StoreReads:
     """The reads of a Loader's store leaves: a backend-like group of its rows.
 
     ``cache_bytes`` None: sorted row reads per batch. An int: whole chunks through
-    a [`ChunkCache`][looptoolkit._chunk_cache.ChunkCache] of that many bytes, one per pass
+    a [`ChunkCache`][looptoolkit._rows.chunk_cache.ChunkCache] of that many bytes, one per pass
     (and one, behind a lock, for single batches read with `take`).
     """
 
@@ -358,7 +358,7 @@ def default_group_size(store: StoreReads) -> int:
 
     Leaves read through zero-copy views only (a plain contiguous HDF5 dataset, a
     one-chunk Arrow column) decode nothing: their groups are the in-memory
-    default, [`DEFAULT_GROUP_SIZE`][looptoolkit.order.DEFAULT_GROUP_SIZE] rows
+    default, [`DEFAULT_GROUP_SIZE`][looptoolkit.order._order.DEFAULT_GROUP_SIZE] rows
     rounded up to whole blocks.
     """
     if all(leaf.view() is not None for leaf in store.leaves):
@@ -464,7 +464,7 @@ def loader_order(
         args: the order's options by name (``ORDER_ARGS``), as the Loader's ``_args`` holds them.
         rank: this process's rank, resolved.
         world_size: the number of ranks, resolved.
-        store: the data's [`StoreReads`][looptoolkit._store_reads.StoreReads], or None: its
+        store: the data's [`StoreReads`][looptoolkit._rows.store_reads.StoreReads], or None: its
             blocks are fitted to the ranks, its grouped order takes whole chunks (default
             group size: ``default_group_size``).
     """

@@ -1,17 +1,17 @@
 """One epoch's batch stream: gather, move, transform, in the consumer's thread or ahead of it.
 
 Between the order and the user's loop: given the epoch's index batches, the
-[`Rows`][looptoolkit._rows.Rows] of the data and a [`Plan`][looptoolkit._pipeline.Plan] (where
-batches go, how they are cast, the user's transform), [`inline`][looptoolkit._pipeline.inline] does
-every step in the consumer's thread, [`ahead`][looptoolkit._pipeline.ahead] does them there too but
-issues the next batches' moves before handing one out (the copies run while the loop's step
-runs), and [`prefetched`][looptoolkit._pipeline.prefetched] does them in one background thread
-([`looptoolkit._prefetch`][looptoolkit._prefetch]);
-[`choose_mode`][looptoolkit._pipeline.choose_mode] picks the thread or the consumer's. Moves
-go through the backend's staged upload when it offers one (torch on CUDA: pinned buffers and a
-side stream, or, in the consumer's thread, blocks of batches gathered and copied at once and
-handed out as slices of the device block). The transform runs right after the move, in the
-same thread, inside the staged upload's stream, so that it overlaps the consumer's step and is
+[`Rows`][looptoolkit._rows.rows.Rows] of the data and a [`Plan`][looptoolkit._pipeline.stream.Plan]
+(where batches go, how they are cast, the user's transform),
+[`inline`][looptoolkit._pipeline.stream.inline] does every step in the consumer's thread,
+[`ahead`][looptoolkit._pipeline.stream.ahead] does them there too but issues the next batches'
+moves before handing one out (the copies run while the loop's step runs), and
+[`prefetched`][looptoolkit._pipeline.stream.prefetched] does them in one background thread
+([`looptoolkit._common.background`][looptoolkit._common.background]);
+[`choose_mode`][looptoolkit._pipeline.stream.choose_mode] picks the thread or the consumer's. Moves
+go through the backend's staged upload when it offers one (torch on CUDA: pinned buffers and a side
+stream, or, in the consumer's thread, blocks of batches gathered and copied at once and handed out
+as slices of the device block). The transform runs right after the move, in the same thread, inside the staged upload's stream, so that it overlaps the consumer's step and is
 ordered before it.
 """
 
@@ -26,14 +26,14 @@ from typing import Any
 
 import numpy as np
 
-from looptoolkit import tree as _tree
-from looptoolkit._dtypes import DtypePolicy, cast_before_copy
-from looptoolkit._prefetch import END, Prefetcher
-from looptoolkit._rows import Rows
-from looptoolkit._target import Target
+from looptoolkit._common.background import END, Prefetcher
+from looptoolkit._common.dtypes import DtypePolicy, cast_before_copy
+from looptoolkit._common.target import Target
+from looptoolkit._rows.rows import Rows
 from looptoolkit.adapters import Stager, backend_of, get_backend
-from looptoolkit.device import leaf_mover, mover, skipping
-from looptoolkit.order import EpochOrder
+from looptoolkit.device import _tree as _tree
+from looptoolkit.device._move import leaf_mover, mover, skipping
+from looptoolkit.order._order import EpochOrder
 
 __all__ = [
     "MODES",
@@ -440,7 +440,7 @@ def ahead(
     The gather, move and transform of batch ``k + depth`` are queued before batch ``k``
     is handed out (apex's ``data_prefetcher``): an asynchronous move (a non-blocking
     copy on a side stream, a JAX ``device_put``) then runs while the loop's step runs,
-    with no thread and no hand-off. ``depth == 0`` is [`inline`][looptoolkit._pipeline.inline]
+    with no thread and no hand-off. ``depth == 0`` is [`inline`][looptoolkit._pipeline.stream.inline]
     itself. An error while issuing a batch is raised once the batches issued before
     it have been handed out, as the background thread's would be.
     """

@@ -6,7 +6,7 @@ to ``depth`` ahead. An exception in the thread reaches the consumer as a copy
 of the same type, arguments and attributes (a ``SystemExit`` keeps its code),
 with a note saying where it came from, chained to the original; leaving the
 loop early (``break``, an exception, dropping the iterator) stops the thread;
-a long read in the thread can ask [`stopping`][looptoolkit._prefetch.stopping]
+a long read in the thread can ask [`stopping`][looptoolkit._common.background.stopping]
 between its parts and end early, so that a stop waits for one part, not a batch.
 """
 

@@ -18,10 +18,9 @@ import io
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
-from looptoolkit import tree as _tree
-from looptoolkit._dtypes import DtypePolicy, cast_before_copy, dtype_name
-from looptoolkit._errors import TransferError
-from looptoolkit._target import Target, parse_device_string
+from looptoolkit._common.dtypes import DtypePolicy, cast_before_copy, dtype_name
+from looptoolkit._common.errors import TransferError
+from looptoolkit._common.target import Target, parse_device_string
 from looptoolkit.adapters import (
     DEVICE_HOMES,
     Backend,
@@ -30,6 +29,7 @@ from looptoolkit.adapters import (
     native_target,
     object_backend,
 )
+from looptoolkit.device import _tree as _tree
 
 __all__ = [
     "Target",
@@ -51,7 +51,7 @@ def parse_device(device: Any) -> Target:
         device: what the caller passed as ``device``.
 
     Returns:
-        The parsed [`Target`][looptoolkit._target.Target].
+        The parsed [`Target`][looptoolkit._common.target.Target].
 
     Raises:
         ValueError: an unknown device string.

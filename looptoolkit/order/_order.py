@@ -12,7 +12,7 @@ measured trade-offs):
 1. The **global order** ``G`` of the epoch, a permutation of ``[0, n)``:
    ``"none"`` is ``arange(n)``; ``"full"`` is ``rng.permutation(n)`` below
    ``KEYED_MIN_ROWS`` (2**20) rows and, from it on, a keyed bijection of ``[0, n)``
-   per ``(seed, epoch)`` (Feistel rounds with cycle-walking, ``looptoolkit._keyed``)
+   per ``(seed, epoch)`` (Feistel rounds with cycle-walking, ``looptoolkit.order._keyed``)
    whose positions are computed on their own, so that a rank computes only its
    own positions, a block at a time (the choice depends on ``n`` alone);
    ``"grouped"`` cuts a randomly rotated index range into groups of
@@ -49,10 +49,10 @@ from typing import Any, cast
 
 import numpy as np
 
-from looptoolkit import _keyed
-from looptoolkit._errors import check_int
-from looptoolkit._sampling import Sampling
-from looptoolkit._sources import (
+from looptoolkit._common.errors import check_int
+from looptoolkit.order import _keyed as _keyed
+from looptoolkit.order._sampling import Sampling
+from looptoolkit.order._sources import (
     STREAM_FULL,
     ChunkGrouped,
     Grouped,

@@ -1,11 +1,11 @@
 """The chunk cache of the Loader's store reads: whole chunks, read on demand, kept within a budget.
 
-Used by [`StoreReads`][looptoolkit._store_reads.StoreReads] for the orders that
+Used by [`StoreReads`][looptoolkit._rows.store_reads.StoreReads] for the orders that
 visit chunks whole (sequential, chunk-grouped): a read fills one array (a
 segment) with the chunks a batch needs and those the order visits next; batches
 are gathers from segments, or views of one. An evicted segment's array is read
 into again only once nothing outside the cache holds it (see
-[`ChunkCache.spare`][looptoolkit._chunk_cache.ChunkCache]). For a sequential
+[`ChunkCache.spare`][looptoolkit._rows.chunk_cache.ChunkCache]). For a sequential
 order, a leaf whose reads can run in the background (plain file reads, no GIL)
 has its next span read there while the loop uses the one before
 (``ChunkCache.later``); its rows are waited for when they are asked for.

@@ -4,8 +4,8 @@ The Loader batches the leading dimension of every array of ``data``: it needs
 *columns*, one array per field holding every sample. The most common shape of a
 hand-made dataset is the other one, a list of per-sample *records*
 (``[{"x": x0, "y": 0}, {"x": x1, "y": 1}, ...]``), which read as columns would
-be batched inside each sample. [`find_records`][looptoolkit._records.find_records] recognises one in
-a flattened ``data`` (for [`Rows`][looptoolkit._rows.Rows] to refuse it), and
+be batched inside each sample. [`find_records`][looptoolkit._rows.records.find_records] recognises
+one in a flattened ``data`` (for [`Rows`][looptoolkit._rows.rows.Rows] to refuse it), and
 [`stack_records`][looptoolkit.stack_records] turns one into columns.
 
 A list (not a tuple: ``(X, Y)`` is the usual pair of columns) is taken for
@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import optree
 
-from looptoolkit import tree as _tree
 from looptoolkit.adapters import backend_of
+from looptoolkit.device import _tree as _tree
 
 __all__ = ["find_records", "kind_of", "stack_records"]
 

@@ -4,8 +4,8 @@ Between the orders ([`looptoolkit.order`][looptoolkit.order], a pure function of
 every route that iterates them: the [`Loader`][looptoolkit.Loader], the
 DataLoader integration ([`looptoolkit.torch_data`][looptoolkit.torch_data]), the tf.data
 integration ([`looptoolkit.tf_data`][looptoolkit.tf_data]) and the comparison pipelines. Each of
-them asks one [`EpochCursor`][looptoolkit._epochs.EpochCursor] which epoch a pass runs and tells it
-when a pass is done, so they all follow one rule (``docs/loader.md``, "Which epoch
+them asks one [`EpochCursor`][looptoolkit.order._epochs.EpochCursor] which epoch a pass runs and
+tells it when a pass is done, so they all follow one rule (``docs/loader.md``, "Which epoch
 a loop runs"):
 
 1. A pass *binds* the cursor's ``(epoch, offset)`` when its first batch is
@@ -21,9 +21,9 @@ a loop runs"):
 4. ``set_epoch(e)`` always wins: the next pass runs epoch ``e`` from its start
    (from the loaded offset if ``e`` is the epoch a loaded state points into).
 
-The state helpers ([`state_of`][looptoolkit._epochs.state_of],
-[`parse_state`][looptoolkit._epochs.parse_state]) give the Loader and the DataLoader integration one
-resumable state format.
+The state helpers ([`state_of`][looptoolkit.order._epochs.state_of],
+[`parse_state`][looptoolkit.order._epochs.parse_state]) give the Loader and the DataLoader
+integration one resumable state format.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from looptoolkit._errors import check_int
-from looptoolkit.order import Order
+from looptoolkit._common.errors import check_int
+from looptoolkit.order._order import Order
 
 __all__ = [
     "EPOCH_KEY",

@@ -1,7 +1,7 @@
 """Rows: the data side of the Loader, gathered a batch at a time.
 
-Between the order and the transfer in the data flow: [`Rows`][looptoolkit._rows.Rows] flattens the
-user's ``data`` once, checks it (every leaf an array with the same leading
+Between the order and the transfer in the data flow: [`Rows`][looptoolkit._rows.rows.Rows] flattens
+the user's ``data`` once, checks it (every leaf an array with the same leading
 dimension, named by key path when not), groups the leaves by backend, and for
 each batch of indices from [`looptoolkit.order`][looptoolkit.order] makes one gather call per
 backend, then rebuilds the data's containers around the gathered leaves. The
@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 import optree
 
-from looptoolkit import tree as _tree
-from looptoolkit._mapped import MappedFiles
-from looptoolkit._records import find_records, kind_of
-from looptoolkit._store_reads import StoreReads
+from looptoolkit._rows.mapped import MappedFiles
+from looptoolkit._rows.records import find_records, kind_of
+from looptoolkit._rows.store_reads import StoreReads
 from looptoolkit.adapters import backend_of, is_batched_node
+from looptoolkit.device import _tree as _tree
 from looptoolkit.stores import StoreArray, is_store_type
 from looptoolkit.stores import wrap as wrap_store
 
@@ -85,7 +85,7 @@ class Rows:
         ValueError: an empty pytree, a 0-d leaf, no rows, leaves of different
             leading dimensions (both named, with their sizes).
         TypeError: a leaf that is not an array (named by its key path); a list of
-            per-sample records (see [`looptoolkit._records`][looptoolkit._records]).
+            per-sample records (see [`looptoolkit._rows.records`][looptoolkit._rows.records]).
     """
 
     def __init__(self, data: Any) -> None:

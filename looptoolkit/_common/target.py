@@ -1,11 +1,11 @@
 """The device ``Target``: what every layer knows of a device (a leaf module).
 
-[`parse_device_string`][looptoolkit._target.parse_device_string] reads the device strings every
-framework's users write (``"cuda:1"``, ``"/GPU:0"``, ``"tpu"``); which backend a name sends NumPy
-leaves to is the registry's to say (``looptoolkit.adapters.DEVICE_HOMES``).
+[`parse_device_string`][looptoolkit._common.target.parse_device_string] reads the device strings
+every framework's users write (``"cuda:1"``, ``"/GPU:0"``, ``"tpu"``); which backend a name sends
+NumPy leaves to is the registry's to say (``looptoolkit.adapters.DEVICE_HOMES``).
 Framework device objects (a ``torch.device``, a ``jax.Device``, a ``Sharding``)
 are read by their backend (``Backend.native_target``);
-[`looptoolkit.device.parse_device`][looptoolkit.device.parse_device] asks both.
+[`looptoolkit.device._move.parse_device`][looptoolkit.device._move.parse_device] asks both.
 """
 
 from __future__ import annotations
@@ -67,8 +67,8 @@ def parse_device_string(spec: str, homes: Mapping[str, str]) -> Target:
     Args:
         spec: the string, e.g. ``"cuda:1"``, ``"gpu"``, ``"/GPU:0"``, ``"cpu"``.
         homes: device name (``"cuda"``, ``"gpu"``, ...;
-            [`PATH_STYLE`][looptoolkit._target.PATH_STYLE] for ``"/GPU:0"``-style names) -> the
-            backend that NumPy leaves go to. ``"cpu"`` has none: NumPy leaves stay NumPy.
+            [`PATH_STYLE`][looptoolkit._common.target.PATH_STYLE] for ``"/GPU:0"``-style names) ->
+            the backend that NumPy leaves go to. ``"cpu"`` has none: NumPy leaves stay NumPy.
 
     Raises:
         ValueError: the string names no known device.

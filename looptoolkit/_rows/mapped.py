@@ -5,13 +5,13 @@ pages as they are touched. If the file is cut shorter while it is mapped, a read
 past the new end kills the process with ``SIGBUS``, which no Python code can
 catch; if it is replaced, the map goes on reading the old file. The Loader
 records each mapped file's identity and size when it is made, and
-[`MappedFiles.check`][looptoolkit._mapped.MappedFiles.check] refuses a pass over
+[`MappedFiles.check`][looptoolkit._rows.mapped.MappedFiles.check] refuses a pass over
 a file that changed since, naming it.
 
 The same leaves are read as the order says: a shuffled or drawn order touches
 rows scattered over the whole file, and on each page fault the kernel reads
 ahead around the page (128 KiB by default), most of it never used.
-[`advise_random`][looptoolkit._mapped.advise_random] tells the kernel that a
+[`advise_random`][looptoolkit._rows.mapped.advise_random] tells the kernel that a
 mapping is read at random (``MADV_RANDOM``: only the faulting page is read).
 """
 

@@ -2,8 +2,8 @@
 
 Used by [`looptoolkit.tree`][looptoolkit.tree], which classifies a type the first time it meets
 it as a leaf and registers it here, in one or both of its optree namespaces
-([`DATA`][looptoolkit._containers.DATA] for the Loader's data and its batches,
-[`MOVE`][looptoolkit._containers.MOVE] for ``to_device``). The rules, in order:
+([`DATA`][looptoolkit.device._containers.DATA] for the Loader's data and its batches,
+[`MOVE`][looptoolkit.device._containers.MOVE] for ``to_device``). The rules, in order:
 
 - a framework's own containers (``Backend.container``: TensorDict, tensorclass;
   ``Backend.move_container``, ``to_device`` only: a lazily stacked TensorDict);
@@ -17,9 +17,9 @@ it as a leaf and registers it here, in one or both of its optree namespaces
   subclasses of the above with their own constructor: they come back as they
   are when nothing inside them changed, else as their closest base with a
   [`ContainerRebuildWarning`][looptoolkit.ContainerRebuildWarning] (``strict``:
-  [`Unbuildable`][looptoolkit._containers.Unbuildable]). When such a type has its own ``.to`` (a
-  tokenizer's ``BatchEncoding``), ``to_device`` moves it with its ``.to`` instead: it is not
-  registered in [`MOVE`][looptoolkit._containers.MOVE].
+  [`Unbuildable`][looptoolkit.device._containers.Unbuildable]). When such a type has its own
+  ``.to`` (a tokenizer's ``BatchEncoding``), ``to_device`` moves it with its ``.to`` instead: it is
+  not registered in [`MOVE`][looptoolkit.device._containers.MOVE].
 
 Instance attributes that a container carries besides its fields or items
 (``batch.meta = ...``) come back with it; those that are arrays or containers
@@ -43,15 +43,15 @@ from typing import Any
 
 import optree
 
-from looptoolkit._fields import (
+from looptoolkit._common.node import Node, Ref
+from looptoolkit.adapters import container_node, move_container_node
+from looptoolkit.device._fields import (
     attribute_children,
     attrs_names,
     fields_node,
     namespace_node,
     set_entry,
 )
-from looptoolkit._node import Node, Ref
-from looptoolkit.adapters import container_node, move_container_node
 from looptoolkit.stores import is_store_type
 
 __all__ = [
