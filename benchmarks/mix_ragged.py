@@ -35,7 +35,7 @@ from looptoolkit.bench.timing import machine_info
 LAYOUTS: dict[str, dict[str, Any]] = {
     "pad": {"batch_size": 32},
     "flat": {"batch_size": 32, "layout": "flat"},
-    "pack": {"batch_size": 4, "layout": "pack", "seq_len": 2048},
+    "pack": {"batch_size": 4, "layout": lt.PackLayout(seq_len=2048)},
     "budget": {"batch_tokens": 8192, "batch_size": None},
 }
 TARGET = 1.1

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from looptoolkit import Loader, Order, Ragged
+from looptoolkit import FitLayout, Loader, Order, PackLayout, Ragged
 
 # name -> the Loader's options; the tokens workload's batchings, and first-fit packing.
 BATCHINGS: dict[str, dict[str, Any]] = {
@@ -32,10 +32,10 @@ BATCHINGS: dict[str, dict[str, Any]] = {
     "group": {"batch_size": 32, "layout": "pad", "group_by_length": True},
     "budget": {"layout": "pad", "batch_tokens": 8192, "group_by_length": True},
     "pad-budget": {"layout": "pad", "batch_tokens": 8192},
-    "pack": {"batch_size": 4, "layout": "pack", "seq_len": 2048},
+    "pack": {"batch_size": 4, "layout": PackLayout(seq_len=2048)},
     "flat": {"batch_size": 32, "layout": "flat"},
     "flat-budget": {"layout": "flat", "batch_tokens": 8192},
-    "fit": {"batch_size": 4, "layout": "fit", "seq_len": 2048, "long_rows": "split"},
+    "fit": {"batch_size": 4, "layout": FitLayout(seq_len=2048, long_rows="split")},
 }
 TARGET_S = 1.0
 REFERENCE = "numpy permutation"  # one permutation of the documents: what any shuffle costs

@@ -68,6 +68,7 @@ from typing import Any
 
 import numpy as np
 
+from looptoolkit import FitLayout, PackLayout
 from looptoolkit.bench.results import REFERENCE_HELP, results_dir, write_results
 from looptoolkit.bench.timing import machine_info
 
@@ -132,8 +133,8 @@ PLANNED: dict[str, dict[str, Any]] = {
     "pad, lengths 1-63": {"batch_size": BATCH},
     "group_by_length": {"batch_size": BATCH, "group_by_length": True},
     "batch_tokens": {"batch_size": None, "batch_tokens": BATCH * MEAN_TOKENS},
-    "pack": {"batch_size": 8, "layout": "pack", "seq_len": SEQ_LEN},
-    "fit": {"batch_size": 8, "layout": "fit", "seq_len": SEQ_LEN},
+    "pack": {"batch_size": 8, "layout": PackLayout(seq_len=SEQ_LEN)},
+    "fit": {"batch_size": 8, "layout": FitLayout(seq_len=SEQ_LEN)},
 }
 
 

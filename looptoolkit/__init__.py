@@ -32,7 +32,16 @@ if TYPE_CHECKING:
     from looptoolkit.loader import Loader, LoaderStats
     from looptoolkit.mix import Mix
     from looptoolkit.order._order import Order
-    from looptoolkit.ragged import Flat, Packed, Padded, Ragged
+    from looptoolkit.ragged import (
+        FitLayout,
+        Flat,
+        FlatLayout,
+        Packed,
+        PackLayout,
+        Padded,
+        PadLayout,
+        Ragged,
+    )
     from looptoolkit.tf_data import loader_dataset
     from looptoolkit.torch_data import GetItemsDataset, keep_batch, make_dataloader
     from looptoolkit.transforms import normalize
@@ -47,13 +56,17 @@ del _public
 
 __all__ = [
     "ContainerRebuildWarning",
+    "FitLayout",
     "Flat",
+    "FlatLayout",
     "GetItemsDataset",
     "Loader",
     "LoaderStats",
     "Mix",
     "Order",
+    "PackLayout",
     "Packed",
+    "PadLayout",
     "Padded",
     "Ragged",
     "StaticBatches",
@@ -77,6 +90,10 @@ _LAZY = {
     "Padded": "looptoolkit.ragged",
     "Flat": "looptoolkit.ragged",
     "Packed": "looptoolkit.ragged",
+    "PadLayout": "looptoolkit.ragged",
+    "FlatLayout": "looptoolkit.ragged",
+    "PackLayout": "looptoolkit.ragged",
+    "FitLayout": "looptoolkit.ragged",
     "GetItemsDataset": "looptoolkit.torch_data",
     "keep_batch": "looptoolkit.torch_data",
     "make_dataloader": "looptoolkit.torch_data",

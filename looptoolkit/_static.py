@@ -228,7 +228,7 @@ def _check(torch: Any, path: str, leaf: Any, buffer: Any, n: int) -> None:
         raise ValueError(
             f"{path} has shape {shape}, its buffer {fixed} (a batch of {n} rows): "
             "StaticBatches needs every batch's leaves in the first batch's shapes, rows "
-            "aside. Give ragged data one length per batch: layout='pad' with one length "
-            "at least the longest row in `buckets` (e.g. buckets=[512]), or layout='pack' "
-            "with `seq_len`."
+            "aside. Give ragged data one length per batch: `layout=looptoolkit.PadLayout("
+            "buckets=[512])` with one length in `buckets` at least the longest row, or "
+            "`layout=looptoolkit.PackLayout(seq_len=512)`."
         )

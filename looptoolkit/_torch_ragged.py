@@ -209,7 +209,7 @@ def hf_inputs(
       (with a cache, as a Llama config's ``use_cache=True`` asks even in training, the
       documents of a batch would attend to each other); the flash-attention kernels take
       the boundaries below.
-    - [`Packed`][looptoolkit.Packed] (``layout="pack"`` or ``"fit"``): ``input_ids`` and
+    - [`Packed`][looptoolkit.Packed] (``PackLayout`` or ``FitLayout``): ``input_ids`` and
       ``position_ids`` ``(R, seq_len)``, positions restarting at each document piece.
 
     Args:

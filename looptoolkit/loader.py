@@ -60,6 +60,7 @@ from looptoolkit.order._epochs import (
     state_of,
 )
 from looptoolkit.order._options import OrderOptions
+from looptoolkit.ragged._layout_options import LayoutOptions, refuse_layout_args
 from looptoolkit.ragged._options import DEFAULTS as RAGGED_DEFAULTS
 from looptoolkit.ragged._options import given as ragged_given
 from looptoolkit.ragged._units import UnitOrder
@@ -203,23 +204,19 @@ class Loader:
             of every store leaf; at least one group.
         layout: how ragged leaves ([`Ragged`][looptoolkit.Ragged], lists of token lists or
             of 1-D arrays under a key, object arrays of arrays, Arrow and HF list columns, jagged
-            nested tensors, ``tf.RaggedTensor``) are batched: ``"pad"`` (default,
-            [`Padded`][looptoolkit.Padded]), ``"flat"`` ([`Flat`][looptoolkit.Flat]),
-            ``"pack"`` (concatenate-then-split into rows of ``seq_len``) or ``"fit"`` (whole
-            rows into rows of ``seq_len``), both [`Packed`][looptoolkit.Packed]; then
-            ``batch_size`` counts packed rows. ``docs/ragged.md`` has the guide.
-        pad_value: what fills the padding (default 0).
-        pad_to_multiple_of: ``"pad"``: round each batch's length up to a multiple of this.
-        buckets: ``"pad"``: an increasing list of lengths; each batch is padded to the
-            smallest that holds its longest row (at most ``len(buckets)`` shapes).
-        seq_len: ``"pack"``/``"fit"``: elements per packed row.
+            nested tensors, ``tf.RaggedTensor``) are batched, a layout object with its own
+            options: [`PadLayout`][looptoolkit.PadLayout] (the default,
+            [`Padded`][looptoolkit.Padded] batches; ``pad_value``, ``pad_to_multiple_of``,
+            ``buckets``), [`FlatLayout`][looptoolkit.FlatLayout] ([`Flat`][looptoolkit.Flat]),
+            [`PackLayout`][looptoolkit.PackLayout] (concatenate-then-split into rows of
+            ``seq_len``) or [`FitLayout`][looptoolkit.FitLayout] (whole rows into rows of
+            ``seq_len``; ``max_segments``, ``long_rows``), both [`Packed`][looptoolkit.Packed],
+            and then ``batch_size`` counts packed rows. ``"pad"`` and ``"flat"`` name the
+            default objects. ``docs/ragged.md`` has the guide.
         batch_tokens: ``"pad"``/``"flat"``: a budget of elements per batch instead of
             ``batch_size`` (padding counted for ``"pad"``: ``B * L <= batch_tokens``).
         group_by_length: sort windows of 50 batches of the epoch's order by length, then
             shuffle whole batches (with ``batch_tokens``: the budget's windows).
-        max_segments: ``"fit"``: at most this many rows of the data per packed row.
-        long_rows: ``"fit"``: rows longer than ``seq_len`` are ``"split"``, ``"truncate"``d
-            (counted in [`stats`][looptoolkit.Loader.stats]) or an ``"error"`` (default).
 
     Raises:
         ValueError: a wrong value: leaves of different leading dimensions (both
@@ -241,8 +238,9 @@ class Loader:
             of one length as ``data`` itself (columns or documents: both fixes named);
             a dataset object other than a ``TensorDataset`` (with the line to write);
             a ``DataLoader``-only argument (``num_workers``, ``pin_memory``,
-            ``collate_fn``, ``sampler``...: the Loader's equivalent named); an argument
-            of a wrong type.
+            ``collate_fn``, ``sampler``...: the Loader's equivalent named); an option of a
+            layout passed as a keyword (``seq_len``, ``pad_value``...: the layout object
+            named); an argument of a wrong type.
         TransferError: ``device`` is not present, or ``dtype`` cannot be applied
             (checked on one row at construction).
 
@@ -275,7 +273,7 @@ class Loader:
     STATE_VERSION = _epochs.STATE_VERSION
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Loader:
-        """A new Loader; a ``DataLoader`` argument is refused here, with its equivalent.
+        """A new Loader; a ``DataLoader`` argument or a layout's option is refused here, named.
 
         ``__init__`` would refuse it bare; the signature stays ``__init__``'s
         (``__signature__``, set below the class). A subclass with its own ``__init__``
@@ -283,6 +281,7 @@ class Loader:
         """
         if cls.__init__ is Loader.__init__:
             refuse_dataloader_args(kwargs)
+            refuse_layout_args(kwargs)
         return super().__new__(cls)
 
     def __init__(
@@ -315,15 +314,9 @@ class Loader:
         pad_shards: bool = True,
         skip_keys: Any = None,
         cache_bytes: int | None = None,
-        layout: str | None = None,
-        pad_value: Any = None,
-        pad_to_multiple_of: int | None = None,
-        buckets: Any = None,
-        seq_len: int | None = None,
+        layout: str | LayoutOptions | None = None,
         batch_tokens: int | None = None,
         group_by_length: bool = False,
-        max_segments: int | None = None,
-        long_rows: str = "error",
     ) -> None:
         # What `repr`, pickling and a rebuilt Loader use; the ragged options apart.
         self._args, ragged_args = _given(locals())

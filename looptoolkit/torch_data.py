@@ -32,6 +32,7 @@ from looptoolkit.order._checks import check_not_empty
 from looptoolkit.order._epochs import EpochCursor, EpochSampler, parse_state, position, state_of
 from looptoolkit.order._order import Order, resolve_rank
 from looptoolkit.ragged._column import find_ragged
+from looptoolkit.ragged._layout_options import LayoutOptions, refuse_layout_args
 from looptoolkit.ragged._options import DEFAULTS as RAGGED_DEFAULTS
 from looptoolkit.ragged._options import check_unused
 
@@ -439,15 +440,9 @@ def make_dataloader(
     order_fn: Callable[[int, int], Any] | None = None,
     pad_shards: bool = True,
     cache_bytes: int | None = None,
-    layout: str | None = None,
-    pad_value: Any = None,
-    pad_to_multiple_of: int | None = None,
-    buckets: Any = None,
-    seq_len: int | None = None,
+    layout: str | LayoutOptions | None = None,
     batch_tokens: int | None = None,
     group_by_length: bool = False,
-    max_segments: int | None = None,
-    long_rows: str = "error",
     **kwargs: Any,
 ) -> EpochDataLoader:
     """A ``torch.utils.data.DataLoader`` that fetches each batch with one gather per leaf.
@@ -486,18 +481,14 @@ def make_dataloader(
         pad_shards: False: each rank gets its own rows, no padding, as for the Loader.
         cache_bytes: the chunk cache of store data (zarr, HDF5, Arrow), as for
             the Loader; each worker has its own.
-        layout: with ragged leaves (variable-length rows): ``"pad"`` (default),
-            ``"flat"``, ``"pack"`` or ``"fit"``, as for the Loader; the batches are the
-            Loader's, their NamedTuples holding torch tensors.
-        pad_value: as for the Loader (ragged leaves).
-        pad_to_multiple_of: as for the Loader (ragged leaves).
-        buckets: as for the Loader (ragged leaves).
-        seq_len: as for the Loader (ragged leaves, ``"pack"`` and ``"fit"``).
+        layout: with ragged leaves (variable-length rows): a layout object with its options
+            ([`PadLayout`][looptoolkit.PadLayout], the default,
+            [`FlatLayout`][looptoolkit.FlatLayout], [`PackLayout`][looptoolkit.PackLayout],
+            [`FitLayout`][looptoolkit.FitLayout]) or ``"pad"``/``"flat"``, as for the Loader;
+            the batches are the Loader's, their NamedTuples holding torch tensors.
         batch_tokens: a token budget per batch in place of ``batch_size`` (pass
             ``batch_size=None``), as for the Loader.
         group_by_length: as for the Loader (ragged leaves).
-        max_segments: as for the Loader (ragged leaves, ``"fit"``).
-        long_rows: as for the Loader (ragged leaves, ``"fit"``).
         **kwargs: passed to ``DataLoader`` (``pin_memory``, ``persistent_workers``,
             ``multiprocessing_context``, ``prefetch_factor``...).
 
@@ -509,8 +500,10 @@ def make_dataloader(
             (every epoch would be empty); the errors of
             [`GetItemsDataset`][looptoolkit.GetItemsDataset].
         TypeError: ``sampler`` or ``batch_sampler`` in ``kwargs`` (the orders come
-            from ``shuffle``, ``seed`` and the sharding); a ``collate_fn`` that is
-            not callable; the errors of [`GetItemsDataset`][looptoolkit.GetItemsDataset].
+            from ``shuffle``, ``seed`` and the sharding); an option of a layout in
+            ``kwargs`` (``seq_len``, ``pad_value``...: the layout object named); a
+            ``collate_fn`` that is not callable; the errors of
+            [`GetItemsDataset`][looptoolkit.GetItemsDataset].
 
     Examples:
         >>> import numpy as np
@@ -520,6 +513,8 @@ def make_dataloader(
         >>> type(next(iter(loader))["y"]).__name__
         'Tensor'
     """
+    # As the Loader refuses them: the layout object to write (with the `layout` given).
+    refuse_layout_args({"layout": layout, **kwargs})
     clash = [name for name in _OWN_ARGUMENTS if name in kwargs]
     if clash:
         raise TypeError(

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import looptoolkit as lt
-from looptoolkit import Loader, Ragged
+from looptoolkit import Loader, PackLayout, Ragged
 from looptoolkit._rows.advice import advise_reads
 from looptoolkit._rows.mapped import advise_random, mapping_of
 
@@ -119,7 +119,7 @@ def test_ragged_memmap_values_and_offsets_are_advised(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("options", "world", "offsets_advised"),
     [
-        ({"layout": "pack", "seq_len": 64}, 1, False),
+        ({"layout": PackLayout(seq_len=64)}, 1, False),
         ({"batch_tokens": 256}, 1, False),
         ({"group_by_length": True}, 1, False),
         ({"group_by_length": True}, 64, True),  # batches made by window: offsets scattered

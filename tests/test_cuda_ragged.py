@@ -17,13 +17,13 @@ import looptoolkit as lt
 pytestmark = pytest.mark.cuda
 
 LAYOUTS = [
-    (3, dict(layout="pad", pad_value=-1)),
-    (3, dict(layout="pad", buckets=[8, 64, 512])),
+    (3, dict(layout=lt.PadLayout(pad_value=-1))),
+    (3, dict(layout=lt.PadLayout(buckets=[8, 64, 512]))),
     (3, dict(layout="flat")),
     (None, dict(layout="pad", batch_tokens=256, group_by_length=True)),
     (None, dict(layout="flat", batch_tokens=200)),
-    (2, dict(layout="pack", seq_len=64)),
-    (2, dict(layout="fit", seq_len=64, long_rows="split")),
+    (2, dict(layout=lt.PackLayout(seq_len=64))),
+    (2, dict(layout=lt.FitLayout(seq_len=64, long_rows="split"))),
 ]
 
 
@@ -68,7 +68,7 @@ def test_cuda_ragged_batches_equal_the_host_loaders(cuda, batch, kwargs, prefetc
 def test_cuda_ragged_resume_mid_epoch_on_the_device(cuda):
     tokens, offsets, doc = corpus()
     data = {"ids": lt.Ragged(tokens, offsets), "doc": doc}
-    kwargs = dict(layout="pack", seq_len=64, seed=9, device=cuda, prefetch=2)
+    kwargs = dict(layout=lt.PackLayout(seq_len=64), seed=9, device=cuda, prefetch=2)
     whole = [b["ids"].values.cpu().numpy() for b in lt.Loader(data, 2, **kwargs)]
     first = lt.Loader(data, 2, **kwargs)
     it = iter(first)
@@ -99,7 +99,8 @@ def test_cuda_jax_gpu_gets_the_host_values_and_compiles_once_per_bucket(cuda):
     tokens, offsets, _ = corpus()
     col = lt.Ragged(jax.device_put(tokens, jax.devices("cpu")[0]), offsets)  # a host column
     buckets = [16, 32, 64, 128]
-    host = list(lt.Loader(lt.Ragged(tokens, offsets), 8, seed=1, buckets=buckets))
+    layout = lt.PadLayout(buckets=buckets)
+    host = list(lt.Loader(lt.Ragged(tokens, offsets), 8, seed=1, layout=layout))
     traces = []
 
     @jax.jit
@@ -109,7 +110,7 @@ def test_cuda_jax_gpu_gets_the_host_values_and_compiles_once_per_bucket(cuda):
 
     total = 0
     for got, want in zip(
-        lt.Loader(col, 8, seed=1, buckets=buckets, device=gpus[0], prefetch=2), host, strict=True
+        lt.Loader(col, 8, seed=1, layout=layout, device=gpus[0], prefetch=2), host, strict=True
     ):
         assert got.values.devices() == {gpus[0]}
         np.testing.assert_array_equal(np.asarray(got.values), want.values)

@@ -70,7 +70,7 @@ def test_flat_is_what_data_collator_with_flattening_builds():
 
 def test_packed_labels_skip_piece_starts_and_padding():
     col = corpus(17, 5)
-    for batch, _ in batches(col, batch_size=2, layout="pack", seq_len=8):
+    for batch, _ in batches(col, batch_size=2, layout=lt.PackLayout(seq_len=8)):
         packed = batch["input_ids"]
         kw = hf_inputs(batch)
         pos, seg = packed.position_ids, packed.segment_ids

@@ -369,7 +369,7 @@ def test_the_loaders_signature_repr_and_pickling_are_unchanged_by_the_check():
     import pickle
 
     params = inspect.signature(Loader).parameters
-    assert list(params)[:3] == ["data", "batch_size", "shuffle"] and len(params) == 36
+    assert list(params)[:3] == ["data", "batch_size", "shuffle"] and len(params) == 30
     loader = Loader(_data(8), 4, seed=2)
     assert repr(loader).startswith("Loader(<2 numpy leaves of 8 rows>, batch_size=4")
     assert [b["y"].tolist() for b in pickle.loads(pickle.dumps(loader))] == [

@@ -327,7 +327,7 @@ def test_ragged_sources_mix_into_padded_flat_and_packed_batches():
     total = sum(int(np.asarray(b["tokens"].cu_seqlens)[-1]) for b in flat)
     assert total == int(mix.columns["tokens"].lengths.sum())
     assert sum(flat.stats.source_tokens.values()) == total
-    packed = list(lt.Loader(mix, 2, seed=1, layout="pack", seq_len=16))
+    packed = list(lt.Loader(mix, 2, seed=1, layout=lt.PackLayout(seq_len=16)))
     assert {int(v) for b in packed for v in np.unique(np.asarray(b["tokens"].values))} <= {0, 1, 2}
 
 
@@ -478,7 +478,7 @@ def test_planned_ragged_batches_of_a_mixture_resume_exactly_and_refuse_new_weigh
             for name, v in (("a", 1), ("b", 2))
         }
 
-    kw = {"layout": "pack", "seq_len": 16, "seed": 4}
+    kw = {"layout": lt.PackLayout(seq_len=16), "seed": 4}
     whole = [np.asarray(b["t"].values) for b in lt.Loader(lt.Mix(sources(), [3, 1]), 3, **kw)]
     loader = lt.Loader(lt.Mix(sources(), [3, 1]), 3, **kw)
     it = iter(loader)
@@ -494,7 +494,7 @@ def test_planned_ragged_batches_of_a_mixture_resume_exactly_and_refuse_new_weigh
         other.load_state_dict(state)
 
 
-@pytest.mark.parametrize("layout", ["pad", "flat", "pack"])
+@pytest.mark.parametrize("layout", ["pad", "flat", lt.PackLayout(seq_len=32)])
 def test_memory_mapped_token_sources_are_read_in_place(tmp_path, layout):
     mapped, in_memory = {}, {}
     for s in range(2):
@@ -505,7 +505,7 @@ def test_memory_mapped_token_sources_are_read_in_place(tmp_path, layout):
         offsets = np.r_[offsets, len(values)]
         mapped[f"s{s}"] = {"t": lt.Ragged(np.load(tmp_path / f"v{s}.npy", mmap_mode="r"), offsets)}
         in_memory[f"s{s}"] = {"t": lt.Ragged(values, offsets)}
-    kw = {"seed": 0, "layout": layout, **({"seq_len": 32} if layout == "pack" else {})}
+    kw = {"seed": 0, "layout": layout}
     a = list(lt.Loader(lt.Mix(mapped, [2, 1]), 8, **kw))
     b = list(lt.Loader(lt.Mix(in_memory, [2, 1]), 8, **kw))
     assert len(a) == len(b) > 0

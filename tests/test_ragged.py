@@ -85,9 +85,12 @@ CONFIGS = [
     ("pad-budget", dict(layout="pad", batch_tokens=None)),
     ("flat-budget", dict(layout="flat", batch_tokens=None)),
     ("flat-budget-grouped", dict(layout="flat", batch_tokens=None, group_by_length=True)),
-    ("pack", dict(layout="pack", seq_len=None)),
-    ("fit-split", dict(layout="fit", seq_len=None, long_rows="split")),
-    ("fit-truncate", dict(layout="fit", seq_len=None, long_rows="truncate", max_segments=3)),
+    ("pack", dict(layout=(lt.PackLayout, {}))),
+    ("fit-split", dict(layout=(lt.FitLayout, dict(long_rows="split")))),
+    (
+        "fit-truncate",
+        dict(layout=(lt.FitLayout, dict(long_rows="truncate", max_segments=3))),
+    ),
 ]
 
 
@@ -99,8 +102,9 @@ def make_args(
         longest = int(lens.max()) if len(lens) else 1
         kwargs["batch_tokens"] = max(budget, longest, 1)
         return None, kwargs
-    if "seq_len" in kwargs:
-        kwargs["seq_len"] = seq_len
+    if isinstance(kwargs["layout"], tuple):  # a packing layout, given its seq_len here
+        layout, options = kwargs["layout"]
+        kwargs["layout"] = layout(seq_len=seq_len, **options)
     return batch, kwargs
 
 
@@ -172,8 +176,8 @@ def test_fixed_leaves_align_with_rows_and_pieces():
     for bs, kwargs in [
         (3, dict(layout="pad")),
         (3, dict(layout="flat")),
-        (2, dict(layout="pack", seq_len=6)),
-        (2, dict(layout="fit", seq_len=12)),
+        (2, dict(layout=lt.PackLayout(seq_len=6))),
+        (2, dict(layout=lt.FitLayout(seq_len=12))),
     ]:
         for b in lt.Loader(data, bs, seed=1, **kwargs):
             _, rows = decode(b["ids"])
@@ -248,12 +252,11 @@ def test_resume_at_any_batch_gives_the_rest(
 )
 def test_batch_tokens_is_never_exceeded(lengths, budget, layout, grouped, multiple):
     col, lens = corpus(lengths)
-    kwargs = {} if layout == "flat" or multiple is None else {"pad_to_multiple_of": multiple}
+    rounded = layout == "pad" and multiple is not None
+    spec = lt.PadLayout(pad_to_multiple_of=multiple) if rounded else layout
     longest = int(lens.max())
-    budget = max(budget, -(-longest // multiple) * multiple if kwargs else longest)
-    loader = lt.Loader(
-        {"ids": col}, layout=layout, batch_tokens=budget, group_by_length=grouped, **kwargs
-    )
+    budget = max(budget, -(-longest // multiple) * multiple if rounded else longest)
+    loader = lt.Loader({"ids": col}, layout=spec, batch_tokens=budget, group_by_length=grouped)
     total = 0
     for b in loader:
         values = np.asarray(b["ids"].values)
@@ -267,7 +270,7 @@ def test_batch_tokens_is_never_exceeded(lengths, budget, layout, grouped, multip
 def test_data_without_elements_is_refused_when_packing():
     col, _ = corpus([0, 0])
     with pytest.raises(ValueError, match="no batch"):
-        lt.Loader({"ids": col}, 2, layout="pack", seq_len=4)
+        lt.Loader({"ids": col}, 2, layout=lt.PackLayout(seq_len=4))
 
 
 def test_a_row_over_the_budget_is_refused_at_construction():
@@ -275,9 +278,9 @@ def test_a_row_over_the_budget_is_refused_at_construction():
     with pytest.raises(ValueError, match=r"row 1 has 50 elements.*`batch_tokens` \(40\)"):
         lt.Loader({"ids": col}, layout="flat", batch_tokens=40)
     with pytest.raises(ValueError, match=r"more than `seq_len` \(10\).*long_rows"):
-        lt.Loader({"ids": col}, 2, layout="fit", seq_len=10)
+        lt.Loader({"ids": col}, 2, layout=lt.FitLayout(seq_len=10))
     with pytest.raises(ValueError, match="largest of `buckets`"):
-        lt.Loader({"ids": col}, 2, buckets=[8, 16])
+        lt.Loader({"ids": col}, 2, layout=lt.PadLayout(buckets=[8, 16]))
 
 
 @settings(max_examples=20, deadline=None)
@@ -285,13 +288,16 @@ def test_a_row_over_the_budget_is_refused_at_construction():
 def test_buckets_bound_the_shapes(lengths, batch):
     col, _ = corpus(lengths)
     buckets = [16, 32, 64]
-    shapes = {b["ids"].values.shape[1] for b in lt.Loader({"ids": col}, batch, buckets=buckets)}
+    loader = lt.Loader({"ids": col}, batch, layout=lt.PadLayout(buckets=buckets))
+    shapes = {b["ids"].values.shape[1] for b in loader}
     assert shapes <= set(buckets)
 
 
 def test_truncated_tokens_and_padding_efficiency_are_counted():
     col, lens = corpus([30, 5, 12, 40, 3])
-    loader = lt.Loader({"ids": col}, 2, layout="fit", seq_len=16, long_rows="truncate", stats=True)
+    loader = lt.Loader(
+        {"ids": col}, 2, layout=lt.FitLayout(seq_len=16, long_rows="truncate"), stats=True
+    )
     batches = list(loader)
     stats = loader.stats
     assert stats.truncated_tokens == int(np.maximum(lens - 16, 0).sum())
@@ -305,7 +311,7 @@ def test_truncated_tokens_and_padding_efficiency_are_counted():
 
 def test_pack_is_concat_then_split_in_the_epoch_order():
     col, _lens = corpus([4, 7, 1, 9, 3, 6])
-    loader = lt.Loader({"ids": col}, 2, layout="pack", seq_len=5, seed=2)
+    loader = lt.Loader({"ids": col}, 2, layout=lt.PackLayout(seq_len=5), seed=2)
     order = loader.order.global_order(0)
     stream = np.concatenate([np.asarray(col[int(i)]) for i in order])
     rows = np.concatenate([np.asarray(b["ids"].values).reshape(-1, 5) for b in loader])
@@ -317,7 +323,7 @@ def test_pack_is_concat_then_split_in_the_epoch_order():
 def test_fit_rows_hold_whole_documents_within_seq_len():
     rng = np.random.default_rng(0)
     col, lens = corpus(rng.integers(1, 30, 300).tolist())
-    loader = lt.Loader({"ids": col}, 4, layout="fit", seq_len=32, max_segments=4)
+    loader = lt.Loader({"ids": col}, 4, layout=lt.FitLayout(seq_len=32, max_segments=4))
     seen = []
     for b in loader:
         seg = np.asarray(b["ids"].segment_ids)
@@ -329,7 +335,7 @@ def test_fit_rows_hold_whole_documents_within_seq_len():
         32
         * sum(
             np.asarray(b["ids"].values).shape[0]
-            for b in lt.Loader({"ids": col}, 4, layout="fit", seq_len=32, max_segments=4)
+            for b in lt.Loader({"ids": col}, 4, layout=lt.FitLayout(seq_len=32, max_segments=4))
         )
     )
     assert eff > 0.8

@@ -8,13 +8,13 @@ import pytest
 import looptoolkit as lt
 
 LAYOUTS = [
-    (3, dict(layout="pad", pad_value=-1)),
-    (3, dict(layout="pad", buckets=[4, 8, 64])),
+    (3, dict(layout=lt.PadLayout(pad_value=-1))),
+    (3, dict(layout=lt.PadLayout(buckets=[4, 8, 64]))),
     (3, dict(layout="flat")),
     (None, dict(layout="pad", batch_tokens=64, group_by_length=True)),
     (None, dict(layout="flat", batch_tokens=40)),
-    (2, dict(layout="pack", seq_len=16)),
-    (2, dict(layout="fit", seq_len=16, long_rows="split")),
+    (2, dict(layout=lt.PackLayout(seq_len=16))),
+    (2, dict(layout=lt.FitLayout(seq_len=16, long_rows="split"))),
 ]
 
 
@@ -81,7 +81,7 @@ def test_jitted_jax_step_compiles_once_per_bucket():
         return (batch.values * batch.mask).sum()
 
     buckets = [32, 64, 128, 256]
-    loader = lt.Loader(col, 16, buckets=buckets)
+    loader = lt.Loader(col, 16, layout=lt.PadLayout(buckets=buckets))
     total = 0
     for padded in loader:
         total += int(step(padded))
@@ -91,7 +91,7 @@ def test_jitted_jax_step_compiles_once_per_bucket():
 
 def test_padded_flat_packed_are_pytrees_for_to_device_and_tf_nest():
     values, offsets, _ = host_corpus()
-    batch = next(iter(lt.Loader(lt.Ragged(values, offsets), 2, layout="pack", seq_len=8)))
+    batch = next(iter(lt.Loader(lt.Ragged(values, offsets), 2, layout=lt.PackLayout(seq_len=8))))
     moved = lt.to_device(batch, "cpu")
     assert isinstance(moved, lt.Packed) and moved.max_seqlen == batch.max_seqlen
     tf = pytest.importorskip("tensorflow")

@@ -154,17 +154,15 @@ def test_ragged_options_without_ragged_data_are_refused():
     ("kwargs", "error", "match"),
     [
         (dict(layout="nope"), ValueError, "`layout` must be one of"),
-        (dict(layout="pack"), ValueError, "needs `seq_len`"),
-        (dict(layout="pad", seq_len=4), ValueError, "`seq_len` applies to"),
-        (dict(layout="flat", buckets=[4]), ValueError, "`buckets` applies to"),
-        (dict(layout="pack", seq_len=4, group_by_length=True), ValueError, "does not apply"),
-        (dict(buckets=[8, 4]), ValueError, "increasing"),
-        (dict(buckets=[8], pad_to_multiple_of=4), ValueError, "not both"),
-        (dict(layout="fit", seq_len=8, long_rows="cut"), ValueError, "`long_rows` must be"),
+        (dict(layout="pack"), ValueError, r"needs `seq_len`.*PackLayout\(seq_len=\.\.\.\)"),
+        (dict(layout="pad", seq_len=4), TypeError, r"PackLayout\(seq_len=4\)"),
+        (dict(layout="flat", buckets=[4]), TypeError, r"PadLayout\(buckets=\[4\]\)"),
+        (dict(layout=lt.PackLayout(4), group_by_length=True), ValueError, "does not apply"),
+        (dict(layout=lt.FitLayout(8), batch_tokens=64), ValueError, "`batch_tokens` applies"),
         (dict(batch_tokens=64), ValueError, "not both"),
-        (dict(pad_value="x"), TypeError, "`pad_value` must be a number"),
+        (dict(layout=3), TypeError, "`layout` must be a layout object"),
         (dict(resident=True, device="cpu"), ValueError, "`resident` is not offered"),
-        (dict(layout="pack", seq_len=4, pad_shards=False), ValueError, "pad_shards=False"),
+        (dict(layout=lt.PackLayout(4), pad_shards=False), ValueError, "pad_shards=False"),
     ],
 )
 def test_bad_options_are_refused_at_construction(kwargs, error, match):
@@ -178,7 +176,7 @@ def test_ragged_leaves_of_unequal_lengths_cannot_share_a_plan():
     batch = next(iter(lt.Loader({"a": a, "b": b}, 3, shuffle=False)))
     assert batch["a"].values.shape == (3, 5) and batch["b"].values.shape == (3, 1)
     with pytest.raises(ValueError, match=r"differ at row 0"):
-        lt.Loader({"a": a, "b": b}, 3, layout="pack", seq_len=4)
+        lt.Loader({"a": a, "b": b}, 3, layout=lt.PackLayout(seq_len=4))
 
 
 def test_device_cpu_moves_ragged_batches_and_pickles():
@@ -220,7 +218,7 @@ def test_values_in_a_chunked_store_are_read_by_whole_chunks(tmp_path, kind):
         stored = f.create_dataset("t", data=values, chunks=(4096,), compression="gzip")
     col = lt.Ragged(stored, offsets)
     loader = lt.Loader(
-        {"ids": col}, 8, layout="pack", seq_len=256, shuffle="grouped", group_size=64
+        {"ids": col}, 8, layout=lt.PackLayout(seq_len=256), shuffle="grouped", group_size=64
     )
     got = np.concatenate([b["ids"].values[b["ids"].segment_ids > 0] for b in loader])
     np.testing.assert_array_equal(np.sort(got), values)

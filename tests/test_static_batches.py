@@ -15,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from looptoolkit import Loader, Ragged, StaticBatches  # noqa: E402
+from looptoolkit import Loader, PadLayout, Ragged, StaticBatches  # noqa: E402
 
 N, B = 50, 8  # 6 full batches and a short one of 2 rows
 
@@ -166,7 +166,7 @@ def test_batches_that_change_shape_are_refused_with_the_fix():
     col = Ragged(values, np.concatenate([[0], np.cumsum(lengths)]))
     with pytest.raises(ValueError, match=r"batch\['tokens'\]\.values has shape .*`buckets`"):
         list(StaticBatches(Loader({"tokens": col}, B, seed=0)))
-    fixed = StaticBatches(Loader(col, B, seed=0, buckets=[64]), short="pad")
+    fixed = StaticBatches(Loader(col, B, seed=0, layout=PadLayout(buckets=[64])), short="pad")
     assert [b.values.shape for b, _ in fixed] == [(B, 64)] * 7
     others = [
         [{"x": torch.zeros(B, 2)}, {"x": torch.zeros(B, 2, dtype=torch.float64)}],

@@ -17,11 +17,11 @@ import looptoolkit as lt  # noqa: E402
 from looptoolkit.tf_data import loader_dataset  # noqa: E402
 
 LAYOUTS: list[dict[str, Any]] = [
-    {"batch_size": 5, "layout": "pad", "pad_value": -1},
-    {"batch_size": 4, "layout": "pad", "buckets": [8, 16, 32]},
+    {"batch_size": 5, "layout": lt.PadLayout(pad_value=-1)},
+    {"batch_size": 4, "layout": lt.PadLayout(buckets=[8, 16, 32])},
     {"batch_size": 4, "layout": "flat"},
-    {"batch_size": 3, "layout": "pack", "seq_len": 16},
-    {"batch_size": 2, "layout": "fit", "seq_len": 24, "long_rows": "truncate"},
+    {"batch_size": 3, "layout": lt.PackLayout(seq_len=16)},
+    {"batch_size": 2, "layout": lt.FitLayout(seq_len=24, long_rows="truncate")},
     {"batch_size": None, "batch_tokens": 80, "layout": "pad", "group_by_length": True},
 ]
 
@@ -69,7 +69,7 @@ def test_specs_leave_the_rows_and_the_padded_and_token_dimensions_open():
     assert isinstance(flat, lt.Flat)
     assert flat.values.shape.as_list() == [None, 3] and flat.cu_seqlens.dtype == tf.int32
     assert flat.max_seqlen.shape.as_list() == []
-    packed = loader_dataset(lt.Loader(data, 2, layout="pack", seq_len=12)).element_spec["x"]
+    packed = loader_dataset(lt.Loader(data, 2, layout=lt.PackLayout(seq_len=12))).element_spec["x"]
     assert isinstance(packed, lt.Packed)
     assert packed.values.shape.as_list() == [None, 12, 3]
     assert packed.segment_ids.shape.as_list() == [None, 12]
@@ -78,7 +78,7 @@ def test_specs_leave_the_rows_and_the_padded_and_token_dimensions_open():
 def test_cardinality_is_known_where_every_epoch_has_as_many_batches():
     data = corpus(30, 2)
     assert int(loader_dataset(lt.Loader(data, 4)).cardinality()) == 8
-    packed = lt.Loader(data, 2, layout="pack", seq_len=10)
+    packed = lt.Loader(data, 2, layout=lt.PackLayout(seq_len=10))
     assert int(loader_dataset(packed).cardinality()) == len(packed)
     budget = loader_dataset(lt.Loader(data, None, batch_tokens=64))
     assert int(budget.cardinality()) == tf.data.UNKNOWN_CARDINALITY

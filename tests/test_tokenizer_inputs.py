@@ -76,7 +76,7 @@ def test_a_real_tokenizers_batch_encoding_is_read_as_it_comes():
 
 def test_a_plain_dict_of_token_lists_packs():
     enc = {"input_ids": [[1, 2, 3], [4, 5], [6]], "attention_mask": [[1, 1, 1], [1, 1], [1]]}
-    loader = lt.Loader(enc, 2, layout="pack", seq_len=3, shuffle=False)
+    loader = lt.Loader(enc, 2, layout=lt.PackLayout(seq_len=3), shuffle=False)
     batch = next(iter(loader))
     assert batch["input_ids"].values.tolist() == [[1, 2, 3], [4, 5, 6]]
 

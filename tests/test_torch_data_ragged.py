@@ -22,10 +22,10 @@ from looptoolkit.torch_data import make_dataloader  # noqa: E402
 
 LAYOUTS: list[dict[str, Any]] = [
     {"batch_size": 5, "layout": "pad"},
-    {"batch_size": 5, "layout": "pad", "pad_to_multiple_of": 8, "pad_value": -1},
+    {"batch_size": 5, "layout": lt.PadLayout(pad_to_multiple_of=8, pad_value=-1)},
     {"batch_size": 4, "layout": "flat"},
-    {"batch_size": 3, "layout": "pack", "seq_len": 16},
-    {"batch_size": 2, "layout": "fit", "seq_len": 24, "long_rows": "split"},
+    {"batch_size": 3, "layout": lt.PackLayout(seq_len=16)},
+    {"batch_size": 2, "layout": lt.FitLayout(seq_len=24, long_rows="split")},
     {"batch_size": None, "batch_tokens": 80, "layout": "pad", "group_by_length": True},
     {"batch_size": None, "batch_tokens": 60, "layout": "flat"},
     {"batch_size": 4, "group_by_length": True},
@@ -140,7 +140,7 @@ def test_collate_fn_sees_the_layout():
 
 def test_dataset_pickles_and_refuses_single_rows():
     data = corpus(10, 4)
-    dl = make_dataloader(data, 3, layout="pack", seq_len=8, shuffle=False)
+    dl = make_dataloader(data, 3, layout=lt.PackLayout(seq_len=8), shuffle=False)
     ds = dl.dataset
     assert isinstance(ds, RaggedItemsDataset) and len(ds) == 10
     item = next(iter(dl.batch_sampler))
@@ -157,7 +157,7 @@ def test_ragged_options_are_checked():
         make_dataloader({"x": np.arange(4)}, 2, layout="flat")
     with pytest.raises(ValueError, match="`batch_size` is required"):
         make_dataloader({"x": np.arange(4)}, None)
-    with pytest.raises(ValueError, match="needs `seq_len`"):
+    with pytest.raises(ValueError, match=r"needs `seq_len`.*looptoolkit\.PackLayout"):
         make_dataloader(data, 2, layout="pack")
     with pytest.raises(ValueError, match="not both"):
         make_dataloader(data, 2, batch_tokens=50)
@@ -175,7 +175,7 @@ def test_values_in_a_zarr_store_are_read_in_each_worker(tmp_path):
         tmp_path / "t.zarr", mode="w", shape=values.shape, chunks=(256,), dtype="int32"
     )
     stored[:] = values
-    kwargs: dict[str, Any] = {"batch_size": 4, "layout": "pack", "seq_len": 32, "seed": 1}
+    kwargs: dict[str, Any] = {"batch_size": 4, "layout": lt.PackLayout(seq_len=32), "seed": 1}
     want = list(lt.Loader({"ids": lt.Ragged(values, offsets)}, **kwargs))
     data = {"ids": lt.Ragged(stored, offsets)}
     dl = make_dataloader(data, num_workers=2, **kwargs)

@@ -337,7 +337,7 @@ def _cuda_overlap(kit: CudaKit) -> str:
 
 
 def _cuda_ragged(kit: CudaKit) -> str:
-    from looptoolkit import Ragged
+    from looptoolkit import PackLayout, Ragged
 
     rng = np.random.default_rng(9)
     lengths = rng.integers(1, 100, N)
@@ -347,13 +347,10 @@ def _cuda_ragged(kit: CudaKit) -> str:
         "doc": np.arange(N),
     }
     batches = 0
-    for layout, size, seq_len in (("pad", B, None), ("flat", B, None), ("pack", 4, 256)):
-        host = list(Loader(data, size, seed=2, layout=layout, seq_len=seq_len))
-        got = list(
-            Loader(
-                data, size, seed=2, layout=layout, seq_len=seq_len, device=kit.device, prefetch=2
-            )
-        )
+    layouts: tuple[tuple[Any, int], ...] = (("pad", B), ("flat", B), (PackLayout(seq_len=256), 4))
+    for layout, size in layouts:
+        host = list(Loader(data, size, seed=2, layout=layout))
+        got = list(Loader(data, size, seed=2, layout=layout, device=kit.device, prefetch=2))
         if len(got) != len(host):
             raise CheckFailed(
                 f"{layout}: {len(got)} batches on the device, {len(host)} on the host."

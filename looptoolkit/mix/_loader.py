@@ -145,7 +145,7 @@ def load(order: Any, saved: dict[str, Any], epoch: int, offset: int) -> None:
     elif part.get("stages") != mixed.key():
         raise ValueError(
             "`state` was saved with other mixture weights; planned batches (`batch_tokens`, "
-            '`group_by_length`, `layout="pack"` or `"fit"`) resume with the weights they were '
+            "`group_by_length`, `PackLayout` or `FitLayout`) resume with the weights they were "
             "planned with: keep the saved weights, or change them at an epoch's start."
         )
 

@@ -85,7 +85,9 @@ class Flat(NamedTuple):
 
 
 class Packed(NamedTuple):
-    """A batch of fixed-length rows packed with documents (``layout="pack"`` or ``"fit"``).
+    """A batch of fixed-length rows packed with documents (the pack and fit layouts).
+
+    The batches of [`PackLayout`][looptoolkit.PackLayout] and [`FitLayout`][looptoolkit.FitLayout].
 
     Attributes:
         values: ``(R, seq_len, *feature)``, the rows; padding (only where a row is not full)
@@ -101,9 +103,9 @@ class Packed(NamedTuple):
 
     Examples:
         >>> import numpy as np
-        >>> from looptoolkit import Loader, Ragged
+        >>> from looptoolkit import Loader, PackLayout, Ragged
         >>> col = Ragged.from_rows([np.array([1, 2, 3]), np.array([4, 5])])
-        >>> packed = next(iter(Loader(col, 2, layout="pack", seq_len=4, shuffle=False)))
+        >>> packed = next(iter(Loader(col, 2, layout=PackLayout(seq_len=4), shuffle=False)))
         >>> packed.values.tolist()
         [[1, 2, 3, 4], [5, 0, 0, 0]]
         >>> packed.segment_ids.tolist(), packed.position_ids.tolist()

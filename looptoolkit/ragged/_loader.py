@@ -181,7 +181,7 @@ class RaggedRows:
         if opts.layout == "fit" and opts.long_rows == "error" and top > (opts.seq_len or 0):
             raise ValueError(
                 f"{where}, more than `seq_len` ({opts.seq_len}); pass "
-                '`long_rows="split"` or `"truncate"`, or a larger `seq_len`.'
+                '`FitLayout(long_rows="split")` or `"truncate"`, or a larger `seq_len`.'
             )
 
     def padded(self, lengths: np.ndarray) -> np.ndarray:
@@ -295,7 +295,7 @@ class RaggedRows:
             if not args["pad_shards"]:
                 raise ValueError(
                     "`pad_shards=False` is not offered with planned batches (`batch_tokens`, "
-                    '`group_by_length`, `layout="pack"` or `"fit"`): ranks get whole batches '
+                    "`group_by_length`, `PackLayout` or `FitLayout`): ranks get whole batches "
                     "in turn."
                 )
             # The epoch's order of the rows, on one rank: the plan deals whole batches to the

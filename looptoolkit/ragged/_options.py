@@ -1,8 +1,8 @@
 """The ragged options of a Loader, checked once at construction.
 
-``layout``, ``pad_value``, ``pad_to_multiple_of``, ``buckets``, ``seq_len``, ``batch_tokens``,
-``group_by_length``, ``max_segments`` and ``long_rows``: what each combination means is in
-``docs/ragged.md``; every combination that means nothing is refused here, by name.
+``layout`` (a layout object of ``looptoolkit.ragged._layout_options``, which checks its own
+options, or a layout's name), ``batch_tokens`` and ``group_by_length``: what each combination
+means is in ``docs/ragged.md``; every combination that means nothing is refused here, by name.
 """
 
 from __future__ import annotations
@@ -12,11 +12,18 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from looptoolkit._common.errors import check_int
+from looptoolkit.ragged._layout_options import (
+    LAYOUT_TYPES,
+    FitLayout,
+    FlatLayout,
+    LayoutOptions,
+    PackLayout,
+    PadLayout,
+)
 
-__all__ = ["DEFAULTS", "LAYOUTS", "LONG_ROWS", "Options", "check_unused", "given", "options"]
+__all__ = ["DEFAULTS", "LAYOUTS", "Options", "check_unused", "given", "layout_of", "options"]
 
 LAYOUTS = ("pad", "flat", "pack", "fit")
-LONG_ROWS = ("split", "truncate", "error")
 
 
 class Options(NamedTuple):
@@ -57,56 +64,56 @@ class Options(NamedTuple):
         }
 
 
-def options(
-    batch_size: Any,
-    *,
-    layout: Any,
-    batch_tokens: Any,
-    seq_len: Any,
-    group_by_length: Any,
-    pad_value: Any,
-    pad_to_multiple_of: Any,
-    buckets: Any,
-    max_segments: Any,
-    long_rows: Any,
-) -> Options:
+def layout_of(layout: Any) -> LayoutOptions:
+    """The layout object ``layout`` stands for: itself, or a name's default (None: ``"pad"``).
+
+    Raises:
+        TypeError: ``layout`` is neither a layout object nor a str.
+        ValueError: an unknown name, or ``"pack"``/``"fit"`` (they need ``seq_len``).
+    """
+    if isinstance(layout, LAYOUT_TYPES):
+        return layout
+    if layout is None:
+        return PadLayout()
+    if not isinstance(layout, str):
+        raise TypeError(
+            "`layout` must be a layout object (`looptoolkit.PadLayout`, `FlatLayout`, "
+            f"`PackLayout`, `FitLayout`) or its name, got {type(layout).__name__}."
+        )
+    if layout not in LAYOUTS:
+        raise ValueError(
+            f"`layout` must be one of {', '.join(map(repr, LAYOUTS))}, got {layout!r}."
+        )
+    if layout in ("pack", "fit"):
+        cls = PackLayout if layout == "pack" else FitLayout
+        raise ValueError(
+            f'`layout="{layout}"` needs `seq_len`, the elements per packed row: write '
+            f"`layout=looptoolkit.{cls.__name__}(seq_len=...)`."
+        )
+    return PadLayout() if layout == "pad" else FlatLayout()
+
+
+def options(batch_size: Any, *, layout: Any, batch_tokens: Any, group_by_length: Any) -> Options:
     """The ragged options, checked: every wrong combination named.
+
+    Args:
+        batch_size: the Loader's ``batch_size``.
+        layout: a layout object, a layout's name or None (``"pad"``).
+        batch_tokens: the Loader's ``batch_tokens``.
+        group_by_length: the Loader's ``group_by_length``.
 
     Raises:
         TypeError: an option of a wrong type.
         ValueError: a wrong value, or options that do not go together.
     """
-    layout = "pad" if layout is None else layout
-    if layout not in LAYOUTS:
-        raise ValueError(
-            f"`layout` must be one of {', '.join(map(repr, LAYOUTS))}, got {layout!r}."
-        )
-    if long_rows not in LONG_ROWS:
-        raise ValueError(
-            f"`long_rows` must be one of {', '.join(map(repr, LONG_ROWS))}, got {long_rows!r}."
-        )
+    spec = layout_of(layout)
+    name = spec.name
     if not isinstance(group_by_length, bool):
         raise TypeError(f"`group_by_length` must be a bool, got {type(group_by_length).__name__}.")
-    packs = layout in ("pack", "fit")
-
-    def only(name: str, value: Any, allowed: tuple[str, ...], default: Any = None) -> None:
-        if value is not default and layout not in allowed:
-            raise ValueError(
-                f"`{name}` applies to `layout` {' or '.join(map(repr, allowed))}, not {layout!r}."
-            )
-
-    only("seq_len", seq_len, ("pack", "fit"))
-    only("pad_to_multiple_of", pad_to_multiple_of, ("pad",))
-    only("buckets", buckets, ("pad",))
-    only("max_segments", max_segments, ("fit",))
-    only("long_rows", long_rows, ("fit",), "error")
-    only("batch_tokens", batch_tokens, ("pad", "flat"))
-    if packs:
-        if seq_len is None:
-            raise ValueError(f'`layout="{layout}"` needs `seq_len`, the elements per packed row.')
-        seq_len = check_int("seq_len", seq_len, minimum=1)
-        if group_by_length:
-            raise ValueError(f'`group_by_length` does not apply to `layout="{layout}"`.')
+    if batch_tokens is not None and name not in ("pad", "flat"):
+        raise ValueError(f"`batch_tokens` applies to `layout` 'pad' or 'flat', not {name!r}.")
+    if group_by_length and name in ("pack", "fit"):
+        raise ValueError(f'`group_by_length` does not apply to `layout="{name}"`.')
     if batch_tokens is not None:
         batch_tokens = check_int("batch_tokens", batch_tokens, minimum=1)
         if batch_size is not None:
@@ -117,47 +124,23 @@ def options(
         raise ValueError("`batch_size` is required (or `batch_tokens` for a token budget).")
     else:
         batch_size = check_int("batch_size", batch_size, minimum=1)
-    if pad_to_multiple_of is not None:
-        pad_to_multiple_of = check_int("pad_to_multiple_of", pad_to_multiple_of, minimum=1)
-    if buckets is not None:
-        if pad_to_multiple_of is not None:
-            raise ValueError("pass `buckets` or `pad_to_multiple_of`, not both.")
-        sizes = np.asarray(buckets)
-        if sizes.ndim != 1 or not len(sizes) or sizes.dtype.kind not in "iu":
-            raise TypeError(f"`buckets` must be a non-empty list of ints, got {buckets!r}.")
-        if sizes.min() < 1 or (np.diff(sizes) <= 0).any():
-            raise ValueError(f"`buckets` must be increasing positive lengths, got {buckets!r}.")
-        buckets = sizes.astype(np.int64)
-    if max_segments is not None:
-        max_segments = check_int("max_segments", max_segments, minimum=1)
-    if pad_value is not None and not isinstance(pad_value, int | float | bool | np.generic):
-        raise TypeError(f"`pad_value` must be a number, got {type(pad_value).__name__}.")
+    buckets = getattr(spec, "buckets", None)
     return Options(
-        layout,
+        name,
         batch_size,
         batch_tokens,
-        seq_len,
+        getattr(spec, "seq_len", None),
         group_by_length,
-        0 if pad_value is None else pad_value,
-        pad_to_multiple_of,
-        buckets,
-        max_segments,
-        long_rows,
+        getattr(spec, "pad_value", 0),
+        getattr(spec, "pad_to_multiple_of", None),
+        None if buckets is None else np.asarray(buckets, dtype=np.int64),
+        getattr(spec, "max_segments", None),
+        getattr(spec, "long_rows", "error"),
     )
 
 
 # The options' defaults: an option given otherwise needs ragged leaves.
-DEFAULTS: dict[str, Any] = {
-    "layout": None,
-    "pad_value": None,
-    "pad_to_multiple_of": None,
-    "buckets": None,
-    "seq_len": None,
-    "batch_tokens": None,
-    "group_by_length": False,
-    "max_segments": None,
-    "long_rows": "error",
-}
+DEFAULTS: dict[str, Any] = {"layout": None, "batch_tokens": None, "group_by_length": False}
 
 
 def given(args: dict[str, Any]) -> list[str]:

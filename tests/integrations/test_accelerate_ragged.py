@@ -22,12 +22,13 @@ from _ragged import VOCAB, assert_epoch, corpus, epoch_shown, shown  # noqa: E40
 from accelerate import Accelerator  # noqa: E402
 from helpers import reset_accelerate  # noqa: E402
 
+from looptoolkit import PadLayout  # noqa: E402
 from looptoolkit.torch_data import make_dataloader  # noqa: E402
 
 N, SEED = 60, 3
 DATA = corpus(N, seed=1)
 CASES = {
-    "pad-w2": (2, {"batch_size": 8, "layout": "pad", "pad_to_multiple_of": 4}),
+    "pad-w2": (2, {"batch_size": 8, "layout": PadLayout(pad_to_multiple_of=4)}),
     "flat-w0": (0, {"batch_size": 8, "layout": "flat"}),
     "budget-w0": (0, {"batch_size": None, "batch_tokens": 40, "layout": "flat"}),
 }

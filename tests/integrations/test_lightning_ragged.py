@@ -34,7 +34,7 @@ DATA = corpus(N)
 CASES = {
     "loader-pad": ("loader", {"batch_size": 8, "layout": "pad"}),
     "w0-flat": ("w0", {"batch_size": 8, "layout": "flat"}),
-    "w2-pack": ("w2", {"batch_size": 2, "layout": "pack", "seq_len": 16}),
+    "w2-pack": ("w2", {"batch_size": 2, "layout": lt.PackLayout(seq_len=16)}),
     "loader-budget": ("loader", {"batch_size": None, "batch_tokens": 48, "group_by_length": True}),
     "w0-budget": ("w0", {"batch_size": None, "batch_tokens": 48, "group_by_length": True}),
 }

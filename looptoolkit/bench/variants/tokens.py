@@ -313,13 +313,13 @@ def hand_loop(
 
 def ragged_loader(data: Any, batch_size: int, *, batching: str, seed: int = 0) -> Any:
     """The Loader over the corpus as a ``Ragged`` column, making ``batching``'s batches."""
-    from looptoolkit import Loader, Ragged
+    from looptoolkit import Loader, PackLayout, Ragged
 
     del batch_size  # the settings say how many documents a batch has
     corpus, s = Corpus.of(data), SETTINGS
     column = Ragged(corpus.values, corpus.offsets)
     if batching == "pack":
-        return Loader(column, s.rows, seed=seed, layout="pack", seq_len=s.seq_len)
+        return Loader(column, s.rows, seed=seed, layout=PackLayout(seq_len=s.seq_len))
     if batching == "budget":
         budget = s.budget
         return Loader(column, seed=seed, layout="pad", batch_tokens=budget, group_by_length=True)
@@ -341,7 +341,7 @@ _LOADER = {
     "pad": 'layout="pad"',
     "group": 'layout="pad", group_by_length=True',
     "budget": 'layout="pad", batch_tokens=8192, group_by_length=True',
-    "pack": 'layout="pack", seq_len=2048, 4 rows',
+    "pack": "layout=PackLayout(seq_len=2048), 4 rows",
     "flat": 'layout="flat"',
 }
 
