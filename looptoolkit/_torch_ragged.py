@@ -24,7 +24,6 @@ from looptoolkit.device._tree import NAMESPACE
 from looptoolkit.order._epochs import EpochCursor
 from looptoolkit.ragged._hf import hf_inputs as _hf_inputs
 from looptoolkit.ragged._loader import RaggedRows
-from looptoolkit.ragged._loader import setup as ragged_setup
 from looptoolkit.ragged._options import Options
 from looptoolkit.ragged._units import UnitEpoch, UnitOrder
 
@@ -103,29 +102,15 @@ def _ragged_rebuilt(
 
 
 def ragged_parts(
-    data: Any,
-    args: dict[str, Any],
-    ragged_args: dict[str, Any],
-    rank: int,
-    world_size: int,
-    *,
-    tensors: bool,
+    rows: Any, order: Any, *, tensors: bool
 ) -> tuple[RaggedItemsDataset, Any, EpochCursor]:
-    """The dataset, epoch order and epoch cursor of ``make_dataloader`` over ragged ``data``.
+    """The dataset, epoch order and epoch cursor of ``make_dataloader`` over ragged rows.
 
     Args:
-        data: the data with its ragged inputs as [`Ragged`][looptoolkit.Ragged] leaves.
-        args: ``batch_size`` and the epoch order's arguments, as the Loader's ``_args``
-            (``looptoolkit.ragged._loader.setup`` takes them).
-        ragged_args: the ragged options, as the Loader takes them.
-        rank: this process's rank, resolved.
-        world_size: the number of ranks, resolved.
+        rows: the ragged rows of the data (a mixture's stand for its columns' rows).
+        order: their epoch order (``rows.order``): of rows, or of planned batches.
         tensors: NumPy arrays of a batch come out as torch tensors.
-
-    Raises:
-        ValueError: the errors of the Loader's ragged options and plans.
     """
-    rows, order = ragged_setup(data, args, ragged_args, rank, world_size)
     cursor = EpochCursor()
     if isinstance(order, UnitOrder):
         # Planned batches: their count is the epoch's. A partial of `getattr` pickles and

@@ -21,20 +21,17 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
+from looptoolkit._inputs.kinds import rows_of
 from looptoolkit._rows.rows import Rows
-from looptoolkit._rows.store_reads import loader_order, plan_reads
 from looptoolkit._torch_ragged import as_tensor, hf_inputs, ragged_parts
 from looptoolkit.adapters import process_group
-from looptoolkit.mix import Mix
+from looptoolkit.mix._loader import MixedRows
 from looptoolkit.mix._loader import load as mix_load
-from looptoolkit.mix._loader import prepare as mix_prepare
-from looptoolkit.order._checks import check_not_empty
 from looptoolkit.order._epochs import EpochCursor, EpochSampler, parse_state, position, state_of
-from looptoolkit.order._order import Order, resolve_rank
-from looptoolkit.ragged._column import find_ragged
+from looptoolkit.order._options import ORDER_ARGS, OrderOptions
+from looptoolkit.order._order import Order
 from looptoolkit.ragged._layout_options import LayoutOptions, refuse_layout_args
 from looptoolkit.ragged._options import DEFAULTS as RAGGED_DEFAULTS
-from looptoolkit.ragged._options import check_unused
 
 __all__ = [
     "EpochDataLoader",
@@ -82,9 +79,17 @@ class GetItemsDataset(torch.utils.data.Dataset[Any]):
 
     def __init__(self, data: Any, *, tensors: bool = False) -> None:
         self._rows = Rows(data)
-        self._data = data
         self.tensors = bool(tensors)
         self._leaf_fn = as_tensor if self.tensors else None
+
+    @classmethod
+    def _of(cls, rows: Rows, *, tensors: bool) -> GetItemsDataset:
+        """A dataset over rows already made (``make_dataloader``'s, a mixture's columns')."""
+        dataset = cls.__new__(cls)
+        dataset._rows = rows
+        dataset.tensors = bool(tensors)
+        dataset._leaf_fn = as_tensor if dataset.tensors else None
+        return dataset
 
     def __len__(self) -> int:
         return self._rows.n
@@ -528,39 +533,18 @@ def make_dataloader(
         )
     if collate_fn is not None and not callable(collate_fn):
         raise TypeError(f"`collate_fn` must be callable, got {type(collate_fn).__name__}.")
-    rank, world_size = resolve_rank(rank, world_size, process_group())
     # The ragged options by name, as their defaults list them (`looptoolkit.ragged`).
     arguments = locals()
     ragged_args = {name: arguments[name] for name in RAGGED_DEFAULTS}
-    args = {
-        "batch_size": batch_size,
-        "shuffle": shuffle,
-        "seed": seed,
-        "group_size": group_size,
-        "run_size": run_size,
-        "drop_last": drop_last,
-        "weights": weights,
-        "replacement": replacement,
-        "num_samples": num_samples,
-        "indices": indices,
-        "order_fn": order_fn,
-        "pad_shards": pad_shards,
-        "cache_bytes": cache_bytes,
-        "resident": False,
-        "return_mask": False,
-    }
-    if isinstance(data, Mix):  # its columns as data, its order as the options' `order_fn`
-        data, args = mix_prepare(data, args)
-    ragged = find_ragged(data)
-    if ragged is not None:
-        items, order, cursor = ragged_parts(
-            ragged,
-            args,
-            ragged_args,
-            rank,
-            world_size,
-            tensors=tensors,
-        )
+    args = {name: arguments[name] for name in ORDER_ARGS}
+    orders = OrderOptions.of(args, batch_size, rank, world_size, process_group())
+    # The Loader's first two steps: what the rows are, which rows when (the DataLoader delivers).
+    rows = rows_of(data, batch_size, ragged_args, cache_bytes)
+    order = rows.order(orders)
+    if isinstance(rows, MixedRows):  # the mixed order is the sampler's; rows are its columns'
+        rows = rows.rows
+    if rows.ragged_paths:
+        items, order, cursor = ragged_parts(rows, order, tensors=tensors)
         return EpochDataLoader(
             items,
             batch_sampler=OrderBatchSampler(order, cursor),  # type: ignore[arg-type]
@@ -568,16 +552,7 @@ def make_dataloader(
             num_workers=num_workers,
             **kwargs,
         )
-    check_unused(ragged_args, batch_size)
-    assert batch_size is not None  # checked with the ragged options
-    dataset = GetItemsDataset(data, tensors=tensors)
-    store = dataset._rows.store
-    order = loader_order(len(dataset), batch_size, args, rank, world_size, store)
-    check_not_empty(order)
-    if store is not None:
-        plan_reads(store, order, cache_bytes)
-    elif cache_bytes is not None:
-        raise ValueError("`cache_bytes` sizes the chunk cache of store data (zarr, HDF5, Arrow).")
+    dataset = GetItemsDataset._of(rows, tensors=tensors)
     return EpochDataLoader(
         dataset,
         # Typed as lists of ints; DataLoader only hands each batch to `__getitems__`.

@@ -1,9 +1,10 @@
 """The Loader's variable-length path: plans per epoch, ragged batches per plan.
 
 Between the order and the transfer, in place of the rectangular
-[`Rows`][looptoolkit._rows.rows.Rows]: [`setup`][looptoolkit.ragged._loader.setup] reads the
-options, [`RaggedRows`][looptoolkit.ragged._loader.RaggedRows] builds each batch's layout (one copy
-per leaf per batch) and fixed leaves' rows, and the epoch order is either the rectangular
+[`Rows`][looptoolkit._rows.rows.Rows]: [`rows_of`][looptoolkit.ragged._loader.rows_of] reads the
+ragged inputs and the options, [`RaggedRows`][looptoolkit.ragged._loader.RaggedRows] builds each
+batch's layout (one copy per leaf per batch) and fixed leaves' rows, and its
+[`order`][looptoolkit.ragged._loader.RaggedRows.order] is either the rectangular
 [`Order`][looptoolkit.Order] over rows (padded and flat batches of ``batch_size`` rows: every
 rectangular feature as it is) or a [`UnitOrder`][looptoolkit.ragged._loader.UnitOrder]: each
 epoch is planned (token budgets, length grouping, packing) into whole batches, and the batches are
@@ -28,7 +29,7 @@ from looptoolkit._rows.store_reads import loader_order
 from looptoolkit.adapters._wrap import from_host
 from looptoolkit.device import _tree as _tree
 from looptoolkit.order._checks import check_not_empty
-from looptoolkit.order._options import ORDER_ARGS, OrderOptions
+from looptoolkit.order._options import OrderOptions
 from looptoolkit.order._order import Order
 from looptoolkit.ragged._column import Ragged, find_ragged
 from looptoolkit.ragged._layouts import (
@@ -40,7 +41,7 @@ from looptoolkit.ragged._layouts import (
 from looptoolkit.ragged._options import Options, check_unused, options
 from looptoolkit.ragged._units import WINDOWED_MIN_RANKS, Block, Pieces, UnitOrder
 
-__all__ = ["RaggedRows", "ragged_probe", "rows_of", "setup"]
+__all__ = ["RaggedRows", "ragged_probe", "rows_of"]
 
 
 class RaggedRows:
@@ -416,34 +417,3 @@ def rows_of(data: Any, batch_size: Any, ragged_args: dict[str, Any], cache_bytes
             "then moved by `device=`)."
         )
     return RaggedRows(ragged, options(batch_size, **ragged_args))
-
-
-def setup(
-    data: Any, args: dict[str, Any], ragged_args: dict[str, Any], rank: int, world_size: int
-) -> tuple[RaggedRows, Order | UnitOrder]:
-    """The rows and the epoch order of ``data`` with ragged leaves (``make_dataloader``'s route).
-
-    Args:
-        data: the data, its ragged inputs as [`Ragged`][looptoolkit.Ragged] leaves.
-        args: the route's arguments (``batch_size``, the order's options, ...).
-        ragged_args: the ragged options.
-        rank: this process's rank, resolved.
-        world_size: the number of ranks, resolved.
-
-    Raises:
-        ValueError: as [`options`][looptoolkit.ragged._options.options],
-            [`RaggedRows`][looptoolkit.ragged._loader.RaggedRows] and its
-            [`order`][looptoolkit.ragged._loader.RaggedRows.order]; a Loader option the
-            ragged path does not offer (``resident``, ``return_mask``, ``cache_bytes``).
-    """
-    for name in ("resident", "return_mask", "cache_bytes"):
-        value = args[name]
-        if value is not None and value is not False:
-            raise ValueError(
-                f"`{name}` is not offered with ragged leaves (batches are laid out on the host, "
-                "then moved by `device=`)."
-            )
-    rows = RaggedRows(data, options(args["batch_size"], **ragged_args))
-    chosen = {k: args[k] for k in ORDER_ARGS}
-    opts = OrderOptions(chosen, rows.opts.batch_size, rank, world_size, chosen)
-    return rows, rows.order(opts)
