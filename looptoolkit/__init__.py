@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from looptoolkit._common.errors import TransferError
+from looptoolkit._common.errors import RepeatedEpochWarning, TransferError
 from looptoolkit.device._move import to_device
 from looptoolkit.device._tree import ContainerRebuildWarning
 
@@ -50,7 +50,7 @@ __version__ = "0.1.0"
 
 # The public errors and warnings are shown where users import them from: a
 # traceback reads `looptoolkit.TransferError`, as the docs write it.
-for _public in (TransferError, ContainerRebuildWarning):
+for _public in (TransferError, ContainerRebuildWarning, RepeatedEpochWarning):
     _public.__module__ = __name__
 del _public
 
@@ -69,6 +69,7 @@ __all__ = [
     "PadLayout",
     "Padded",
     "Ragged",
+    "RepeatedEpochWarning",
     "StaticBatches",
     "TransferError",
     "__version__",

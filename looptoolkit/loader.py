@@ -365,7 +365,7 @@ class Loader:
         """Start ``iterator``'s pass at the cursor's epoch and offset."""
         if self._rows.files:
             self._rows.files.check()  # a memmap's file cut shorter would crash the reads
-        epoch, offset, token = self._cursor.bind()
+        epoch, offset, token, era = self._cursor.bind_counted()
         schedule = self._order.epoch(epoch, offset)
         first = offset // schedule.global_batch
         progress = Progress(epoch, offset, len(schedule), first)
@@ -373,7 +373,7 @@ class Loader:
         # N-long index array for a grouped or sequential order.
         batches = _mix.counted(iter(schedule), self._order, self._mix, self._stats)
         source = self._route.stream(batches, schedule, progress, self.batch_size)
-        iterator._progress, iterator._token = progress, token
+        iterator._progress, iterator._token, iterator._era = progress, token, era
         iterator._source = source if progress.total else _CLOSED
         if not progress.total:  # resumed at the very end of its epoch
             self._cursor.complete(token)

@@ -190,8 +190,15 @@ class OrderBatchSampler(torch.utils.data.Sampler[np.ndarray]):
     def _untracked(self) -> Iterator[np.ndarray]:
         # A generator: the epoch is bound at the first batch asked for, so the first
         # of the two iter() calls of torch's multi-process iterator binds nothing.
-        epoch, offset, token = self.cursor.bind()
-        yield from self.order.epoch(epoch, offset)
+        epoch, offset, token, era = self.cursor.bind_counted()
+        sent = 0
+        try:
+            for batch in self.order.epoch(epoch, offset):
+                sent += 1
+                yield batch
+        except GeneratorExit:  # the DataLoader's iterator was dropped before the last batch
+            self.cursor.ended_early(epoch, era, sent)
+            raise
         self.cursor.complete(token)
 
     def __len__(self) -> int:
@@ -205,6 +212,7 @@ class _Pass:
         "__weakref__",
         "_delivered",
         "_epoch",
+        "_era",
         "_it",
         "_loader",
         "_offset",
@@ -217,7 +225,7 @@ class _Pass:
         self._it: Iterator[Any] | None = None
         self._total = -1  # -1: not bound yet
         self._delivered = 0
-        self._epoch = self._offset = self._token = 0
+        self._epoch = self._offset = self._token = self._era = 0
 
     def __iter__(self) -> _Pass:
         return self
@@ -231,7 +239,7 @@ class _Pass:
     def _bind(self) -> Iterator[Any]:
         loader = self._loader
         sampler = loader._sampler
-        self._epoch, self._offset, self._token = sampler.cursor.bind()
+        self._epoch, self._offset, self._token, self._era = sampler.cursor.bind_counted()
         self._total = sampler.order.num_batches(self._offset)
         sampler._tracked = (self._epoch, self._offset)
         try:
@@ -266,6 +274,8 @@ class _Pass:
             self._total = 0
         if it is not None and _exit_through_interpreter(self._loader):
             _drain(it)
+        if it is not None and self._delivered < self._total:  # before its last batch
+            self._loader._sampler.cursor.ended_early(self._epoch, self._era, self._delivered)
 
     def __del__(self) -> None:
         # A pass dropped before its end (a look-ahead, a `break`) ends as `close()` does.

@@ -177,7 +177,7 @@ def test_strict_build_fails_on_broken_links_and_docstrings(tmp_path):
         "][looptoolkit.no_such_name] always",
     )
     # A public docstring without its examples.
-    edit("looptoolkit/_records.py", "    Examples:\n", "    Usage:\n")
+    edit("looptoolkit/_rows/records.py", "    Examples:\n", "    Usage:\n")
     # A docstring naming a parameter the function does not have.
     edit("looptoolkit/distributed.py", "    Args:\n", "    Args:\n        no_such_arg: nothing.\n")
 

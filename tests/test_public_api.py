@@ -26,6 +26,7 @@ def test_public_names():
         "PadLayout",
         "Padded",
         "Ragged",
+        "RepeatedEpochWarning",
         "StaticBatches",
         "TransferError",
         "__version__",
@@ -57,6 +58,7 @@ def test_public_names_live_where_the_layout_says():
         "to_device": "looptoolkit.device",
         "TransferError": "looptoolkit._common.errors",
         "ContainerRebuildWarning": "looptoolkit.tree",
+        "RepeatedEpochWarning": "looptoolkit._common.errors",
     }
     for name, module in homes.items():
         assert getattr(looptoolkit, name) is getattr(importlib.import_module(module), name)
@@ -71,7 +73,11 @@ def test_public_errors_are_shown_under_looptoolkit():
         for value in vars(looptoolkit).values()
         if isinstance(value, type) and issubclass(value, BaseException)
     ]
-    assert {e.__name__ for e in errors} == {"TransferError", "ContainerRebuildWarning"}
+    assert {e.__name__ for e in errors} == {
+        "TransferError",
+        "ContainerRebuildWarning",
+        "RepeatedEpochWarning",
+    }
     for error in errors:
         assert error.__module__ == "looptoolkit", error
         shown = "".join(traceback.format_exception_only(error("boom")))

@@ -4,7 +4,8 @@ The step between the Loader's epoch stream
 ([`looptoolkit._pipeline.stream`][looptoolkit._pipeline.stream]) and the user's loop: it binds the
 epoch when its first batch is asked for, counts the batches it hands out (what ``state_dict``
 describes), completes the epoch on the cursor after the last one, and closes the stream when the
-loop leaves early.
+loop leaves early, telling the cursor how far it got (two such passes in a row that got as far
+ran the same batches: the cursor warns).
 """
 
 from __future__ import annotations
@@ -28,13 +29,13 @@ class LoaderIterator:
     exception while producing a batch reaches the loop and ends the pass the same way.
     """
 
-    __slots__ = ("__weakref__", "_loader", "_progress", "_source", "_token")
+    __slots__ = ("__weakref__", "_era", "_loader", "_progress", "_source", "_token")
 
     def __init__(self, loader: Any) -> None:
         self._loader = loader
         self._source: Iterator[Any] = UNSTARTED
         self._progress: Progress | None = None
-        self._token = -1
+        self._token = self._era = -1
 
     def __iter__(self) -> LoaderIterator:
         return self
@@ -70,9 +71,23 @@ class LoaderIterator:
 
     def close(self) -> None:
         """Stop the pass: the background thread (if any) ends and nothing more is yielded."""
+        early = self._running()
         source, self._source = self._source, CLOSED
         if hasattr(source, "close"):
             source.close()
+        if early:
+            self._ended_early()
+
+    def __del__(self) -> None:
+        # A pass dropped before its end (a `break` drops it at once) ended early too; the
+        # stream's generator stops its thread as it is collected.
+        if self._running():
+            self._ended_early()
+
+    def _ended_early(self) -> None:
+        progress = self._progress
+        assert progress is not None  # running: bound
+        self._loader._cursor.ended_early(progress.epoch, self._era, progress.consumed)
 
     def _running(self) -> bool:
         """Bound, neither closed nor past its epoch's last batch."""

@@ -34,7 +34,6 @@ import collections.abc
 import copy
 import dataclasses
 import os
-import sys
 import threading
 import types
 import warnings
@@ -43,6 +42,7 @@ from typing import Any
 
 import optree
 
+from looptoolkit._common.errors import PACKAGE_DIR, caller_stacklevel
 from looptoolkit._common.node import Node, Ref
 from looptoolkit.adapters import container_node, move_container_node
 from looptoolkit.device._fields import (
@@ -161,21 +161,8 @@ def _unchanged(old: Iterable[Any], new: list[Any]) -> bool:
     return len(before) == len(new) and all(a is b for a, b in zip(before, new, strict=True))
 
 
-def _caller_stacklevel() -> int:
-    """``stacklevel`` that points a warning at the first frame outside looptoolkit."""
-    frame = sys._getframe(1)  # the function that warns: stacklevel 1
-    level = 1
-    while frame is not None and frame.f_code.co_filename.startswith(_INTERNAL_DIRS):
-        frame = frame.f_back  # type: ignore[assignment]
-        level += 1
-    return level
-
-
 # Frames in these directories are looptoolkit's or optree's, not the caller's.
-_INTERNAL_DIRS = (
-    os.path.dirname(os.path.abspath(__file__)),
-    os.path.dirname(os.path.abspath(optree.__file__)),
-)
+_INTERNAL_DIRS = (PACKAGE_DIR, os.path.dirname(os.path.abspath(optree.__file__)))
 
 
 def _lossy_rebuild(obj: Any, old: Iterable[Any], new: list[Any], build: Callable[[], Any]) -> Any:
@@ -198,7 +185,7 @@ def _lossy_rebuild(obj: Any, old: Iterable[Any], new: list[Any], build: Callable
         f"{cls.__module__}.{cls.__qualname__} {what}; it was rebuilt as "
         f"{_lossy[cls].__name__} (pass `strict=True` to raise).",
         ContainerRebuildWarning,
-        stacklevel=_caller_stacklevel(),
+        stacklevel=caller_stacklevel(_INTERNAL_DIRS),
     )
     return build()
 

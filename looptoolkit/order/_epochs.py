@@ -21,6 +21,14 @@ a loop runs"):
 4. ``set_epoch(e)`` always wins: the next pass runs epoch ``e`` from its start
    (from the loaded offset if ``e`` is the epoch a loaded state points into).
 
+Rule 3 has a trap: a loop that caps every epoch with ``break`` runs the same
+batches each time. The routes that count the batches their passes hand out (the
+Loader, the DataLoader integration) tell the cursor how far a pass that ended early
+got ([`EpochCursor.ended_early`][looptoolkit.order._epochs.EpochCursor.ended_early]); when two
+passes in a row, with no ``set_epoch``, ``load`` or finished epoch between their
+starts, both end after the same number of batches, it warns once
+([`RepeatedEpochWarning`][looptoolkit.RepeatedEpochWarning]).
+
 The state helpers ([`state_of`][looptoolkit.order._epochs.state_of],
 [`parse_state`][looptoolkit.order._epochs.parse_state]) give the Loader and the DataLoader
 integration one resumable state format.
@@ -30,10 +38,11 @@ from __future__ import annotations
 
 import itertools
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from looptoolkit._common.errors import check_int
+from looptoolkit._common.errors import RepeatedEpochWarning, caller_stacklevel, check_int
 from looptoolkit.order._order import Order
 
 __all__ = [
@@ -71,13 +80,18 @@ class EpochCursor:
         (5, 0)
     """
 
-    __slots__ = ("_lock", "epoch", "moves", "offset")
+    __slots__ = ("_early", "_lock", "_warned", "epoch", "era", "moves", "offset")
 
     def __init__(self, epoch: int = 0) -> None:
         self.epoch = check_int("epoch", epoch, minimum=0)
         self.offset = 0
         self.moves = 0  # bumped on every move: a pass holds the value it bound
+        # Bumped on every move and every `set_epoch` (one that moves nothing too): passes
+        # bound in one era followed each other with nothing between their starts.
+        self.era = 0
         self._lock = threading.Lock()
+        self._early: tuple[int, int] | None = None  # (era, batches) of the last early end
+        self._warned = False
 
     @property
     def position(self) -> tuple[int, int]:
@@ -89,6 +103,37 @@ class EpochCursor:
         with self._lock:
             return self.epoch, self.offset, self.moves
 
+    def bind_counted(self) -> tuple[int, int, int, int]:
+        """``bind()`` and the cursor's ``era``, for a pass that will tell ``ended_early``."""
+        with self._lock:
+            return self.epoch, self.offset, self.moves, self.era
+
+    def ended_early(self, epoch: int, era: int, batches: int) -> None:
+        """A pass of ``epoch`` bound in ``era`` ended before its last batch, after ``batches``.
+
+        Warns ([`RepeatedEpochWarning`][looptoolkit.RepeatedEpochWarning], once per cursor) when
+        the early end told before it came from a pass of the same era that handed out as many
+        batches: two passes in a row ran the same batches. A pass of fewer than two batches
+        (a probe, a peek with ``next(iter(loader))``, a one-batch look-ahead) tells nothing.
+        """
+        if batches < 2:
+            return
+        with self._lock:
+            repeated = self._early == (era, batches) and not self._warned
+            self._early = (era, batches)
+            self._warned = self._warned or repeated
+        if repeated:
+            warnings.warn(
+                f"Two passes in a row over epoch {epoch} ended early after {batches} batches, "
+                "so both ran the same batches: a pass that ends early (a `break`, an error) "
+                "leaves the loader at that epoch, and the next pass repeats it. To run a new "
+                "epoch each time, call `loader.set_epoch(epoch)` at the start of each epoch; "
+                "to stop in the middle of an epoch and resume there later, save "
+                "`loader.state_dict()` inside the loop. (Shown once per loader.)",
+                RepeatedEpochWarning,
+                stacklevel=caller_stacklevel(),
+            )
+
     def complete(self, token: int) -> bool:
         """A pass bound with ``token`` handed out its last batch: move to the next epoch.
 
@@ -99,6 +144,7 @@ class EpochCursor:
             if token != self.moves:
                 return False
             self.epoch, self.offset, self.moves = self.epoch + 1, 0, self.moves + 1
+            self.era += 1
             return True
 
     def set_epoch(self, epoch: int) -> None:
@@ -107,18 +153,23 @@ class EpochCursor:
         with self._lock:
             if epoch != self.epoch:
                 self.epoch, self.offset, self.moves = epoch, 0, self.moves + 1
+            self.era += 1  # passes before and after it are not in a row, moved or not
 
     def load(self, epoch: int, offset: int) -> None:
         """The next pass runs ``epoch`` from global position ``offset`` (a loaded state)."""
         with self._lock:
             self.epoch, self.offset, self.moves = epoch, offset, self.moves + 1
+            self.era += 1
 
     def __getstate__(self) -> tuple[int, int, int]:
         return self.epoch, self.offset, self.moves
 
     def __setstate__(self, state: tuple[int, int, int]) -> None:
         self.epoch, self.offset, self.moves = state
+        self.era = 0
         self._lock = threading.Lock()
+        self._early = None
+        self._warned = False
 
     def __repr__(self) -> str:
         return f"EpochCursor(epoch={self.epoch}, offset={self.offset})"

@@ -4,11 +4,13 @@ A real ``lightning.Trainer`` fits a tiny model; its ``training_step`` records
 the row ids of each batch, per epoch. Epochs 0-2 must be ``Loader.indices(e)``:
 with a ``Loader`` passed directly, with ``make_dataloader`` (0 and 2 workers),
 with a validation loader and its sanity check, with ``limit_train_batches``,
-and across an end-of-epoch and a mid-epoch checkpoint resume.
+and across an end-of-epoch and a mid-epoch checkpoint resume. Lightning sets the
+epoch before every pass, so its capped passes never warn of a repeated epoch.
 """
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 L = pytest.importorskip("lightning")
 
-from looptoolkit import Loader  # noqa: E402
+from looptoolkit import Loader, RepeatedEpochWarning  # noqa: E402
 from looptoolkit.torch_data import make_dataloader  # noqa: E402
 
 # Every other warning is an error: Lightning's "your dataloader is not resumable"
@@ -113,6 +115,23 @@ def test_limit_train_batches_trains_on_the_start_of_each_epoch(route):
     _trainer(limit_train_batches=4, limit_val_batches=0).fit(model, _route(route))
     for epoch, rows in model.epochs().items():
         np.testing.assert_array_equal(rows, REFERENCE.indices(epoch)[: 4 * B])
+
+
+@pytest.mark.parametrize("route", ["loader", "dataloader-w0"])
+def test_capped_training_and_validation_with_a_sanity_check_do_not_warn(route):
+    # Lightning calls `set_epoch` on `loader.sampler` before each training epoch and each
+    # validation, the sanity check's included; the sanity check and the first validation
+    # set the same epoch and take as many batches: a set_epoch between them, not in a row.
+    model = Recorder()
+    trainer = _trainer(num_sanity_val_steps=2, limit_train_batches=4, limit_val_batches=2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(model, _route(route), val_dataloaders=_route(route))
+    assert [w for w in caught if issubclass(w.category, RepeatedEpochWarning)] == []
+    assert sorted(model.epochs()) == [0, 1, 2]
+    for epoch, rows in model.epochs().items():  # a new epoch each time: set_epoch was called
+        np.testing.assert_array_equal(rows, REFERENCE.indices(epoch)[: 4 * B])
+    assert model.val_batches == 2 + 3 * 2
 
 
 @pytest.mark.parametrize("route", ROUTES)
