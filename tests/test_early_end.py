@@ -21,16 +21,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_epochs import SEED, B, _data, _dataloader
 
 from looptoolkit import Loader, RepeatedEpochWarning
 from looptoolkit.order._epochs import EpochCursor
 
-N, B, SEED = 100, 10, 5
 EPOCHS = 6
-
-
-def _data() -> dict[str, np.ndarray]:
-    return {"x": np.arange(2 * N, dtype=np.float32).reshape(N, 2), "id": np.arange(N)}
 
 
 def _ids(batch: Any) -> np.ndarray:
@@ -68,16 +64,6 @@ def _loader(**kwargs: Any) -> Callable[[], tuple[Any, Any]]:
     def make() -> tuple[Any, Any]:
         loader = Loader(_data(), B, seed=SEED, **kwargs)
         return loader, loader.set_epoch
-
-    return make
-
-
-def _dataloader(**kwargs: Any) -> Callable[[], tuple[Any, Any]]:
-    def make() -> tuple[Any, Any]:
-        from looptoolkit.torch_data import make_dataloader
-
-        dl = make_dataloader(_data(), B, seed=SEED, **kwargs)
-        return dl, dl.batch_sampler.sampler.set_epoch  # where Lightning calls it
 
     return make
 
@@ -281,14 +267,24 @@ def test_a_pass_bound_before_set_epoch_and_dropped_after_it_is_not_in_a_row():
     assert found == []
 
 
-def test_two_passes_running_side_by_side_are_counted_as_they_end():
-    # zip(loader, loader) capped: both passes run epoch 0 and end after as many batches.
-    loader = Loader(_data(), B, seed=SEED)
-    with repeats() as found:
+def _capped_zip(loader: Loader, epochs: int) -> None:
+    for _ in range(epochs):
         for i, _pair in enumerate(zip(loader, loader, strict=True)):
             if i == 3:
                 break
-    assert len(found) == 1
+
+
+def test_two_passes_side_by_side_are_not_in_a_row():
+    # zip(loader, loader) capped once: both passes end after as many batches, but the
+    # second started before the first ended: they ran side by side, not one after another.
+    loader = Loader(_data(), B, seed=SEED)
+    with repeats() as found:
+        _capped_zip(loader, 1)
+    assert found == []
+    # Capped again, twice: each pair starts after the last ends, but side by side again.
+    with repeats() as found:
+        _capped_zip(loader, 2)
+    assert found == []
 
 
 def test_loader_dataset_passes_are_not_counted():
@@ -313,18 +309,30 @@ def test_loader_dataset_passes_are_not_counted():
 # -- the cursor ------------------------------------------------------------------------------
 
 
-def test_the_cursor_pairs_early_ends_of_one_era():
+def test_the_cursor_pairs_an_early_end_with_the_pass_bound_right_after_it():
     cursor = EpochCursor()
     era = cursor.bind_counted()[3]
     with repeats() as found:
         cursor.ended_early(0, era, 1)
         cursor.ended_early(0, era, 1)  # one-batch passes tell nothing
         cursor.ended_early(0, era, 4)
-        cursor.set_epoch(0)  # moves nothing, but starts a new era
-        cursor.ended_early(0, era, 4)  # bound before it: pairs with the one before
+        cursor.ended_early(0, era, 4)  # bound before the end above: side by side, not in a row
+        era = cursor.bind_counted()[3]
+        cursor.ended_early(0, era, 4)  # the end before it was a side-by-side pass's
+        era = cursor.bind_counted()[3]
+        cursor.set_epoch(0)  # moves nothing, but comes between the end and the next start
+        cursor.ended_early(0, era, 4)
+        era = cursor.bind_counted()[3]
+        cursor.ended_early(1, era, 4)  # right after an end of 4, but of another epoch
+        era = cursor.bind_counted()[3]
+        cursor.ended_early(1, era, 3)  # right after an end of epoch 1, but of 3 batches, not 4
+        assert found == []
+        era = cursor.bind_counted()[3]
+        cursor.ended_early(1, era, 3)  # right after: two passes in a row ran the same batches
     assert len(found) == 1
     with repeats() as found:
-        cursor.ended_early(0, era, 4)  # once per cursor
+        era = cursor.bind_counted()[3]
+        cursor.ended_early(1, era, 3)  # once per cursor
     assert found == []
     for move in (lambda: cursor.set_epoch(0), lambda: cursor.load(0, 0)):
         before = cursor.era

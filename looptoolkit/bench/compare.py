@@ -12,10 +12,12 @@ import argparse
 import contextlib
 import gc
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from looptoolkit._common.errors import RepeatedEpochWarning
 from looptoolkit.bench import compare_report as report
 from looptoolkit.bench import render
 from looptoolkit.bench.progress import Progress, quiet_env, quiet_import
@@ -216,6 +218,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     quiet_env()
+    # A bounded round stops each epoch at its first batches on purpose, over and over.
+    warnings.filterwarnings("ignore", category=RepeatedEpochWarning)
     progress = Progress()
     try:
         names = list(WORKLOADS) if args.workload == "all" else _split(args.workload) or []

@@ -86,11 +86,13 @@ class EpochCursor:
         self.epoch = check_int("epoch", epoch, minimum=0)
         self.offset = 0
         self.moves = 0  # bumped on every move: a pass holds the value it bound
-        # Bumped on every move and every `set_epoch` (one that moves nothing too): passes
-        # bound in one era followed each other with nothing between their starts.
+        # Bumped on every move, every `set_epoch` (one that moves nothing too) and every
+        # early end: a pass bound in the era an early end opened started after that end,
+        # with nothing between them.
         self.era = 0
         self._lock = threading.Lock()
-        self._early: tuple[int, int] | None = None  # (era, batches) of the last early end
+        # (era the pass was bound in, era its end opened, epoch, batches) of the last early end
+        self._early: tuple[int, int, int, int] | None = None
         self._warned = False
 
     @property
@@ -112,15 +114,21 @@ class EpochCursor:
         """A pass of ``epoch`` bound in ``era`` ended before its last batch, after ``batches``.
 
         Warns ([`RepeatedEpochWarning`][looptoolkit.RepeatedEpochWarning], once per cursor) when
-        the early end told before it came from a pass of the same era that handed out as many
-        batches: two passes in a row ran the same batches. A pass of fewer than two batches
-        (a probe, a peek with ``next(iter(loader))``, a one-batch look-ahead) tells nothing.
+        this pass started right after the last early end, with nothing else between the two
+        passes' starts (no ``set_epoch``, ``load``, finished epoch or other early end), over the
+        same epoch, and handed out as many batches: two passes in a row ran the same batches.
+        Passes that run side by side (two iterators, ``zip``) are not in a row. A pass of fewer
+        than two batches (a probe, a peek with ``next(iter(loader))``, a one-batch look-ahead)
+        tells nothing.
         """
         if batches < 2:
             return
         with self._lock:
-            repeated = self._early == (era, batches) and not self._warned
-            self._early = (era, batches)
+            # In a row: this pass was bound in the era the last early end opened, and that
+            # end was all that came between the two starts.
+            repeated = self._early == (era - 1, era, epoch, batches) and not self._warned
+            self.era += 1  # a pass bound from now on starts after this end
+            self._early = (era, self.era, epoch, batches)
             self._warned = self._warned or repeated
         if repeated:
             warnings.warn(
