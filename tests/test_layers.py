@@ -58,6 +58,8 @@ LAYERS: list[tuple[str, set[str]]] = [
     ),
     # Where the batches go: the container rules, the pytree helpers, to_device.
     ("transfer", {"looptoolkit.device", "looptoolkit.tree", "looptoolkit.transforms"}),
+    # Augmentations: ops keyed to each row's place in the epoch, applied where the batch is.
+    ("augment", {"looptoolkit.augment"}),  # and every module under it
     # Which rows when: the epoch orders, their sources and the epoch cursor.
     ("order", {"looptoolkit.order"}),  # and every module under it
     # What the rows are: rectangular rows, records, store reads, mapped files.
