@@ -1,11 +1,12 @@
 """Batch keys: which rows a batch holds, as the keyed draws of augmentations need them.
 
-A leaf type both sides import: the pipeline makes a [`BatchKeys`][looptoolkit._common.keys.BatchKeys]
-for every batch it hands a keyed transform (the Loader's seed, the epoch, and each row's
-position in the epoch's global order), and [`uniforms`][looptoolkit._common.keys.uniforms] turns
-keys into random numbers: a counter-based hash of ``(seed, epoch, position, stream, draw)``,
-vectorised in NumPy, so a row's numbers depend on nothing else (not the rank, the world size,
-the worker, the prefetch mode or the framework) and are the same on every machine.
+A leaf type both sides import: the pipeline makes a
+[`BatchKeys`][looptoolkit._common.keys.BatchKeys] for every batch it hands a keyed transform
+(the Loader's seed, the epoch, and each row's position in the epoch's global order), and
+[`uniforms`][looptoolkit._common.keys.uniforms] turns keys into random numbers: a
+counter-based hash of ``(seed, epoch, position, stream, draw)``, vectorised in NumPy, so a
+row's numbers depend on nothing else (not the rank, the world size, the worker, the
+prefetch mode or the framework) and are the same on every machine.
 """
 
 from __future__ import annotations
