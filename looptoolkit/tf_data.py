@@ -163,6 +163,12 @@ def loader_dataset(
         >>> [b["x"].numpy().tolist() for b in ds]
         [[0, 1], [2, 3], [4]]
     """
+    keyed = transform if transform is not None else getattr(data, "transform", None)
+    if getattr(keyed, "keyed", False):
+        raise ValueError(
+            "a keyed `transform` (an augmentation) is not offered by `loader_dataset` yet: "
+            "apply it in the tf.data pipeline's map, or iterate the Loader itself."
+        )
     if not isinstance(data, Loader) and find_ragged(data) is not None:
         if order is not None:
             raise TypeError(

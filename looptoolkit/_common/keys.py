@@ -11,7 +11,7 @@ prefetch mode or the framework) and are the same on every machine.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -49,7 +49,7 @@ class BatchKeys(NamedTuple):
     positions: np.ndarray
 
 
-def _mix(x: np.ndarray) -> np.ndarray:
+def _mix(x: Any) -> Any:
     """splitmix64's finaliser, elementwise on uint64 (wrapping arithmetic)."""
     x = (x ^ (x >> _S30)) * _M1
     x = (x ^ (x >> _S27)) * _M2

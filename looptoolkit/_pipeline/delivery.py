@@ -20,6 +20,7 @@ from looptoolkit._pipeline import probe as _probe
 from looptoolkit._pipeline.stats import LoaderStats, timed
 from looptoolkit._pipeline.stream import (
     MODES,
+    KeysOf,
     Plan,
     Progress,
     Transform,
@@ -94,9 +95,7 @@ class Delivery:
         self.non_blocking = non_blocking
         self.stats = bool(stats)
         self.return_mask = bool(return_mask)
-        self.transform = (
-            None if transform is None else Transform(transform, bool(jit_transform), skip_keys)
-        )
+        self.transform, self.jit_transform = transform, bool(jit_transform)
         self.skip_keys = skip_keys
 
     # The options of this group, by the Loader's names for them.
@@ -123,6 +122,19 @@ class Delivery:
             TransferError: ``device`` is not present, or ``dtype`` cannot be applied.
         """
         rows.check_delivery(self.resident, self.return_mask)
+        transform = None
+        if self.transform is not None:
+            keys = None
+            if getattr(self.transform, "keyed", False):
+                if not hasattr(order.epoch(0), "positions"):
+                    raise ValueError(
+                        "a keyed `transform` (an augmentation) draws by each row's position "
+                        "in the epoch's order, which planned ragged batches (`batch_tokens`, "
+                        "`group_by_length`, `PackLayout`, `FitLayout`) do not have yet: use "
+                        "`batch_size` with `PadLayout` or `FlatLayout`."
+                    )
+                keys = KeysOf(order)
+            transform = Transform(self.transform, self.jit_transform, self.skip_keys, keys)
         shards = 1  # of the device's batch axis: what a resumed epoch must split into
         kept = True  # whether moving a batch keeps it as it is (then it is not moved)
         target, dtype, non_blocking = self.target, self.dtype, self.non_blocking
@@ -139,7 +151,7 @@ class Delivery:
             target,
             dtype,
             non_blocking,
-            self.transform,
+            transform,
             move=not kept,
             skip_keys=self.skip_keys,
         )

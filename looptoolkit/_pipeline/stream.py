@@ -29,6 +29,7 @@ import numpy as np
 
 from looptoolkit._common.background import END, Prefetcher
 from looptoolkit._common.dtypes import DtypePolicy, cast_before_copy
+from looptoolkit._common.keys import BatchKeys
 from looptoolkit._common.target import Target
 from looptoolkit._rows.rows import Rows
 from looptoolkit.adapters import Stager, backend_of, get_backend
@@ -38,6 +39,7 @@ from looptoolkit.order._order import EpochOrder
 
 __all__ = [
     "MODES",
+    "KeysOf",
     "Plan",
     "Progress",
     "Transform",
@@ -69,24 +71,62 @@ class Progress:
         self.consumed = 0
 
 
+class KeysOf:
+    """The [`BatchKeys`][looptoolkit._common.keys.BatchKeys] of a pass's batches, from the order.
+
+    A keyed transform (one with ``keyed = True``, such as an augmentation) is called with
+    the batch and its keys: the Loader's seed, the epoch, and each row's position in the
+    epoch's global order, read from the pass's own epoch order (a resumed pass's too).
+    """
+
+    def __init__(self, order: Any) -> None:
+        self.order = order
+        self._last: Any = None  # the epoch order of the pass asked for last
+
+    def __call__(self, progress: Progress, k: int) -> BatchKeys:
+        """The keys of batch ``k`` (from the pass's start) of the pass at ``progress``."""
+        schedule = self._last
+        if schedule is None or (schedule.epoch, schedule.offset) != (
+            progress.epoch,
+            progress.start,
+        ):
+            schedule = self._last = self.order.epoch(progress.epoch, progress.start)
+        return BatchKeys(self.order.seed, progress.epoch, schedule.positions(k))
+
+
 class Transform:
     """The user's ``transform``: compiled once by the batch's backend, its errors located.
+
+    A keyed transform (``fn.keyed``) is called as ``fn(batch, keys)`` with the batch's
+    [`BatchKeys`][looptoolkit._common.keys.BatchKeys] and is not compiled here (it compiles
+    its own ops); one with ``fn.before_move`` runs on the host, before the batch's move.
 
     Args:
         fn: the function, from a batch to anything.
         compile: compile it with the backend that owns every array of the first
             batch it sees (``jax.jit`` for JAX, ``tf.function`` for tf; torch and
             NumPy run it as it is).
+        skip_keys: leaves held out of ``fn`` and put back.
+        keys: the keys of a pass's batches, for a keyed ``fn``.
     """
 
-    def __init__(self, fn: Callable[[Any], Any], compile: bool, skip_keys: Any = None) -> None:
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        compile: bool,
+        skip_keys: Any = None,
+        keys: KeysOf | None = None,
+    ) -> None:
         self.fn = fn
-        self.compile = compile
+        self.keyed = bool(getattr(fn, "keyed", False))
+        self.before_move = bool(getattr(fn, "before_move", False))
+        self.keys = keys
+        self.compile = compile and not self.keyed
         self._skipped = skipping(skip_keys)
-        self._compiled: Callable[[Any], Any] | None = None
+        self._compiled: Callable[..., Any] | None = None
         self._lock = threading.Lock()
 
-    def _compiled_for(self, batch: Any) -> Callable[[Any], Any]:
+    def _compiled_for(self, batch: Any) -> Callable[..., Any]:
         with self._lock:
             if self._compiled is None:
                 fn = self.fn
@@ -98,8 +138,9 @@ class Transform:
                 self._compiled = fn
             return self._compiled
 
-    def __call__(self, batch: Any, epoch: int, number: int) -> Any:
-        """``fn(batch)``; an exception gets a note naming the epoch and the batch."""
+    def __call__(self, batch: Any, progress: Progress, k: int) -> Any:
+        """``fn(batch)`` of batch ``k`` of the pass; an exception gets a note naming it."""
+        epoch, number = progress.epoch, progress.first + k
         held: list[tuple[int, Any]] = []
         if self._skipped is not None:
             # Leaves under `skip_keys` are held out (None in their place) and put back.
@@ -112,7 +153,11 @@ class Transform:
                 batch = _tree.unflatten(spec, leaves)
         fn = self._compiled or self._compiled_for(batch)
         try:
-            out = fn(batch)
+            if self.keyed:
+                assert self.keys is not None  # given where a keyed transform is planned
+                out = fn(batch, self.keys(progress, k))
+            else:
+                out = fn(batch)
             return _put_back(out, spec, held) if held else out
         except Exception as e:
             e.add_note(
@@ -188,6 +233,8 @@ class Plan:
         target = self.target
         if self._move is None or target is None or target.home is None:
             return None
+        if self.transform is not None and self.transform.before_move:
+            return None  # the host batch is transformed before it moves
         if self.skipped is not None or not isinstance(rows, Rows) or rows.batched:
             return None  # a ragged batch's leaves are its layout's, not the data's
         home = target.home
@@ -212,11 +259,18 @@ class Plan:
         *,
         moved: bool = False,
     ) -> Any:
-        """Move (unless the gather or ``moved`` made it where it goes), transform batch ``k``."""
+        """Move (unless the gather or ``moved`` made it where it goes), transform batch ``k``.
+
+        A transform that runs before the move (``before_move``) runs on the host batch first.
+        """
+        transform = self.transform
+        if transform is not None and transform.before_move:
+            batch = transform(batch, progress, k)
+            transform = None
         if self._move is not None and not moved:
             batch = self._move(batch, self.non_blocking if non_blocking is None else non_blocking)
-        if self.transform is not None:
-            batch = self.transform(batch, progress.epoch, progress.first + k)
+        if transform is not None:
+            batch = transform(batch, progress, k)
         return batch
 
     def finish_leaves(
@@ -317,6 +371,8 @@ def stager_for(rows: Rows, batch_size: int, plan: Plan, depth: int) -> Stager | 
     target = plan.target
     if target is None or target.home is None or not plan.move:
         return None
+    if plan.transform is not None and plan.transform.before_move:
+        return None  # the host batch is transformed before it moves: nothing to stage
     leaves: list[Any] = rows.leaves
     if plan.skipped is not None:
         kept = plan.skipped(rows.spec)

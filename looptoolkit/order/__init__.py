@@ -13,6 +13,7 @@ The public surface of the order layer. Its modules, by role:
 
 from __future__ import annotations
 
+from looptoolkit.order._options import resolve_rank as resolve_rank
 from looptoolkit.order._order import DEFAULT_GROUP_SIZE as DEFAULT_GROUP_SIZE
 from looptoolkit.order._order import SHUFFLE_MODES as SHUFFLE_MODES
 from looptoolkit.order._order import EpochOrder as EpochOrder
@@ -20,7 +21,6 @@ from looptoolkit.order._order import Order as Order
 from looptoolkit.order._order import batch_count as batch_count
 from looptoolkit.order._order import epoch_indices as epoch_indices
 from looptoolkit.order._order import normalize_shuffle as normalize_shuffle
-from looptoolkit.order._order import resolve_rank as resolve_rank
 
 __all__ = [
     "DEFAULT_GROUP_SIZE",

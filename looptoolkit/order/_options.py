@@ -12,15 +12,56 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from looptoolkit.order._order import normalize_shuffle, resolve_rank
+from looptoolkit.order._order import check_rank, normalize_shuffle
 
-__all__ = ["ORDER_ARGS", "OrderOptions"]
+__all__ = ["ORDER_ARGS", "OrderOptions", "resolve_rank"]
 
 # The options an Order takes by name, beside the batch size and the shard.
 ORDER_ARGS = (
     "shuffle", "seed", "group_size", "run_size", "drop_last", "weights", "replacement",
     "num_samples", "indices", "order_fn", "pad_shards",
 )  # fmt: skip
+
+
+def resolve_rank(
+    rank: int | None, world_size: int | None, group: tuple[int, int] | None = None
+) -> tuple[int, int]:
+    """``(rank, world_size)`` of this process, validated.
+
+    When both are None they are ``group``, the process group the caller found
+    (the Loader and the integrations ask
+    [`process_group`][looptoolkit.adapters.process_group] where they are built;
+    orders know no framework), and ``(0, 1)`` without one.
+
+    Args:
+        rank: this process's shard, in ``[0, world_size)``, or None.
+        world_size: the number of shards, ``>= 1``, or None.
+        group: ``(rank, world_size)`` of an initialised process group, or None.
+
+    Returns:
+        ``(rank, world_size)`` as Python ints.
+
+    Raises:
+        TypeError: either is not an int (a bool is not accepted).
+        ValueError: only one of them is None, ``world_size < 1``, or ``rank``
+            is outside ``[0, world_size)``.
+
+    Examples:
+        >>> resolve_rank(None, None)
+        (0, 1)
+        >>> resolve_rank(1, 4)
+        (1, 4)
+        >>> resolve_rank(None, None, group=(3, 4))
+        (3, 4)
+    """
+    if rank is None and world_size is None:
+        return (0, 1) if group is None else check_rank(*group)
+    if rank is None or world_size is None:
+        raise ValueError(
+            "`rank` and `world_size` must both be given or both be None, "
+            f"got rank={rank!r}, world_size={world_size!r}."
+        )
+    return check_rank(rank, world_size)
 
 
 class OrderOptions(NamedTuple):

@@ -72,7 +72,6 @@ __all__ = [
     "batch_count",
     "epoch_indices",
     "normalize_shuffle",
-    "resolve_rank",
 ]
 
 SHUFFLE_MODES = ("none", "full", "grouped")
@@ -169,47 +168,6 @@ def normalize_shuffle(shuffle: bool | str) -> str:
     )
 
 
-def resolve_rank(
-    rank: int | None, world_size: int | None, group: tuple[int, int] | None = None
-) -> tuple[int, int]:
-    """``(rank, world_size)`` of this process, validated.
-
-    When both are None they are ``group``, the process group the caller found
-    (the Loader and the integrations ask
-    [`process_group`][looptoolkit.adapters.process_group] where they are built;
-    orders know no framework), and ``(0, 1)`` without one.
-
-    Args:
-        rank: this process's shard, in ``[0, world_size)``, or None.
-        world_size: the number of shards, ``>= 1``, or None.
-        group: ``(rank, world_size)`` of an initialised process group, or None.
-
-    Returns:
-        ``(rank, world_size)`` as Python ints.
-
-    Raises:
-        TypeError: either is not an int (a bool is not accepted).
-        ValueError: only one of them is None, ``world_size < 1``, or ``rank``
-            is outside ``[0, world_size)``.
-
-    Examples:
-        >>> resolve_rank(None, None)
-        (0, 1)
-        >>> resolve_rank(1, 4)
-        (1, 4)
-        >>> resolve_rank(None, None, group=(3, 4))
-        (3, 4)
-    """
-    if rank is None and world_size is None:
-        return (0, 1) if group is None else _check_rank(*group)
-    if rank is None or world_size is None:
-        raise ValueError(
-            "`rank` and `world_size` must both be given or both be None, "
-            f"got rank={rank!r}, world_size={world_size!r}."
-        )
-    return _check_rank(rank, world_size)
-
-
 class Order:
     """The batch order of every epoch of one shard.
 
@@ -281,7 +239,7 @@ class Order:
             else check_int("group_size", group_size, minimum=1)
         )
         self.run_size = check_int("run_size", run_size, minimum=1)
-        self.rank, self.world_size = _check_rank(rank, world_size)
+        self.rank, self.world_size = check_rank(rank, world_size)
         for name, flag in (("drop_last", drop_last), ("pad_shards", pad_shards)):
             if not isinstance(flag, bool | np.bool_):
                 raise TypeError(f"`{name}` must be a bool, got {type(flag).__name__}.")
@@ -572,6 +530,19 @@ class EpochOrder:
         padding = self.order._padding(positions)
         return padding if padding[-1] else None
 
+    def positions(self, i: int) -> np.ndarray:
+        """The positions in the epoch's global order of the rows of this rank's batch ``i``.
+
+        What a row's keyed draws are a function of: the same row of the same epoch has the
+        same position at any world size, batch size or resume offset (padding rows, which
+        wrap around to the start of the order, have positions past its end).
+
+        Raises:
+            IndexError: ``i`` is out of range.
+        """
+        start, stop = self._span(i)
+        return np.arange(start + self.order.rank, stop, self.order.world_size, dtype=np.int64)
+
     def indices(self) -> np.ndarray:
         """All batches of this rank, concatenated, as one 1-D ``np.intp`` array.
 
@@ -641,7 +612,8 @@ class EpochOrder:
         return np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
 
 
-def _check_rank(rank: object, world_size: object) -> tuple[int, int]:
+def check_rank(rank: object, world_size: object) -> tuple[int, int]:
+    """``(rank, world_size)`` as ints, ``rank`` in ``[0, world_size)``."""
     world = check_int("world_size", world_size, minimum=1)
     r = check_int("rank", rank)
     if not 0 <= r < world:
