@@ -20,6 +20,7 @@ import numpy as np
 import optree
 import torch.utils.data
 
+from looptoolkit._common.keys import KeyedBatch, KeyedIndices
 from looptoolkit.device._tree import NAMESPACE
 from looptoolkit.order._epochs import EpochCursor
 from looptoolkit.ragged._hf import hf_inputs as _hf_inputs
@@ -73,6 +74,8 @@ class RaggedItemsDataset(torch.utils.data.Dataset[Any]):
 
     def __getitems__(self, item: Any) -> Any:
         """The batch of ``item``: an index array of rows, or the block of a packed batch."""
+        if isinstance(item, KeyedIndices):  # a keyed collate_fn's batch: keys go along
+            return KeyedBatch(self.__getitems__(item.indices), item.keys)
         rows = self._rows
         if not hasattr(item, "rows"):  # the rows of a padded or flat batch
             item = np.asarray(item, dtype=np.int64)

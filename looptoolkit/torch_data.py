@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
+from looptoolkit._common.keys import BatchKeys, KeyedBatch, KeyedCollate, KeyedIndices
 from looptoolkit._inputs.kinds import rows_of
 from looptoolkit._rows.rows import Rows
 from looptoolkit._torch_ragged import as_tensor, hf_inputs, ragged_parts
@@ -106,6 +107,8 @@ class GetItemsDataset(torch.utils.data.Dataset[Any]):
         ``DataLoader`` passes a list of ints; NumPy converts it several times
         faster than ``torch.as_tensor`` does.
         """
+        if isinstance(indices, KeyedIndices):  # a keyed collate_fn's batch: keys go along
+            return KeyedBatch(self.__getitems__(indices.indices), indices.keys)
         idx = np.asarray(indices, dtype=np.intp)
         if idx.ndim != 1:
             raise ValueError(f"`indices` must be 1-D, got shape {list(idx.shape)}.")
@@ -165,8 +168,12 @@ class OrderBatchSampler(torch.utils.data.Sampler[np.ndarray]):
         4
     """
 
-    def __init__(self, order: Order, cursor: EpochCursor | None = None) -> None:
+    def __init__(
+        self, order: Order, cursor: EpochCursor | None = None, *, keyed: bool = False
+    ) -> None:
         self.order = order
+        # Yield each batch with its keys (a keyed collate_fn: an augmentation).
+        self.keyed = keyed
         self.cursor = EpochCursor() if cursor is None else cursor
         self.sampler = EpochSampler(order, self.cursor)
         # The pass an EpochDataLoader iterator bound, while it builds its DataLoader iterator.
@@ -184,8 +191,18 @@ class OrderBatchSampler(torch.utils.data.Sampler[np.ndarray]):
     def __iter__(self) -> Iterator[np.ndarray]:
         tracked = self._tracked  # read now: torch calls iter() before it asks for a batch
         if tracked is not None:
-            return iter(self.order.epoch(*tracked))
+            return self._batches(self.order.epoch(*tracked))
         return self._untracked()
+
+    def _batches(self, schedule: Any) -> Iterator[Any]:
+        """The epoch's index batches, each with its keys when the collate is keyed."""
+        if not self.keyed:
+            return iter(schedule)
+        seed, epoch = self.order.seed, schedule.epoch
+        return (
+            KeyedIndices(idx, BatchKeys(seed, epoch, schedule.positions(k)))
+            for k, idx in enumerate(schedule)
+        )
 
     def _untracked(self) -> Iterator[np.ndarray]:
         # A generator: the epoch is bound at the first batch asked for, so the first
@@ -193,7 +210,7 @@ class OrderBatchSampler(torch.utils.data.Sampler[np.ndarray]):
         epoch, offset, token, era = self.cursor.bind_counted()
         sent = 0
         try:
-            for batch in self.order.epoch(epoch, offset):
+            for batch in self._batches(self.order.epoch(epoch, offset)):
                 sent += 1
                 yield batch
         except GeneratorExit:  # the DataLoader's iterator was dropped before the last batch
@@ -553,12 +570,24 @@ def make_dataloader(
     order = rows.order(orders)
     if isinstance(rows, MixedRows):  # the mixed order is the sampler's; rows are its columns'
         rows = rows.rows
+    # A keyed collate_fn (an augmentation) gets each batch's keys from the batch sampler.
+    keyed = bool(getattr(collate_fn, "keyed", False))
+    collate: Callable[[Any], Any] = keep_batch if collate_fn is None else collate_fn
+    if keyed:
+        collate = KeyedCollate(collate_fn)
     if rows.ragged_paths:
         items, order, cursor = ragged_parts(rows, order, tensors=tensors)
+        if keyed and not hasattr(order.epoch(0), "positions"):
+            raise ValueError(
+                "a keyed `collate_fn` (an augmentation) draws by each row's position in the "
+                "epoch's order, which planned ragged batches (`batch_tokens`, "
+                "`group_by_length`, `PackLayout`, `FitLayout`) do not have yet: use "
+                "`batch_size` with `PadLayout` or `FlatLayout`."
+            )
         return EpochDataLoader(
             items,
-            batch_sampler=OrderBatchSampler(order, cursor),  # type: ignore[arg-type]
-            collate_fn=keep_batch if collate_fn is None else collate_fn,
+            batch_sampler=OrderBatchSampler(order, cursor, keyed=keyed),  # type: ignore[arg-type]
+            collate_fn=collate,
             num_workers=num_workers,
             **kwargs,
         )
@@ -566,10 +595,10 @@ def make_dataloader(
     return EpochDataLoader(
         dataset,
         # Typed as lists of ints; DataLoader only hands each batch to `__getitems__`.
-        batch_sampler=OrderBatchSampler(order),  # type: ignore[arg-type]
+        batch_sampler=OrderBatchSampler(order, keyed=keyed),  # type: ignore[arg-type]
         # The batch is whole when `__getitems__` returns it: the user's function
         # of the batch, or the identity.
-        collate_fn=keep_batch if collate_fn is None else collate_fn,
+        collate_fn=collate,
         num_workers=num_workers,
         **kwargs,
     )

@@ -165,3 +165,28 @@ def test_keys_without_the_epoch_would_be_caught(monkeypatch):
     monkeypatch.setattr(stream.KeysOf, "__call__", no_epoch)
     with pytest.raises(AssertionError):
         test_epochs_draw_apart_and_every_row_draws_once_per_epoch()
+
+
+class TorchDraw:
+    """A keyed collate_fn: the batch (torch tensors in a DataLoader) with each row's draw."""
+
+    keyed = True
+
+    def __call__(self, batch: dict[str, Any], keys: BatchKeys) -> dict[str, Any]:
+        return {**batch, "u": uniforms(keys, stream=1, k=1)[:, 0]}
+
+
+@pytest.mark.parametrize(
+    ("workers", "context"), [(0, None), (1, "fork"), (2, "fork"), (2, "spawn")]
+)
+def test_dataloader_workers_draw_as_the_loader_does(workers, context):
+    pytest.importorskip("torch")
+    from looptoolkit.torch_data import make_dataloader
+
+    extra = {} if context is None else {"multiprocessing_context": context}
+    dl = make_dataloader(
+        _data(), B, seed=SEED, collate_fn=TorchDraw(), num_workers=workers, **extra
+    )
+    assert _draws(dl) == _reference()
+    dl.set_epoch(1)
+    assert _draws(dl) == _reference(1)

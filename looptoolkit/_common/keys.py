@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["BatchKeys", "uniforms"]
+__all__ = ["BatchKeys", "KeyedBatch", "KeyedCollate", "KeyedIndices", "uniforms"]
 
 _MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
 # splitmix64's constants (Steele, Lea and Flood 2014): its finaliser is a bijection of
@@ -88,3 +88,34 @@ def uniforms(keys: BatchKeys, stream: int, k: int) -> np.ndarray:
         j = np.arange(1, k + 1, dtype=np.uint64) * _GOLDEN
         words = _mix(row[:, None] ^ j[None, :])
     return (words >> _SHIFT).astype(np.float64) * _SCALE
+
+
+class KeyedIndices(NamedTuple):
+    """A batch's rows and their keys, as a batch sampler hands them to a DataLoader's workers."""
+
+    indices: Any
+    keys: BatchKeys
+
+
+class KeyedBatch(NamedTuple):
+    """A gathered batch and its keys, from a dataset's ``__getitems__`` to the collate."""
+
+    batch: Any
+    keys: BatchKeys
+
+
+class KeyedCollate:
+    """A keyed ``collate_fn`` (an augmentation) called with each batch and its keys.
+
+    Args:
+        fn: the keyed function, ``fn(batch, keys)``.
+    """
+
+    keyed = True
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+
+    def __call__(self, item: KeyedBatch) -> Any:
+        """``fn(batch, keys)`` of a keyed batch."""
+        return self.fn(item.batch, item.keys)
