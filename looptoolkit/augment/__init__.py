@@ -10,5 +10,7 @@ from __future__ import annotations
 
 from looptoolkit._common.keys import BatchKeys as BatchKeys
 from looptoolkit._common.keys import uniforms as uniforms
+from looptoolkit.augment._mixing import CutMix as CutMix
+from looptoolkit.augment._mixing import MixUp as MixUp
 
-__all__ = ["BatchKeys", "uniforms"]
+__all__ = ["BatchKeys", "CutMix", "MixUp", "uniforms"]
