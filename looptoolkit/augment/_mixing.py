@@ -263,7 +263,8 @@ class MixUp(Op):
 
     Examples:
         >>> import numpy as np
-        >>> from looptoolkit.augment import BatchKeys, ImageBatch
+        >>> from looptoolkit.augment import BatchKeys
+        >>> from looptoolkit.augment._base import ImageBatch
         >>> batch = ImageBatch(np.zeros((4, 3, 8, 8), np.float32), labels=np.arange(4),
         ...                    num_classes=4)
         >>> op = MixUp(alpha=0.4)
@@ -324,7 +325,8 @@ class CutMix(Op):
 
     Examples:
         >>> import numpy as np
-        >>> from looptoolkit.augment import BatchKeys, ImageBatch
+        >>> from looptoolkit.augment import BatchKeys
+        >>> from looptoolkit.augment._base import ImageBatch
         >>> batch = ImageBatch(np.zeros((4, 8, 8, 3), np.uint8), channels="last",
         ...                    labels=np.eye(4, dtype=np.float32))
         >>> op = CutMix()
