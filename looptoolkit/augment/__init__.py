@@ -12,5 +12,6 @@ from looptoolkit._common.keys import BatchKeys as BatchKeys
 from looptoolkit._common.keys import uniforms as uniforms
 from looptoolkit.augment._mixing import CutMix as CutMix
 from looptoolkit.augment._mixing import MixUp as MixUp
+from looptoolkit.augment._tokens import MaskTokens as MaskTokens
 
-__all__ = ["BatchKeys", "CutMix", "MixUp", "uniforms"]
+__all__ = ["BatchKeys", "CutMix", "MaskTokens", "MixUp", "uniforms"]
