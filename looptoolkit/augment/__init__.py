@@ -10,5 +10,8 @@ from __future__ import annotations
 
 from looptoolkit._common.keys import BatchKeys as BatchKeys
 from looptoolkit._common.keys import uniforms as uniforms
+from looptoolkit.augment._mixing import CutMix as CutMix
+from looptoolkit.augment._mixing import MixUp as MixUp
+from looptoolkit.augment._tokens import MaskTokens as MaskTokens
 
-__all__ = ["BatchKeys", "uniforms"]
+__all__ = ["BatchKeys", "CutMix", "MaskTokens", "MixUp", "uniforms"]
