@@ -58,8 +58,6 @@ LAYERS: list[tuple[str, set[str]]] = [
     ),
     # Where the batches go: the container rules, the pytree helpers, to_device.
     ("transfer", {"looptoolkit.device", "looptoolkit.tree", "looptoolkit.transforms"}),
-    # Augmentations: ops keyed to each row's place in the epoch, applied where the batch is.
-    ("augment", {"looptoolkit.augment"}),  # and every module under it
     # Which rows when: the epoch orders, their sources and the epoch cursor.
     ("order", {"looptoolkit.order"}),  # and every module under it
     # What the rows are: rectangular rows, records, store reads, mapped files.
@@ -68,6 +66,9 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("ragged", {"looptoolkit.ragged"}),  # and every module under it
     # Mixtures: data made of several sources, and its order.
     ("mix", {"looptoolkit.mix"}),  # and every module under it
+    # Augmentations: ops keyed to each row's place in the epoch, applied where the batch is
+    # (token masking reads the ragged layouts' batches).
+    ("augment", {"looptoolkit.augment"}),  # and every module under it
     # The one entry that recognises every kind of data, and read advice.
     ("inputs", {"looptoolkit._inputs"}),  # and every module under it
     # The delivery: the epoch's batch stream, the pass, the probe, stats.
