@@ -54,7 +54,10 @@ CASES: dict[str, tuple[str, dict]] = {
         "affine",
         dict(angle=33.0, translate=[-4, 1], scale=0.85, shear=[-9.0, 0.0], bilinear=True),
     ),
-    "affine_fill": ("affine", dict(angle=45.0, translate=[0, 0], scale=0.7, shear=[0.0, 0.0], fill=[10.0, 200.0, 77.0])),
+    "affine_fill": (
+        "affine",
+        dict(angle=45.0, translate=[0, 0], scale=0.7, shear=[0.0, 0.0], fill=[10.0, 200.0, 77.0]),
+    ),
     "brightness": ("adjust_brightness", dict(factor=1.37)),
     "brightness_dark": ("adjust_brightness", dict(factor=0.41)),
     "contrast": ("adjust_contrast", dict(factor=1.63)),
@@ -73,7 +76,9 @@ CASES: dict[str, tuple[str, dict]] = {
 def functional(image: torch.Tensor, fn: str, kw: dict) -> torch.Tensor:
     kw = dict(kw)
     if fn == "resized_crop":
-        return F.resized_crop(image, kw["top"], kw["left"], kw["height"], kw["width"], kw["size"], antialias=True)
+        return F.resized_crop(
+            image, kw["top"], kw["left"], kw["height"], kw["width"], kw["size"], antialias=True
+        )
     if fn in ("hflip", "vflip"):
         return getattr(F, fn)(image)
     if fn == "rotate":
@@ -81,7 +86,15 @@ def functional(image: torch.Tensor, fn: str, kw: dict) -> torch.Tensor:
     if fn == "affine":
         mode = T.InterpolationMode.BILINEAR if kw.get("bilinear") else T.InterpolationMode.NEAREST
         fill = kw.get("fill", [0.0])
-        return F.affine(image, kw["angle"], kw["translate"], kw["scale"], kw["shear"], interpolation=mode, fill=fill)
+        return F.affine(
+            image,
+            kw["angle"],
+            kw["translate"],
+            kw["scale"],
+            kw["shear"],
+            interpolation=mode,
+            fill=fill,
+        )
     if fn.startswith("adjust_"):
         return getattr(F, fn)(image, kw["factor"])
     if fn == "erase":
@@ -96,7 +109,9 @@ def functional(image: torch.Tensor, fn: str, kw: dict) -> torch.Tensor:
 def samplers() -> dict[str, np.ndarray]:
     h, w = SAMPLER_SIZE
     img = torch.zeros(3, h, w, dtype=torch.uint8)
-    rrc = np.array([T.RandomResizedCrop.get_params(img, [0.08, 1.0], [3 / 4, 4 / 3]) for _ in range(DRAWS)])
+    rrc = np.array(
+        [T.RandomResizedCrop.get_params(img, [0.08, 1.0], [3 / 4, 4 / 3]) for _ in range(DRAWS)]
+    )
     affine = []
     for _ in range(DRAWS):
         angle, (tx, ty), scale, (sx, sy) = T.RandomAffine.get_params(
@@ -106,12 +121,16 @@ def samplers() -> dict[str, np.ndarray]:
     affine_a = np.array(affine)
     cj = []
     for _ in range(DRAWS):
-        order, b, c, s, hue = T.ColorJitter.get_params((0.6, 1.4), (0.7, 1.3), (0.5, 1.5), (-0.2, 0.2))
+        order, b, c, s, hue = T.ColorJitter.get_params(
+            (0.6, 1.4), (0.7, 1.3), (0.5, 1.5), (-0.2, 0.2)
+        )
         cj.append((*order.tolist(), b, c, s, hue))
     cj_a = np.array(cj)
     erase = []
     for _ in range(DRAWS):
-        i, j, eh, ew, _v = T.RandomErasing.get_params(img, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=[0.0])
+        i, j, eh, ew, _v = T.RandomErasing.get_params(
+            img, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=[0.0]
+        )
         erase.append((i, j, eh, ew))
     erase_a = np.array(erase)
     out = {}
@@ -143,7 +162,8 @@ def main() -> None:
     data["version"] = np.array(torchvision.__version__)
     data["cases"] = np.array(repr(CASES))
     np.savez_compressed(args.out, **data)
-    print(f"wrote {args.out} ({args.out.stat().st_size / 1e6:.2f} MB), torchvision {torchvision.__version__}")
+    size = args.out.stat().st_size / 1e6
+    print(f"wrote {args.out} ({size:.2f} MB), torchvision {torchvision.__version__}")
 
 
 if __name__ == "__main__":

@@ -66,7 +66,7 @@ def _fill_values(fill: tuple[float, ...], channels: int) -> np.ndarray:
 
 
 def _warp_torch(src: Any, theta: np.ndarray, mode: str, fill: np.ndarray) -> Any:
-    """torchvision's ``_apply_grid_transform``, for a batch of maps at once."""
+    """Torchvision's ``_apply_grid_transform``, for a batch of maps at once."""
     import torch
 
     n, c, h, w = src.shape
@@ -143,7 +143,15 @@ class RandomAffine(ImageOp):
     """
 
     draws = 6
-    _fields = ("degrees", "translate", "scale", "shear", "fill", "interpolation", "p")
+    _fields: tuple[str, ...] = (
+        "degrees",
+        "translate",
+        "scale",
+        "shear",
+        "fill",
+        "interpolation",
+        "p",
+    )
 
     def __init__(
         self,
@@ -275,5 +283,3 @@ def _symmetric(value: Any, name: str) -> tuple[float, float]:
             raise ValueError(f"`{name}` must be >= 0 when a single number, got {value!r}.")
         return -float(value), float(value)
     return as_range(value, name)
-
-

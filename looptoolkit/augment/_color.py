@@ -45,7 +45,7 @@ def _factor(values: np.ndarray, like: Any) -> Any:
 
 
 def _blend(img: Any, other: Any, ratio: Any) -> Any:
-    """torchvision's ``_blend``: ``ratio * img + (1 - ratio) * other``, clamped and cast."""
+    """Torchvision's ``_blend``: ``ratio * img + (1 - ratio) * other``, clamped and cast."""
     return _image.cast_trunc(ratio * img + (1.0 - ratio) * other, img)
 
 
@@ -117,7 +117,7 @@ def adjust(kind: int, img: Any, factor: np.ndarray) -> Any:
 
 
 def _range(value: Any, name: str, *, center: float, bound: tuple[float, float]) -> Any:
-    """torchvision's ``_check_input``: a range of factors, or None for no adjustment."""
+    """Torchvision's ``_check_input``: a range of factors, or None for no adjustment."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         if value < 0:
             raise ValueError(f"`{name}` must be >= 0 when a single number, got {value!r}.")
@@ -176,7 +176,7 @@ class ColorJitter(ImageOp):
 
     def params(self, u: np.ndarray, batch: ImageBatch) -> dict[str, np.ndarray]:
         """Each row's ``order`` ``(N, 4)`` and its four factors (``nan`` where unused)."""
-        out = {"order": np.argsort(u[:, :4], axis=1)}
+        out: dict[str, np.ndarray] = {"order": np.argsort(u[:, :4], axis=1)}
         for k, (name, span) in enumerate(zip(_NAMES, self._ranges, strict=True)):
             lo, hi = span if span is not None else (np.nan, np.nan)
             out[name] = lo + (hi - lo) * u[:, 4 + k]
