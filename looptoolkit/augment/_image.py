@@ -1,0 +1,166 @@
+"""Layout and dtype helpers the image ops share, for NumPy arrays and torch tensors alike.
+
+The ops compute on a channel-first view ``(N, C, H, W)`` of the batch (a transposed view
+for channel-last images, no copy) and write into a copy of the batch in its own layout, so
+one code path serves both layouts. torch is recognised by ``sys.modules``: a tensor can
+only exist once torch is imported, so nothing here imports a framework.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+from looptoolkit.augment._base import ImageBatch, Op
+
+__all__ = [
+    "ImageOp",
+    "as_pair",
+    "as_range",
+    "cast_round",
+    "cast_trunc",
+    "clip",
+    "copy",
+    "first",
+    "is_float",
+    "is_torch",
+    "layout",
+    "max_value",
+    "replace",
+    "rows",
+    "stack",
+    "to_float32",
+]
+
+
+def is_torch(x: Any) -> bool:
+    """Whether ``x`` is a torch tensor (without importing torch)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def is_float(x: Any) -> bool:
+    """Whether ``x`` holds floating-point values."""
+    if is_torch(x):
+        return bool(x.is_floating_point())
+    return bool(np.issubdtype(x.dtype, np.floating))
+
+
+def max_value(x: Any) -> float:
+    """The value of white: 255 for uint8 images, 1 for float images."""
+    return 1.0 if is_float(x) else 255.0
+
+
+def first(images: Any, channels: str) -> Any:
+    """A channel-first view ``(N, C, H, W)`` of ``images`` (no copy)."""
+    if channels == "first":
+        return images
+    return images.permute(0, 3, 1, 2) if is_torch(images) else images.transpose(0, 3, 1, 2)
+
+
+def layout(images: Any, channels: str) -> Any:
+    """Channel-first ``images`` as a contiguous array in the ``channels`` layout."""
+    if channels == "first":
+        return images
+    if is_torch(images):
+        return images.permute(0, 2, 3, 1).contiguous()
+    return np.ascontiguousarray(images.transpose(0, 2, 3, 1))
+
+
+def stack(images: list[Any]) -> Any:
+    """Images of one shape stacked into a batch."""
+    if is_torch(images[0]):
+        import torch
+
+        return torch.stack(images)
+    return np.stack(images)
+
+
+def copy(images: Any) -> Any:
+    """A copy of ``images`` in the same layout."""
+    return images.clone() if is_torch(images) else images.copy()
+
+
+def rows(apply: np.ndarray, like: Any) -> Any:
+    """The indices of the rows where ``apply``, as an index for ``like``'s kind of array."""
+    idx = np.flatnonzero(apply)
+    if is_torch(like):
+        import torch
+
+        return torch.as_tensor(idx, device=like.device)
+    return idx
+
+
+def to_float32(x: Any) -> Any:
+    """``x`` as float32 (values unchanged)."""
+    if is_torch(x):
+        import torch
+
+        return x.to(torch.float32)
+    return x.astype(np.float32)
+
+
+def clip(x: Any, lo: float, hi: float) -> Any:
+    """``x`` clipped to ``[lo, hi]``."""
+    return x.clamp(lo, hi) if is_torch(x) else np.clip(x, lo, hi)
+
+
+def cast_trunc(x: Any, like: Any) -> Any:
+    """Float ``x`` as ``like``'s dtype, clipped to its range and truncated (torch's ``.to``)."""
+    x = clip(x, 0.0, max_value(like))
+    return x.to(like.dtype) if is_torch(x) else x.astype(like.dtype)
+
+
+def cast_round(x: Any, like: Any) -> Any:
+    """Float ``x`` as ``like``'s dtype, rounded half to even when ``like`` is an integer."""
+    if not is_float(like):
+        x = x.round() if is_torch(x) else np.rint(x)
+    return cast_trunc(x, like)
+
+
+def replace(batch: ImageBatch, images: Any) -> ImageBatch:
+    """``batch`` with other images (same layout, labels kept)."""
+    return ImageBatch(images, batch.channels, batch.labels, batch.num_classes)
+
+
+def as_pair(value: Any, name: str) -> tuple[int, int]:
+    """An ``(height, width)`` size from an int or a pair of ints."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        pair: tuple[Any, ...] = (value, value)
+    elif isinstance(value, tuple | list) and len(value) == 2:
+        pair = tuple(value)
+    else:
+        raise TypeError(f"`{name}` must be an int or a pair of ints, got {value!r}.")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in pair):
+        raise TypeError(f"`{name}` must be an int or a pair of ints, got {value!r}.")
+    if min(pair) < 1:
+        raise ValueError(f"`{name}` must be >= 1, got {value!r}.")
+    return int(pair[0]), int(pair[1])
+
+
+def as_range(value: Any, name: str, *, low: float | None = None) -> tuple[float, float]:
+    """A ``(low, high)`` range of floats, ``low <= high``."""
+    if not isinstance(value, tuple | list) or len(value) != 2:
+        raise TypeError(f"`{name}` must be a pair of numbers, got {value!r}.")
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in value):
+        raise TypeError(f"`{name}` must be a pair of numbers, got {value!r}.")
+    a, b = float(value[0]), float(value[1])
+    if a > b or (low is not None and a < low):
+        bound = "" if low is None else f" and >= {low}"
+        raise ValueError(f"`{name}` must be (low, high) with low <= high{bound}, got {value!r}.")
+    return a, b
+
+
+class ImageOp(Op):
+    """An [`Op`][looptoolkit.augment._base.Op] on images, with a ``__repr__`` of its arguments.
+
+    Subclasses list their constructor's arguments in ``_fields`` (stored as attributes).
+    """
+
+    _fields: tuple[str, ...] = ("p",)
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields)
+        return f"{type(self).__name__}({args})"
