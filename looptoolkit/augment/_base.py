@@ -18,7 +18,7 @@ import numpy as np
 
 from looptoolkit._common.keys import BatchKeys, uniforms
 
-__all__ = ["ImageBatch", "Op", "stream_of"]
+__all__ = ["PLACEMENTS", "ImageBatch", "Keyed", "Op", "stream_of"]
 
 
 @dataclasses.dataclass
@@ -80,3 +80,29 @@ class Op:
     def apply(self, batch: ImageBatch, params: dict[str, np.ndarray]) -> ImageBatch:
         """``batch`` with the op applied to the rows where ``params["apply"]``."""
         raise NotImplementedError
+
+
+PLACEMENTS = ("device", "host")
+
+
+class Keyed:
+    """A keyed batch transform: called by the Loader with each batch and its keys.
+
+    ``placement`` says where it runs, in one place: ``"device"`` (the default) after the
+    batch's move, where the batch lives, as every Loader ``transform``; ``"host"`` on the
+    host batch before its copy (the Loader reads ``before_move``).
+    """
+
+    keyed = True
+
+    def __init__(self, placement: str = "device") -> None:
+        if placement not in PLACEMENTS:
+            raise ValueError(
+                f"`placement` must be one of {', '.join(map(repr, PLACEMENTS))}, got {placement!r}."
+            )
+        self.placement = placement
+
+    @property
+    def before_move(self) -> bool:
+        """Whether the Loader runs this transform on the host, before the batch's move."""
+        return self.placement == "host"

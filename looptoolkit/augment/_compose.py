@@ -15,7 +15,7 @@ import numpy as np
 
 from looptoolkit._common.keys import BatchKeys
 from looptoolkit.augment import _image
-from looptoolkit.augment._base import ImageBatch, Op, stream_of
+from looptoolkit.augment._base import ImageBatch, Keyed, Op, stream_of
 
 __all__ = ["Augment"]
 
@@ -70,7 +70,7 @@ def convert(images: Any, name: str) -> Any:
     return images.astype(target)
 
 
-class Augment:
+class Augment(Keyed):
     """Run image ops in turn on a leaf of each batch, every parameter keyed to the rows.
 
     A transform for the Loader (``keyed = True``: it is called with the batch's keys).
@@ -87,6 +87,9 @@ class Augment:
             ``(N, H, W, C)``.
         dtype: the output images' dtype (a name, a NumPy or a torch dtype), or None to keep
             the input's; uint8 to float scales to ``[0, 1]``.
+        placement: ``"device"`` (the default): after the batch's move, where it lives (a
+            GPU's batched ops); ``"host"``: on the host batch before its copy (the data's
+            NumPy or torch arrays, before any ``dtype`` cast of the Loader).
 
     Examples:
         >>> import numpy as np
@@ -98,8 +101,6 @@ class Augment:
                [7, 6, 5, 4]], dtype=uint8)
     """
 
-    keyed = True
-
     def __init__(
         self,
         ops: Sequence[Op],
@@ -109,7 +110,9 @@ class Augment:
         num_classes: int | None = None,
         channels: str = "first",
         dtype: Any = None,
+        placement: str = "device",
     ) -> None:
+        super().__init__(placement)
         if isinstance(ops, Op) or not isinstance(ops, Sequence):
             raise TypeError(f"`ops` must be a list of ops, got {ops!r}.")
         for op in ops:
@@ -136,6 +139,8 @@ class Augment:
                 args.append(f"{name}={getattr(self, name)!r}")
         if self.channels != "first":
             args.append(f"channels={self.channels!r}")
+        if self.placement != "device":
+            args.append(f"placement={self.placement!r}")
         return f"Augment({', '.join(args)})"
 
     def _leaf(self, batch: Any, key: str | int, what: str) -> Any:
@@ -160,6 +165,12 @@ class Augment:
         where = "the batch" if self.key is None else f"batch[{self.key!r}]"
         if not hasattr(images, "shape") or not hasattr(images, "dtype"):
             raise TypeError(f"{where} must be an array or a tensor, got {type(images).__name__}.")
+        if not isinstance(images, np.ndarray) and not _image.is_torch(images):
+            raise TypeError(
+                f"{where} is a {type(images).__module__}.{type(images).__name__}; the ops run "
+                "on NumPy arrays and torch tensors: pass `placement='host'` to augment the "
+                "host batch before its copy."
+            )
         if len(images.shape) != 4:
             layout = "(N, C, H, W)" if self.channels == "first" else "(N, H, W, C)"
             raise ValueError(

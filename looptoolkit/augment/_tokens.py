@@ -26,6 +26,7 @@ import numpy as np
 
 from looptoolkit._common.keys import BatchKeys, uniforms
 from looptoolkit.adapters import backend_of
+from looptoolkit.augment._base import Keyed
 from looptoolkit.ragged._layouts import Flat, Padded
 
 __all__ = ["MaskTokens"]
@@ -49,7 +50,7 @@ def _check_fraction(value: Any, name: str) -> float:
     return float(value)
 
 
-class MaskTokens:
+class MaskTokens(Keyed):
     """BERT's masking of token ids for masked-language-model training, keyed per token.
 
     Each token is chosen with probability ``probability``, never a token of
@@ -81,6 +82,8 @@ class MaskTokens:
         ignore_index: the label of tokens not chosen (what the loss ignores).
         mask_fraction: the share of chosen tokens that become ``mask_token_id``.
         random_fraction: the share of chosen tokens that become a random token.
+        placement: ``"device"`` (the default): after the batch's move; ``"host"``: on the
+            host batch, before its copy.
 
     Raises:
         TypeError: an argument of the wrong kind.
@@ -116,7 +119,9 @@ class MaskTokens:
         ignore_index: int = -100,
         mask_fraction: float = 0.8,
         random_fraction: float = 0.1,
+        placement: str = "device",
     ) -> None:
+        super().__init__(placement)
         self.vocab_size = _check_int(vocab_size, "vocab_size", low=1)
         self.mask_token_id = _check_int(mask_token_id, "mask_token_id", low=0)
         self.probability = _check_fraction(probability, "probability")
