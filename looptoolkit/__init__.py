@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from looptoolkit._common.errors import RepeatedEpochWarning, TransferError
+from looptoolkit._common.keys import BatchKeys
 from looptoolkit.device._move import to_device
 from looptoolkit.device._tree import ContainerRebuildWarning
 
@@ -50,11 +51,12 @@ __version__ = "0.1.0"
 
 # The public errors and warnings are shown where users import them from: a
 # traceback reads `looptoolkit.TransferError`, as the docs write it.
-for _public in (TransferError, ContainerRebuildWarning, RepeatedEpochWarning):
+for _public in (TransferError, ContainerRebuildWarning, RepeatedEpochWarning, BatchKeys):
     _public.__module__ = __name__
 del _public
 
 __all__ = [
+    "BatchKeys",
     "ContainerRebuildWarning",
     "FitLayout",
     "Flat",

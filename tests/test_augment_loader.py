@@ -8,6 +8,7 @@ on NumPy, torch, JAX and tf; other rows in another epoch.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -212,3 +213,47 @@ def test_mixup_mixes_the_same_pairs_after_a_resume():
         np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(la, lb)
     assert whole[0][1].shape == (B, 5) and np.allclose(whole[0][1].sum(axis=1), 1.0)
+
+
+def _docs() -> dict[str, Any]:
+    rng = np.random.default_rng(1)
+    lengths = rng.integers(3, 12, N)
+    return {"ids": [list(rng.integers(5, 100, n)) for n in lengths], "doc": np.arange(N)}
+
+
+def _masked(loader: Loader) -> dict[int, tuple[list[int], list[int]]]:
+    """Document id -> (its masked ids, its labels), whatever the layout."""
+    out = {}
+    for batch in loader:
+        ids, labels = batch["ids"], batch["labels"]
+        if hasattr(ids, "mask"):  # padded
+            rows = [
+                (ids.values[r][ids.mask[r]].tolist(), labels.values[r][ids.mask[r]].tolist())
+                for r in range(len(ids.lengths))
+            ]
+        else:  # flat
+            cut = ids.cu_seqlens
+            rows = [
+                (ids.values[a:b].tolist(), labels.values[a:b].tolist())
+                for a, b in itertools.pairwise(cut.tolist())
+            ]
+        for doc, row in zip(np.asarray(batch["doc"]).tolist(), rows, strict=True):
+            out[doc] = row
+    return out
+
+
+def test_masked_documents_are_the_same_in_any_layout_batch_and_world_size():
+    from looptoolkit import FlatLayout
+    from looptoolkit.augment import MaskTokens
+
+    mask = MaskTokens(vocab_size=100, mask_token_id=3, key="ids", probability=0.3)
+    padded = _masked(Loader(_docs(), B, seed=SEED, transform=mask))
+    assert any(label != -100 for _, labels in padded.values() for label in labels)
+    flat = _masked(Loader(_docs(), 5, seed=SEED, transform=mask, layout=FlatLayout()))
+    assert flat == padded
+    ranks: dict[int, tuple[list[int], list[int]]] = {}
+    for rank in range(2):
+        ranks.update(
+            _masked(Loader(_docs(), B, seed=SEED, transform=mask, rank=rank, world_size=2))
+        )
+    assert ranks == padded

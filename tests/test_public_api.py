@@ -12,6 +12,7 @@ def test_all_is_sorted_and_exported():
 
 def test_public_names():
     assert set(looptoolkit.__all__) == {
+        "BatchKeys",
         "ContainerRebuildWarning",
         "FitLayout",
         "Flat",
@@ -59,6 +60,7 @@ def test_public_names_live_where_the_layout_says():
         "TransferError": "looptoolkit._common.errors",
         "ContainerRebuildWarning": "looptoolkit.tree",
         "RepeatedEpochWarning": "looptoolkit._common.errors",
+        "BatchKeys": "looptoolkit._common.keys",
     }
     for name, module in homes.items():
         assert getattr(looptoolkit, name) is getattr(importlib.import_module(module), name)

@@ -140,6 +140,13 @@ class RandomAffine(ImageOp):
         fill: the value outside the image: a number or one per channel.
         interpolation: ``"nearest"`` (torchvision's default) or ``"bilinear"``.
         p: probability that a row is transformed.
+
+    Examples:
+        >>> import numpy as np
+        >>> from looptoolkit.augment import Augment, BatchKeys, RandomAffine
+        >>> aug = Augment([RandomAffine(15, translate=(0.1, 0.1))], key=None)
+        >>> aug(np.zeros((2, 3, 16, 16), np.uint8), BatchKeys(0, 0, np.arange(2))).shape
+        (2, 3, 16, 16)
     """
 
     draws = 6
@@ -251,6 +258,13 @@ class RandomRotation(RandomAffine):
         fill: the value outside the image: a number or one per channel.
         interpolation: ``"nearest"`` (torchvision's default) or ``"bilinear"``.
         p: probability that a row is rotated.
+
+    Examples:
+        >>> import numpy as np
+        >>> from looptoolkit.augment import Augment, BatchKeys, RandomRotation
+        >>> aug = Augment([RandomRotation(30)], key=None)
+        >>> aug(np.zeros((2, 3, 16, 16), np.uint8), BatchKeys(0, 0, np.arange(2))).shape
+        (2, 3, 16, 16)
     """
 
     draws = 1

@@ -146,6 +146,14 @@ class ColorJitter(ImageOp):
         hue: a number ``h`` in ``[0, 0.5]`` for shifts in ``[-h, h]``, or a range within
             ``[-0.5, 0.5]``.
         p: probability that a row is adjusted.
+
+    Examples:
+        >>> import numpy as np
+        >>> from looptoolkit.augment import Augment, BatchKeys, ColorJitter
+        >>> aug = Augment([ColorJitter(brightness=0.5)], key=None)
+        >>> out = aug(np.full((2, 3, 4, 4), 100, np.uint8), BatchKeys(0, 0, np.arange(2)))
+        >>> out.dtype, bool((out != 100).any())
+        (dtype('uint8'), True)
     """
 
     draws = 8

@@ -42,6 +42,13 @@ class HorizontalFlip(ImageOp):
 
     Args:
         p: probability that a row is flipped.
+
+    Examples:
+        >>> import numpy as np
+        >>> from looptoolkit.augment import Augment, BatchKeys, HorizontalFlip
+        >>> image = np.arange(4, dtype=np.uint8).reshape(1, 1, 1, 4)
+        >>> Augment([HorizontalFlip(p=1.0)], key=None)(image, BatchKeys(0, 0, np.arange(1)))
+        array([[[[3, 2, 1, 0]]]], dtype=uint8)
     """
 
     axis = 3  # width, in the channel-first view
@@ -69,6 +76,14 @@ class VerticalFlip(HorizontalFlip):
 
     Args:
         p: probability that a row is flipped.
+
+    Examples:
+        >>> import numpy as np
+        >>> from looptoolkit.augment import Augment, BatchKeys, VerticalFlip
+        >>> image = np.arange(3, dtype=np.uint8).reshape(1, 1, 3, 1)
+        >>> out = Augment([VerticalFlip(p=1.0)], key=None)(image, BatchKeys(0, 0, np.arange(1)))
+        >>> out[0, 0, :, 0]
+        array([2, 1, 0], dtype=uint8)
     """
 
     axis = 2  # height, in the channel-first view
@@ -119,6 +134,13 @@ class RandomResizedCrop(ImageOp):
         scale: range of the crop's area, as a fraction of the image's.
         ratio: range of the crop's width / height.
         antialias: low-pass when downscaling, as ``interpolate(antialias=True)``.
+
+    Examples:
+        >>> import numpy as np
+        >>> from looptoolkit.augment import Augment, BatchKeys, RandomResizedCrop
+        >>> aug = Augment([RandomResizedCrop(8)], key=None)
+        >>> aug(np.zeros((2, 3, 16, 20), np.uint8), BatchKeys(0, 0, np.arange(2))).shape
+        (2, 3, 8, 8)
     """
 
     draws = 2 * TRIES + 2
@@ -257,6 +279,13 @@ class RandomCrop(ImageOp):
             pair ``(left/right, top/bottom)`` or ``(left, top, right, bottom)``.
         pad_if_needed: pad images smaller than ``size`` on both sides to fit.
         fill: the padding's value.
+
+    Examples:
+        >>> import numpy as np
+        >>> from looptoolkit.augment import Augment, BatchKeys, RandomCrop
+        >>> aug = Augment([RandomCrop(32, padding=4)], key=None)
+        >>> aug(np.zeros((2, 3, 32, 32), np.uint8), BatchKeys(0, 0, np.arange(2))).shape
+        (2, 3, 32, 32)
     """
 
     draws = 2
@@ -351,6 +380,14 @@ class RandomErasing(ImageOp):
         ratio: range of the box's height / width.
         value: the box's value: a number, or one per channel (in the images' units: 0-255
             for uint8 images).
+
+    Examples:
+        >>> import numpy as np
+        >>> from looptoolkit.augment import Augment, BatchKeys, RandomErasing
+        >>> aug = Augment([RandomErasing(p=1.0, value=0)], key=None)
+        >>> out = aug(np.full((4, 3, 16, 16), 255, np.uint8), BatchKeys(0, 0, np.arange(4)))
+        >>> bool((out == 0).any(axis=(1, 2, 3)).all())  # every row has an erased box
+        True
     """
 
     draws = 2 * TRIES + 2
