@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from looptoolkit._common.keys import BatchKeys
 from looptoolkit._rows.rows import Rows
 from looptoolkit._rows.store_reads import default_group_size, plan_reads
 from looptoolkit.loader import Loader
@@ -163,12 +164,6 @@ def loader_dataset(
         >>> [b["x"].numpy().tolist() for b in ds]
         [[0, 1], [2, 3], [4]]
     """
-    keyed = transform if transform is not None else getattr(data, "transform", None)
-    if getattr(keyed, "keyed", False):
-        raise ValueError(
-            "a keyed `transform` (an augmentation) is not offered by `loader_dataset` yet: "
-            "apply it in the tf.data pipeline's map, or iterate the Loader itself."
-        )
     if not isinstance(data, Loader) and find_ragged(data) is not None:
         if order is not None:
             raise TypeError(
@@ -180,6 +175,11 @@ def loader_dataset(
         data = Loader(data, batch_size, shuffle=shuffle, seed=seed, group_size=group_size,
                       drop_last=drop_last)  # fmt: skip
     if isinstance(data, Loader) and data._ragged:
+        if getattr(data.transform if transform is None else transform, "keyed", False):
+            raise ValueError(
+                "a keyed `transform` (an augmentation) is not offered by `loader_dataset` over "
+                "ragged data yet: iterate the Loader itself."
+            )
         if order is not None or batch_size not in (None, data.batch_size):
             raise TypeError(
                 "a Loader over ragged data brings its own order and batch size; pass neither."
@@ -241,7 +241,12 @@ def loader_dataset(
     tail = m - full if not drop_last else 0
     length = batch_count(m, batch_size, drop_last)
 
-    def bind() -> tuple[np.ndarray, np.int64]:
+    keyed = None
+    if transform is not None and getattr(transform, "keyed", False):
+        first = rows.take(np.arange(min(batch_size, n)))
+        keyed = _keyed(transform, order, seed, batch_size, tf.nest.map_structure(np.asarray, first))
+
+    def bind() -> tuple[np.ndarray, np.int64, np.int64]:
         epoch, offset, token = cursor.bind()
         if offset:
             raise ValueError(
@@ -249,19 +254,21 @@ def loader_dataset(
                 f"{epoch} at sample {offset} (a loaded mid-epoch state); iterate the Loader "
                 "to finish that epoch, or call `set_epoch`."
             )
-        return epoch_indices(order, epoch).astype(np.int64), np.int64(token)
+        return epoch_indices(order, epoch).astype(np.int64), np.int64(token), np.int64(epoch)
 
     def complete(token: np.int64) -> np.bool_:
         return np.bool_(cursor.complete(int(token)))
 
     def epoch_batches(_: tf.Tensor) -> tf.data.Dataset:
-        indices, token = tf.numpy_function(bind, [], (tf.int64, tf.int64), stateful=True)
+        indices, token, epoch = tf.numpy_function(
+            bind, [], (tf.int64, tf.int64, tf.int64), stateful=True
+        )
         indices = tf.ensure_shape(indices, [m])
         batches = tf.data.Dataset.from_tensor_slices(tf.reshape(indices[:full], [-1, batch_size]))
         if tail:
             last = tf.data.Dataset.from_tensor_slices(indices[full:][tf.newaxis])
             batches = batches.concatenate(last)
-        return batches.enumerate().map(lambda i, idx: (i, token, idx))
+        return batches.enumerate().map(lambda i, idx: (i, token, epoch, idx))
 
     if store is None:
         leaves = tf.nest.flatten(structure)
@@ -269,14 +276,53 @@ def loader_dataset(
         def gather(idx: tf.Tensor) -> Any:
             return tf.nest.pack_sequence_as(structure, [tf.gather(leaf, idx) for leaf in leaves])
 
-    def produce(i: tf.Tensor, token: tf.Tensor, idx: tf.Tensor) -> Any:
+    def produce(i: tf.Tensor, token: tf.Tensor, epoch: tf.Tensor, idx: tf.Tensor) -> Any:
         batch = gather(idx)
-        # The transform takes the batch as one argument, as the Loader's does.
+        # The transform takes the batch as one argument, as the Loader's does; a keyed one
+        # its keys too, on the host.
         last = tf.equal(i, length - 1)
+        if keyed is not None:
+            return last, token, keyed(epoch, i, batch)
         return last, token, batch if transform is None else transform(batch)
 
     ds = tf.data.Dataset.range(1).flat_map(epoch_batches).map(produce)
     return _deliver(ds, complete, prefetch, device, length)
+
+
+def _keyed(
+    transform: Callable[..., Any], order: Any, seed: int, batch_size: int, example: Any
+) -> Callable[[tf.Tensor, tf.Tensor, Any], Any]:
+    """A keyed transform (an augmentation) run on the host in tf.data, with each batch's keys.
+
+    The keys are the Loader's: its seed, the epoch, each row's position in the epoch's
+    global order (for an order function, the position in the epoch it returns). The
+    transform runs in ``tf.numpy_function`` on the batch as NumPy; its output's structure
+    and dtypes are those of ``example`` (the first rows) transformed once here.
+    """
+    source = order.order if isinstance(order, Loader) else order
+
+    def keys(epoch: int, i: int, rows: int) -> BatchKeys:
+        if isinstance(source, Order):
+            return BatchKeys(source.seed, epoch, source.epoch(epoch).positions(i))
+        return BatchKeys(seed, epoch, i * batch_size + np.arange(rows, dtype=np.int64))
+
+    rows = len(tf.nest.flatten(example)[0])
+    probe = transform(example, BatchKeys(seed, 0, np.arange(rows, dtype=np.int64)))
+    flat = [np.asarray(x) for x in tf.nest.flatten(probe)]
+    dtypes = [tf.as_dtype(x.dtype) for x in flat]
+    shapes = [(None, *x.shape[1:]) for x in flat]
+
+    def run(epoch: np.int64, i: np.int64, *leaves: np.ndarray) -> list[np.ndarray]:
+        batch = tf.nest.pack_sequence_as(example, list(leaves))
+        out = transform(batch, keys(int(epoch), int(i), len(leaves[0])))
+        return [np.asarray(x) for x in tf.nest.flatten(out)]
+
+    def apply(epoch: tf.Tensor, i: tf.Tensor, batch: Any) -> Any:
+        out = tf.numpy_function(run, [epoch, i, *tf.nest.flatten(batch)], dtypes)
+        out = [tf.ensure_shape(x, s) for x, s in zip(out, shapes, strict=True)]
+        return tf.nest.pack_sequence_as(probe, out)
+
+    return apply
 
 
 def _deliver(

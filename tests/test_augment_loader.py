@@ -257,3 +257,22 @@ def test_masked_documents_are_the_same_in_any_layout_batch_and_world_size():
             _masked(Loader(_docs(), B, seed=SEED, transform=mask, rank=rank, world_size=2))
         )
     assert ranks == padded
+
+
+def test_loader_dataset_augments_each_row_as_the_loader_does():
+    tf = pytest.importorskip("tensorflow")
+    from looptoolkit.tf_data import loader_dataset
+
+    loader = Loader(_data(), B, seed=SEED, transform=_aug())
+    ds = loader_dataset(loader)
+    _same(_rows(ds), REFERENCE)
+    assert isinstance(next(iter(ds))["image"], tf.Tensor)
+    loader.set_epoch(1)
+    other = _rows(ds)
+    assert sum((other[i] != REFERENCE[i]).any() for i in range(N)) > 0.9 * N
+    sharded: dict[int, np.ndarray] = {}
+    for rank in range(2):
+        sharded.update(_rows(loader_dataset(Loader(
+            _data(), B, seed=SEED, transform=_aug(), rank=rank, world_size=2, pad_shards=False
+        ))))  # fmt: skip
+    _same(sharded, REFERENCE)
