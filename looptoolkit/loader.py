@@ -42,9 +42,7 @@ from looptoolkit._pipeline.delivery import Delivery
 from looptoolkit._pipeline.iterator import CLOSED as _CLOSED
 from looptoolkit._pipeline.iterator import LoaderIterator
 from looptoolkit._pipeline.stats import LoaderStats
-from looptoolkit._pipeline.stream import (
-    Progress,
-)
+from looptoolkit._pipeline.stream import Progress
 from looptoolkit.adapters import process_group
 from looptoolkit.mix import Mix
 from looptoolkit.mix import _loader as _mix
