@@ -33,6 +33,7 @@ WORKLOADS: dict[str, tuple[str, int, int, int, int]] = {
         300,
         30,
     ),
+    "augment": ('{"image": uint8 (N, 3, 256, 256), "label": int64 row id}', 2_048, 128, 128, 32),
 }
 # The workload-agnostic row loops that a workload of another kind runs too (a "rows" one runs all).
 SHARED = {"mix": ("numpy-take", "floor-memcpy", "floor-seq-take", "loader-numpy")}
@@ -51,7 +52,8 @@ class Workload:
     num_batches: int  # per epoch, the last partial batch counted
     nbytes: int
     # "documents": variable-length rows, checked by content; "mixture": rows in sources by
-    # weight, checked per source with each batch's counts against the weights
+    # weight, checked per source with each batch's counts against the weights; "augment":
+    # augmented images, checked by shape, id and (the Loader's) against the keyed reference
     kind: str = "rows"
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -75,18 +77,20 @@ def make_workload(
     data: Any = ids
     if name in ("tabular", "mix"):
         data = {"x": rng.standard_normal((n, 64), dtype=np.float32), "y": ids}
-    elif name == "images":
-        data = {"image": rng.integers(0, 256, (n, 3, 64, 64), dtype=np.uint8), "label": ids}
+    elif name in ("images", "augment"):
+        side = 256 if name == "augment" else 64
+        data = {"image": rng.integers(0, 256, (n, 3, side, side), dtype=np.uint8), "label": ids}
     paths = {
         "index": "batch",
         "tabular": "batch['y']",
         "images": "batch['label']",
         "mix": "batch['y']",
+        "augment": "batch['label']",
     }
     id_path = paths[name]
     nbytes = sum(int(leaf.nbytes) for leaf in _tree.flatten(data)[0])
     description = f"{description}, N = {n:_}, batch {size}"
-    kind = "mixture" if name == "mix" else "rows"
+    kind = {"mix": "mixture", "augment": "augment"}.get(name, "rows")
     return Workload(name, description, data, size, id_path, n, batch_count(n, size), nbytes, kind)
 
 
