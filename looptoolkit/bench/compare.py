@@ -27,7 +27,7 @@ from looptoolkit.bench.tables import wrap
 from looptoolkit.bench.targets import BASELINE, evaluate
 from looptoolkit.bench.timing import machine_info
 from looptoolkit.bench.variants import kit, variants
-from looptoolkit.bench.workloads import DEFAULT_WORKLOADS, WORKLOADS, make_workload
+from looptoolkit.bench.workloads import ALL_WORKLOADS, DEFAULT_WORKLOADS, WORKLOADS, make_workload
 
 __all__ = ["PRESETS", "parse_args", "run"]
 
@@ -68,7 +68,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="index, tabular, images, tokens, mix, augment, a comma list, or all (default: the "
         "first three; tokens, variable-length documents, mix, the tabular rows in sources mixed "
         "by weight, and augment, a random resized crop + flip + normalise of 256 x 256 images, "
-        "have variants and peers of their own)",
+        "have variants and peers of their own; all: every one but augment, which runs when "
+        "named)",
     )
     add("--backends", help="comma list of numpy, torch, jax, tf (default: every installed one)")
     add("--variants", help=f"comma list of variant names or globs ({BASELINE} always runs)")
@@ -230,7 +231,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     warnings.filterwarnings("ignore", category=RepeatedEpochWarning)
     progress = Progress()
     try:
-        names = list(WORKLOADS) if args.workload == "all" else _split(args.workload) or []
+        names = list(ALL_WORKLOADS) if args.workload == "all" else _split(args.workload) or []
         if unknown := [name for name in names if name not in WORKLOADS]:
             known = ", ".join(WORKLOADS)
             raise ValueError(f"`--workload`: unknown workload {unknown[0]!r}; known: {known}, all.")

@@ -11,7 +11,8 @@ from looptoolkit.bench.results import Group, Row, Run
 from looptoolkit.bench.tables import Table, wrap
 from looptoolkit.bench.targets import BASELINE, NOT_JUDGED
 
-__all__ = ["CHECK_LEGEND", "augment_headline", "closing", "documents_headline", "headline", "loader_table"]
+__all__ = ["CHECK_LEGEND", "augment_headline", "closing", "documents_headline", "headline"]
+__all__ += ["loader_table"]
 __all__ += ["markdown", "plot", "screen_rows", "step_table", "summary", "tables", "workload_text"]
 
 CHECK_LEGEND = (
@@ -65,19 +66,23 @@ def documents_headline(group: Group, *, loaders: bool = True) -> str:
     return text + (f" Others over their floor: {', '.join(others)}." if others else "")
 
 
-def augment_headline(group: Group) -> str:
-    """The augment workload in a paragraph: images/s of each loop, fastest first; the draw."""
+def augment_headline(group: Group, *, loaders: bool = True) -> str:
+    """The augment workload in a paragraph: the fastest loop and the Loader's, in images/s.
+
+    ``loaders=False`` names only the fastest loop and the Loader in the loop's own process (the
+    screen has the other rows in its table); the keyed draw's share of the ops after them.
+    """
     images, timed = group.info.get("images", 0), group.timed()
     loops = sorted(timed.values(), key=lambda r: r.median_s)
-    named = ", ".join(f"{r.name} {images / r.median_s:,.0f}" for r in loops)
-    text = f"{group.name}: images/s {named or 'none timed'}."
+    if not loops:
+        return f"{group.name}: no loop timed."
+    shown = loops if loaders else [r for r in loops if r is loops[0] or r.name == group.baseline]
+    named = ", ".join(f"{r.name} {images / r.median_s:,.0f}" for r in shown)
+    text = f"{group.name}: images/s {named}."
     if draw := group.info.get("draw"):
-        text += (
-            f" Drawing the keyed parameters: {draw['draw_ms']:.2f} ms a batch, "
-            f"{draw['share']:.1%} of the ops' {draw['ops_ms']:.1f} ms."
-        )
+        text += f" Keyed draw: {draw['share']:.1%} of the ops ({draw['draw_ms']:.2f} ms a batch)."
     absent = [r.name for r in group.rows if r.status == "not installed"]
-    return text + (f" Not installed: {', '.join(absent)}." if absent else "")
+    return text + (f" Not installed: {', '.join(absent)}." if absent and loaders else "")
 
 
 def headline(
@@ -91,7 +96,7 @@ def headline(
     if group.baseline is None and "tokens" in group.info:
         return documents_headline(group, loaders=loaders)
     if "images" in group.info:
-        return augment_headline(group)
+        return augment_headline(group, loaders=loaders)
     timed, ratio = group.timed(), group.ratio
     if BASELINE not in timed:
         return f"{group.name}: the baseline {BASELINE} did not run; no ratios."

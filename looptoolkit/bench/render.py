@@ -114,6 +114,13 @@ def group_table(
             "ms/Mtok: ms per 1M real tokens; eff: padding efficiency (real tokens / tokens in "
             "the batches); vs floor: over the faster hand loop of the same batching."
         )
+    if images and explain:
+        notes.append(
+            f"images/s: {images:,} images over the median epoch; vs best: the epoch's time over "
+            f"{g.baseline}'s; threads: the processes a loop works in (1: the loop's own, or the "
+            "DataLoader's workers) x the torch threads of each; tf: the loop's process with "
+            "tf.data's thread pools."
+        )
     if any("max_deviation" in r.extra for r in rows) and explain:
         notes.append(_DEVIATION_NOTE)
         fewer = [r for r in rows if r.extra.get("deviation_batches", g.batches) < g.batches]

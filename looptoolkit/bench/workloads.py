@@ -16,7 +16,15 @@ import numpy as np
 from looptoolkit.device import _tree as _tree
 from looptoolkit.order._order import batch_count
 
-__all__ = ["DEFAULT_WORKLOADS", "SHARED", "WORKLOADS", "Workload", "host_array", "make_workload"]
+__all__ = [
+    "ALL_WORKLOADS",
+    "DEFAULT_WORKLOADS",
+    "SHARED",
+    "WORKLOADS",
+    "Workload",
+    "host_array",
+    "make_workload",
+]
 
 # name -> (description, rows, rows in --quick, batch size, batch size in --quick)
 # What `looptoolkit compare` (and `make compare`) runs unless told: the rectangular workloads.
@@ -35,6 +43,9 @@ WORKLOADS: dict[str, tuple[str, int, int, int, int]] = {
     ),
     "augment": ('{"image": uint8 (N, 3, 256, 256), "label": int64 row id}', 2_048, 128, 128, 32),
 }
+# What `--workload all` runs: every loop workload. `augment` answers another question (where to
+# augment, not which loop) with 400 MB of images and its own peers: it runs when named.
+ALL_WORKLOADS = tuple(name for name in WORKLOADS if name != "augment")
 # The workload-agnostic row loops that a workload of another kind runs too (a "rows" one runs all).
 SHARED = {"mix": ("numpy-take", "floor-memcpy", "floor-seq-take", "loader-numpy")}
 

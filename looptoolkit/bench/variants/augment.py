@@ -33,8 +33,8 @@ from looptoolkit.bench.variants import MEAN, STD, Context, Variant, kit, loop
 from looptoolkit.bench.variants.epochs import EpochPipeline, batch_slices
 from looptoolkit.order._order import Order, batch_count
 
-__all__ = ["AUGMENT_BASELINE", "PIPELINE", "SIZE", "Pipeline", "draw_share", "import_torchvision", "reference"]
-__all__ += ["augment_variants", "levels", "threads"]
+__all__ = ["AUGMENT_BASELINE", "PIPELINE", "SIZE", "Pipeline", "augment_variants", "draw_share"]
+__all__ += ["import_torchvision", "levels", "order_positions", "reference", "threads"]
 
 SIZE = 224  # the crop's output side
 SCALE, RATIO = (0.08, 1.0), (3 / 4, 4 / 3)  # torchvision's RandomResizedCrop defaults
@@ -68,7 +68,9 @@ def levels(images: np.ndarray) -> np.ndarray:
     return images.astype(np.float32) * np.float32(STD) + np.float32(MEAN)
 
 
-def reference(data: dict[str, np.ndarray], ids: np.ndarray, positions: np.ndarray, seed: int) -> Any:
+def reference(
+    data: dict[str, np.ndarray], ids: np.ndarray, positions: np.ndarray, seed: int
+) -> np.ndarray:
     """The keyed rows ``ids`` at ``positions`` of epoch 0, in levels: what a Loader row must be.
 
     The NumPy ``Augment`` on the host (the rule every placement follows), uint8.
@@ -106,7 +108,7 @@ def loader_workers(data: Any, batch_size: int, *, seed: int = 0) -> Any:
 
 
 def crop_box(height: int, width: int, rand: Any) -> tuple[int, int, int, int]:
-    """torchvision's ``RandomResizedCrop.get_params``: ``(top, left, h, w)``, ``rand()`` a float.
+    """``(top, left, h, w)`` by torchvision's ``RandomResizedCrop.get_params``; ``rand()``: [0, 1).
 
     Ten tries at a random area and log-uniform aspect ratio, then the central crop clipped to
     the ratio range.
@@ -172,7 +174,7 @@ def import_torchvision() -> Any:
 
 
 def torchvision_v2() -> Any:
-    """torchvision v2 per sample: ``RandomResizedCrop(224)``, flip, ``ToDtype``, ``Normalize``."""
+    """The torchvision v2 per-sample transform: ``RandomResizedCrop(224)``, flip, ``Normalize``."""
     import torch
 
     v2 = import_torchvision()
@@ -246,6 +248,7 @@ def keras_tfdata(data: dict[str, np.ndarray], batch_size: int, *, seed: int = 0)
         keras.layers.RandomFlip("horizontal", seed=seed),
     ]
 
+    @tf.autograph.experimental.do_not_convert  # plain tf ops: nothing for AutoGraph to convert
     def augment(idx: Any) -> dict[str, Any]:
         x = tf.transpose(tf.gather(images, idx), [0, 2, 3, 1])
         for layer in layers:
@@ -282,14 +285,21 @@ _THREADS = {
 
 
 def threads(name: str) -> str:
-    """The CPU threads loop ``name`` works on: its processes and their torch or tf threads."""
+    """The CPU threads loop ``name`` works on: ``"PxT"``, processes x torch threads in each.
+
+    ``"tf"``: the loop's process and tf.data's thread pools.
+
+    Examples:
+        >>> threads("tv-v2-w2"), threads("keras-tfdata")
+        ('2x1', 'tf')
+    """
     where = _THREADS.get(name, "process")
     if where == "workers":
-        return f"{WORKERS} workers x 1 torch"  # DataLoader sets 1 torch thread in each worker
+        return f"{WORKERS}x1"  # DataLoader sets 1 torch thread in each worker
     if where == "tf":
-        return "main: tf.data pools"
+        return "tf"
     torch = sys.modules.get("torch")
-    return f"main: {torch.get_num_threads()} torch" if torch is not None else "main"
+    return f"1x{torch.get_num_threads()}" if torch is not None else "1x1"
 
 
 def draw_share(data: dict[str, np.ndarray], batch_size: int, *, batches: int = 4) -> dict:

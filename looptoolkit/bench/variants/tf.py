@@ -11,8 +11,8 @@ import tensorflow as tf
 
 from looptoolkit import Loader
 from looptoolkit.bench.variants import Kit, images, loop, tokens, variant
-from looptoolkit.bench.variants.epochs import EpochPipeline
 from looptoolkit.bench.variants.augment import augment_variants
+from looptoolkit.bench.variants.epochs import EpochPipeline
 from looptoolkit.bench.variants.mix import mix_variants
 from looptoolkit.bench.variants.numpy import aligned_take, chunked_manual, each, numpy_manual
 from looptoolkit.tf_data import as_structure, loader_dataset
