@@ -33,7 +33,9 @@ def _context() -> Context:
 
 
 def _variant(name: str) -> Variant:
-    return next(v for v in variants() if v.name == name)
+    """The augment variant ``name``, from its backend's kit only (no other framework imported)."""
+    backend = {AUGMENT_BASELINE: "numpy", "keras-tfdata": "tf"}.get(name, "torch")
+    return next(v for v in variants([backend]) if v.name == name)
 
 
 def _check(v: Variant, ctx: Context | None = None) -> Any:
