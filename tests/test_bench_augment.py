@@ -4,6 +4,7 @@ installed, the targets, and a quick run."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 
 from looptoolkit.augment import VerticalFlip
 from looptoolkit.bench import compare, targets
+from looptoolkit.bench import variants as registry
 from looptoolkit.bench.check_augment import check_augment
 from looptoolkit.bench.results import Run
 from looptoolkit.bench.variants import Context, Variant, loop, variants
@@ -87,6 +89,20 @@ def test_a_loader_that_flips_the_wrong_axis_fails_the_check():
     wrong = _planted(loop(loader_host, host=True, flip=VerticalFlip()))
     check = _check(wrong)
     assert not check.ok and "differs from the keyed reference" in check.detail
+
+
+def test_the_harness_fails_a_planted_variant_and_times_the_others(tmp_path, monkeypatch):
+    wrong = _planted(loop(loader_host, host=True, flip=VerticalFlip()))
+    kit = registry.kit("numpy")
+    planted = dataclasses.replace(kit, variants=(*kit.variants, wrong))
+    monkeypatch.setitem(registry._KITS, "numpy", planted)  # restored after the test
+    argv = ["--quick", "--workload", "augment", "--device", "cpu", "--backends", "numpy"]
+    argv += ["--rounds", "1", "--warmup", "0", "--no-plot", "--out", str(tmp_path)]
+    assert compare.run(argv) == 0
+    rows = {r.name: r for r in Run.load(tmp_path / "compare-cpu.json").group("augment").rows}
+    assert rows["planted"].status == "failed" and not rows["planted"].timed
+    assert "differs from the keyed reference" in rows["planted"].detail
+    assert rows[AUGMENT_BASELINE].timed and rows[AUGMENT_BASELINE].status == "ok"
 
 
 def _altered(change: Any) -> Any:

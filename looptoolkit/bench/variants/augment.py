@@ -33,7 +33,15 @@ from looptoolkit.bench.variants import MEAN, STD, Context, Variant, kit, loop
 from looptoolkit.bench.variants.epochs import EpochPipeline, batch_slices
 from looptoolkit.order._order import Order, batch_count
 
-__all__ = ["AUGMENT_BASELINE", "PIPELINE", "SIZE", "Pipeline", "augment_variants", "draw_share"]
+__all__ = [
+    "AUGMENT_BASELINE",
+    "PIPELINE",
+    "SIZE",
+    "PerSample",
+    "Pipeline",
+    "augment_variants",
+    "draw_share",
+]
 __all__ += ["import_torchvision", "levels", "order_positions", "reference", "threads"]
 
 SIZE = 224  # the crop's output side
@@ -131,20 +139,24 @@ def crop_box(height: int, width: int, rand: Any) -> tuple[int, int, int, int]:
     return (height - h) // 2, (width - w) // 2, h, w
 
 
-def _dataset(data: dict[str, np.ndarray], transform: Any) -> Any:
-    """A map-style torch ``Dataset``: ``{"image": transform(row's uint8 tensor), "label"}``."""
-    import torch
+class PerSample:
+    """A map-style dataset for ``DataLoader``: ``{"image": transform(row), "label"}`` per row.
 
-    images, labels = torch.from_numpy(data["image"]), torch.from_numpy(data["label"])
+    The row is a zero-copy uint8 tensor of the images; a plain class (``DataLoader`` needs only
+    ``__len__`` and ``__getitem__``), so spawned workers can unpickle it too.
+    """
 
-    class Images(torch.utils.data.Dataset):
-        def __len__(self) -> int:
-            return len(labels)
+    def __init__(self, data: dict[str, np.ndarray], transform: Any) -> None:
+        import torch
 
-        def __getitem__(self, i: int) -> dict[str, Any]:
-            return {"image": transform(images[i]), "label": labels[i]}
+        self.images, self.labels = torch.from_numpy(data["image"]), torch.from_numpy(data["label"])
+        self.transform = transform
 
-    return Images()
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {"image": self.transform(self.images[i]), "label": self.labels[i]}
 
 
 def hand_crop(image: Any) -> Any:
@@ -198,7 +210,8 @@ def per_sample(
     transform = hand_crop if how == "hand" else torchvision_v2()
     torch.manual_seed(seed)  # the transforms draw from torch's global generator
     generator = torch.Generator().manual_seed(seed)
-    dataset = _dataset(data, transform)
+    # Typed as a Dataset; DataLoader only calls len() and [] on a map-style one.
+    dataset: Any = PerSample(data, transform)
     return DataLoader(dataset, batch_size, shuffle=True, generator=generator, num_workers=workers)
 
 
