@@ -21,7 +21,8 @@ from looptoolkit.bench.results import Group, Row, Run
 from looptoolkit.bench.tables import Table
 from looptoolkit.bench.timing import interleave
 from looptoolkit.bench.variants import BASELINE, VARIANTS, Context, Variant
-from looptoolkit.bench.workloads import WORKLOADS, make_workload
+from looptoolkit.bench.variants.augment import AUGMENT_BASELINE
+from looptoolkit.bench.workloads import ALL_WORKLOADS, make_workload
 
 
 @pytest.fixture(scope="module")
@@ -94,20 +95,25 @@ def _synthetic_group(name: str, gpu: bool) -> Group:
         seconds = 1.234 + 0.1 * i if v.name != BASELINE else 0.5  # "1,234*", "1,200-1,400"
         extra = {"padding_efficiency": 0.5} if w.kind == "documents" else {}
         extra |= {"max_deviation": 7.0, "deviation_batches": 10} if w.kind == "mixture" else {}
+        extra |= {"threads": "2x1"} if w.kind == "augment" else {}
         rounds = [seconds * 0.9, seconds, seconds * 1.1]
         kw = {"bounded": 50 if i % 2 else None, "extra": extra}
         rows.append(Row(v.name, v.label, v.backend, v.floor, rounds, "exact", **kw))
     title = f"{name} (cuda:0): {w.description.replace('3_000', '300_000')}; 1000 batches/epoch"
     if w.kind == "documents":
         return Group(name, title, rows, "epoch", None, 0, {"tokens": 24_000_000})
+    if w.kind == "augment":
+        draw = {"draw_ms": 0.5, "ops_ms": 30.0, "share": 0.5 / 30}
+        info = {"images": 2048, "draw": draw}
+        return Group(name, title, rows, "epoch", AUGMENT_BASELINE, 16, info)
     return Group(name, title, rows, "epoch", BASELINE, 1000, {})
 
 
-@pytest.mark.parametrize("workloads", ["index,tabular,images", "tokens", "mix", "all"])
+@pytest.mark.parametrize("workloads", ["index,tabular,images", "tokens", "mix", "augment", "all"])
 def test_screen_fits_150_lines_of_80_columns_with_every_gpu_row(workloads):
     # What `looptoolkit compare --device cuda` prints, every variant of every workload in it
     # timed (synthetic timings, most targets not met): at most 150 lines of 80 columns.
-    names = list(WORKLOADS) if workloads == "all" else workloads.split(",")
+    names = list(ALL_WORKLOADS) if workloads == "all" else workloads.split(",")
     args = compare.parse_args(["--device", "cuda", "--workload", workloads])
     backends = list(BACKENDS)
     groups = [_synthetic_group(name, gpu=True) for name in names]
@@ -117,7 +123,10 @@ def test_screen_fits_150_lines_of_80_columns_with_every_gpu_row(workloads):
     values |= {BASELINE: 1.0} | {f"floor:{r.name}": 1.0 for g in groups for r in g.rows}
     values |= {f"{kind}:{r.name}": 9.0 for kind in ("wait", "step") for r in groups[0].rows}
     run.verdicts = targets.evaluate("compare", values, gpu=True)
-    assert workloads == "mix" or len([v for v in run.verdicts if v.status == "not met"]) >= 5
+    assert (
+        workloads in ("mix", "augment")
+        or len([v for v in run.verdicts if v.status == "not met"]) >= 5
+    )
     out = results.DEFAULT_OUT
     files = [out / f"compare-cuda.{suffix}" for suffix in ("json", "md", "png")]
     screen = [compare._intro(args, "cuda:0", out, backends)]

@@ -27,7 +27,7 @@ from looptoolkit.bench.tables import wrap
 from looptoolkit.bench.targets import BASELINE, evaluate
 from looptoolkit.bench.timing import machine_info
 from looptoolkit.bench.variants import kit, variants
-from looptoolkit.bench.workloads import DEFAULT_WORKLOADS, WORKLOADS, make_workload
+from looptoolkit.bench.workloads import ALL_WORKLOADS, DEFAULT_WORKLOADS, WORKLOADS, make_workload
 
 __all__ = ["PRESETS", "parse_args", "run"]
 
@@ -65,9 +65,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add(
         "--workload",
         default=",".join(DEFAULT_WORKLOADS),
-        help="index, tabular, images, tokens, mix, a comma list, or all (default: the first "
-        "three; tokens, variable-length documents, and mix, the tabular rows in sources mixed by "
-        "weight, have variants and peers of their own)",
+        help="index, tabular, images, tokens, mix, augment, a comma list, or all (default: the "
+        "first three; tokens, variable-length documents, mix, the tabular rows in sources mixed "
+        "by weight, and augment, a random resized crop + flip + normalise of 256 x 256 images, "
+        "have variants and peers of their own; all: every one but augment, which runs when "
+        "named)",
     )
     add("--backends", help="comma list of numpy, torch, jax, tf (default: every installed one)")
     add("--variants", help=f"comma list of variant names or globs ({BASELINE} always runs)")
@@ -190,7 +192,14 @@ def _workload(
     entries = run_workload(w, settings, progress)
     rows = [e.row for e in entries]
     info = {"description": w.description, "n": w.n, "bytes": w.nbytes}
-    if w.kind != "documents":
+    if w.kind == "augment":  # images/s; ratios to the Loader in the loop's own process
+        from looptoolkit.bench.variants.augment import AUGMENT_BASELINE, PIPELINE, draw_share
+
+        title = f"{name} ({result.device}): {w.description}, {PIPELINE}; {w.num_batches} "
+        title += "batches/epoch"
+        info |= {"images": w.n, "draw": draw_share(w.data, w.batch_size)}
+        group = Group(name, title, rows, "epoch", AUGMENT_BASELINE, w.num_batches, info)
+    elif w.kind != "documents":
         title = f"{name} ({result.device}): {w.description}; {w.num_batches} batches/epoch"
         group = Group(name, title, rows, "epoch", BASELINE, w.num_batches, info)
     else:  # each row against its own batching's floor, batches per epoch its own
@@ -222,7 +231,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     warnings.filterwarnings("ignore", category=RepeatedEpochWarning)
     progress = Progress()
     try:
-        names = list(WORKLOADS) if args.workload == "all" else _split(args.workload) or []
+        names = list(ALL_WORKLOADS) if args.workload == "all" else _split(args.workload) or []
         if unknown := [name for name in names if name not in WORKLOADS]:
             known = ", ".join(WORKLOADS)
             raise ValueError(f"`--workload`: unknown workload {unknown[0]!r}; known: {known}, all.")
@@ -239,8 +248,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         progress.emit(wrap(f"backend {name} skipped: {why}"))
     timing = {key: getattr(args, key) for key in _TIMING}
     settings = Settings(device, backends, _split(args.variants), _split(args.skip), **timing)
-    # no step section on documents, nor on the mixtures (their peers are per-sample loops)
-    fallback = [w for w in names[-1:] if w not in ("tokens", "mix")]
+    # no step section on documents, the mixtures, nor augment (their peers are per-sample loops)
+    fallback = [w for w in names[-1:] if w not in ("tokens", "mix", "augment")]
     steps = [w for w in _split(args.step_workload) or [] if w in names] or fallback
     args.step_workload = ",".join(steps) if args.step_ms > 0 else None
     only = [] if gpu else [v.name for v in variants(backends) if v.accelerator]
@@ -257,11 +266,15 @@ def run(argv: Sequence[str] | None = None) -> int:
         extras["transfer"] = by_batch_size(device, args.quick, args.seed, progress)
         if args.verbose:
             progress.emit("\n" + sweep_table(extras["transfer"]).text())
-    if judged := {"tabular", "tokens", "mix"} & {g.name for g in result.groups}:  # with targets
-        named = judged - {"mix"}  # the mix rows by "mix:<name>": it has a loader-numpy of its own
+    if judged := {"tabular", "tokens", "mix", "augment"} & {g.name for g in result.groups}:
+        # the mix and augment rows by "<workload>:<name>": mix has a loader-numpy of its own
+        named = judged - {"mix", "augment"}
         values = {r.name: r.median_s for g in named for r in result.group(g).rows if r.timed}
-        if "mix" in judged:
-            values |= {f"mix:{r.name}": r.median_s for r in result.group("mix").rows if r.timed}
+        for own in {"mix", "augment"} & judged:
+            values |= {f"{own}:{r.name}": r.median_s for r in result.group(own).rows if r.timed}
+        if "augment" in judged:  # the keyed draw and the ops, ms a batch
+            draw = result.group("augment").info["draw"]
+            values |= {"augment:draw": draw["draw_ms"], "augment:ops": draw["ops_ms"]}
         if "tokens" in judged:  # each tokens row over its floor: the faster hand loop
             group = result.group("tokens")
             for r in group.rows:

@@ -11,7 +11,8 @@ from looptoolkit.bench.results import Group, Row, Run
 from looptoolkit.bench.tables import Table, wrap
 from looptoolkit.bench.targets import BASELINE, NOT_JUDGED
 
-__all__ = ["CHECK_LEGEND", "closing", "documents_headline", "headline", "loader_table"]
+__all__ = ["CHECK_LEGEND", "augment_headline", "closing", "documents_headline", "headline"]
+__all__ += ["loader_table"]
 __all__ += ["markdown", "plot", "screen_rows", "step_table", "summary", "tables", "workload_text"]
 
 CHECK_LEGEND = (
@@ -19,7 +20,9 @@ CHECK_LEGEND = (
     "(values and dtypes); cover = its own order, checked for every row once, rows aligned "
     "with their ids; docs = every document's tokens once (matched by content), the batch "
     "layout's fields consistent; mix = real rows aligned with their ids, each source's rows "
-    "once per pass over it (a Loader mixture: every batch within one row of the weights). "
+    "once per pass over it (a Loader mixture: every batch within one row of the weights); "
+    "aug = float32 crops of 224, every row once (the Loader's: each row within one level of "
+    "the keyed reference). "
     "Lower ms is better; 'vs best' is the ratio to the best "
     f"manual loop ({BASELINE}) in this run, 'vs floor' a Loader row's ratio to its floor."
 )
@@ -63,6 +66,25 @@ def documents_headline(group: Group, *, loaders: bool = True) -> str:
     return text + (f" Others over their floor: {', '.join(others)}." if others else "")
 
 
+def augment_headline(group: Group, *, loaders: bool = True) -> str:
+    """The augment workload in a paragraph: the fastest loop and the Loader's, in images/s.
+
+    ``loaders=False`` names only the fastest loop and the Loader in the loop's own process (the
+    screen has the other rows in its table); the keyed draw's share of the ops after them.
+    """
+    images, timed = group.info.get("images", 0), group.timed()
+    loops = sorted(timed.values(), key=lambda r: r.median_s)
+    if not loops:
+        return f"{group.name}: no loop timed."
+    shown = loops if loaders else [r for r in loops if r is loops[0] or r.name == group.baseline]
+    named = ", ".join(f"{r.name} {images / r.median_s:,.0f}" for r in shown)
+    text = f"{group.name}: images/s {named}."
+    if draw := group.info.get("draw"):
+        text += f" Keyed draw: {draw['share']:.1%} of the ops ({draw['draw_ms']:.2f} ms a batch)."
+    absent = [r.name for r in group.rows if r.status == "not installed"]
+    return text + (f" Not installed: {', '.join(absent)}." if absent and loaders else "")
+
+
 def headline(
     group: Group, epochs: int | None = None, *, loaders: bool = True, floors: bool = True
 ) -> str:
@@ -73,6 +95,8 @@ def headline(
     """
     if group.baseline is None and "tokens" in group.info:
         return documents_headline(group, loaders=loaders)
+    if "images" in group.info:
+        return augment_headline(group, loaders=loaders)
     timed, ratio = group.timed(), group.ratio
     if BASELINE not in timed:
         return f"{group.name}: the baseline {BASELINE} did not run; no ratios."

@@ -13,7 +13,10 @@ from looptoolkit.bench.timing import load_text
 __all__ = ["fmt_duration", "fmt_ms", "group_table", "legend", "markdown", "plot"]
 __all__ += ["side_by_side", "targets_table"]
 
-_NOT_TIMED = {"failed": ("FAIL", "FAILED the check, not timed: ")}
+_NOT_TIMED = {
+    "failed": ("FAIL", "FAILED the check, not timed: "),
+    "not installed": ("not installed", "not installed here: needs "),
+}
 _DEVIATION_NOTE = (
     "max dev: the largest |count - weight x rows| of any source in any batch of the checked "
     "epoch (a row's source from its id); below 1 is exact in every batch. The rows that mix "
@@ -51,7 +54,7 @@ def _bandwidth(row: Row) -> str:
 
 def _check_word(row: Row) -> str:
     """How a row was checked, in a word: exact, cover, docs."""
-    return {"exact": "exact", "documents": "docs", "mixture": "mix"}.get(
+    return {"exact": "exact", "documents": "docs", "mixture": "mix", "augment": "aug"}.get(
         row.check.split(":")[0], "cover"
     )
 
@@ -79,7 +82,10 @@ def group_table(
     (scale, unit), g = _scale(group), group
     rows = group.rows if only is None else [r for r in group.rows if r.name in only]
     floors, tokens = any(r.floor for r in rows), g.info.get("tokens")
-    checked = any(r.check.startswith(("exact", "coverage", "documents", "mixture")) for r in rows)
+    checked = any(
+        r.check.startswith(("exact", "coverage", "documents", "mixture", "augment")) for r in rows
+    )
+    images = g.info.get("images")  # the augment workload: images per epoch
     efficiency = any("padding_efficiency" in r.extra for r in rows)
     columns: list[tuple[str, object, Callable[[Row], str]]] = [  # header, shown, a timed cell
         ("variant", True, lambda r: r.name),
@@ -87,6 +93,7 @@ def group_table(
         ("min-max", True, lambda r: f"{fmt_ms(r.min_s * scale)}-{fmt_ms(r.max_s * scale)}"),
         ("batches/s", full and g.batches, lambda r: f"{g.batches / r.median_s:,.0f}"),
         ("ms/Mtok", tokens, lambda r: fmt_ms(r.median_s * 1e9 / (tokens or 1))),
+        ("images/s", images, lambda r: f"{(images or 0) / r.median_s:,.0f}"),
         ("eff", efficiency, lambda r: f"{r.extra.get('padding_efficiency', 0):.2f}"),
         (
             "vs best" if g.baseline else "vs first",
@@ -97,6 +104,7 @@ def group_table(
         (f"{epochs} epochs", epochs, lambda r: fmt_duration(r.median_s * (epochs or 0))),
         ("GB/s", any("gb_per_s" in r.extra for r in rows), _bandwidth),
         ("max dev", any("max_deviation" in r.extra for r in rows), _deviation),
+        ("threads", any("threads" in r.extra for r in rows), lambda r: r.extra.get("threads", "")),
         ("check", checked, _check_word),
     ]
     shown = [(header, cell) for header, on, cell in columns if on]
@@ -105,6 +113,13 @@ def group_table(
         notes.append(
             "ms/Mtok: ms per 1M real tokens; eff: padding efficiency (real tokens / tokens in "
             "the batches); vs floor: over the faster hand loop of the same batching."
+        )
+    if images and explain:
+        notes.append(
+            f"images/s: {images:,} images over the median epoch; vs best: the epoch's time over "
+            f"{g.baseline}'s; threads: the processes a loop works in (1: the loop's own, or the "
+            "DataLoader's workers) x the torch threads of each; tf: the loop's process with "
+            "tf.data's thread pools."
         )
     if any("max_deviation" in r.extra for r in rows) and explain:
         notes.append(_DEVIATION_NOTE)

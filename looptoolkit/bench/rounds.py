@@ -15,6 +15,7 @@ from itertools import islice
 from typing import Any
 
 from looptoolkit.bench.check import Check, check_batches, host_leaves
+from looptoolkit.bench.check_augment import check_augment
 from looptoolkit.bench.check_documents import check_documents
 from looptoolkit.bench.check_mixture import check_mixture
 from looptoolkit.bench.progress import Progress
@@ -216,6 +217,8 @@ def _check(entry: Entry, workload: Workload, settings: Settings, data: dict[str,
         entry.pipeline = v.factory(ctx)
         if workload.kind == "documents":
             check = check_documents(v, entry.pipeline, ctx, limit=entry.limit)
+        elif workload.kind == "augment":
+            check = check_augment(v, entry.pipeline, ctx, limit=entry.limit)
         elif workload.kind == "mixture":
             check = check_mixture(v, entry.pipeline, ctx, data[v.backend][1], limit=entry.limit)
         else:
@@ -244,6 +247,8 @@ def _check(entry: Entry, workload: Workload, settings: Settings, data: dict[str,
     _close(iterator)
     if done < 0.75 * entry.batches(workload):
         entry.limit = max(settings.slow_batches, done)
+        if entry.limit >= entry.batches(workload):  # the bound is the whole epoch: none
+            entry.limit = None
 
 
 def _time(
@@ -262,20 +267,37 @@ def _time(
     return interleave(calls, rounds=s.rounds, warmup=s.warmup, progress=progress, label=label)
 
 
+def installed(module: str) -> bool:
+    """Whether ``module`` can be imported (found without importing it; its parents may be)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:  # a parent package is missing
+        return False
+
+
 def run_workload(
     workload: Workload, settings: Settings, progress: Progress | None = None
 ) -> list[Entry]:
-    """Build, check and time every applicable variant on ``workload``."""
+    """Build, check and time every applicable variant on ``workload``.
+
+    A variant whose ``needs`` are not all installed is left out, or (``listed``) kept as a
+    row of status ``"not installed"``.
+    """
     s, name = settings, workload.name
-    entries = [
-        Entry(v, Row(v.name, v.label, v.backend, v.floor))
-        for v in variants(s.backends)
-        if selected(v.name, s.patterns, s.skip)
-        and workload.runs(v)
+    entries, missing = [], []
+    for v in variants(s.backends):
+        if not (selected(v.name, s.patterns, s.skip) and workload.runs(v)):
+            continue
         # Accelerator-only variants are not run on the CPU (listed once in the results instead).
-        and not (v.accelerator and s.device == "cpu")
-        and all(importlib.util.find_spec(module) for module in v.needs)
-    ]
+        if v.accelerator and s.device == "cpu":
+            continue
+        entry = Entry(v, Row(v.name, v.label, v.backend, v.floor))
+        if absent := [module for module in v.needs if not installed(module)]:
+            if v.listed:
+                entry.row.status, entry.row.detail = "not installed", ", ".join(absent)
+                missing.append(entry)
+            continue
+        entries.append(entry)
     if progress is not None:
         progress.stage(f"{name}: checking {len(entries)} variants")
     data: dict[str, Any] = {}
@@ -289,7 +311,7 @@ def run_workload(
             e.row.status, e.row.detail = "error", e.record.error
         else:
             e.row.rounds_s, e.row.bounded = timing.rounds_s, e.limit
-    return entries
+    return entries + missing
 
 
 def run_step(

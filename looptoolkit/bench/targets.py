@@ -37,7 +37,8 @@ class Target:
 
 # key | suite | what | ratio op bound | floor; the quantities: compare's medians (tabular, tokens),
 # wait:<v> / step:<v> per batch (step section), floor:<v> the median of the tokens row v's floor
-# (the faster of its two hand loops), mix:<v> the median of row v of the mix workload,
+# (the faster of its two hand loops), mix:<v> the median of row v of the mix workload (augment:<v>
+# of the augment workload; augment:draw and augment:ops the keyed draw's and the ops' ms a batch),
 # transfer's <section>:<name> values.
 _TABLE = """
 loader-numpy | compare | Loader, NumPy data, full shuffle | loader-numpy / numpy-take <= 1.02 | numpy-take
@@ -57,6 +58,9 @@ tokens-pack | compare | tokens: Loader, concat-then-split rows of 2,048, over th
 tokens-flat | compare | tokens: Loader, 32 documents padding-free, over the faster hand loop | loader-flat / floor:loader-flat <= 1.1 |
 mix-2 | compare | mix: Loader(Mix) of 2 sources (0.7/0.3) over the plain Loader on the same rows | mix:loader-mix2 / mix:loader-numpy <= 1.1 |
 mix-5 | compare | mix: Loader(Mix) of 5 sources (0.4/0.25/0.15/0.12/0.08) over the plain Loader on the same rows | mix:loader-mix5 / mix:loader-numpy <= 1.1 |
+augment-vs-tv | compare | augment: Loader in the loop's own process (NumPy, placement='host') over torchvision v2 per sample in a DataLoader with 2 workers (time per epoch) | augment:loader-aug-host / augment:tv-v2-w2 <= 1.0 |
+augment-vs-kornia | compare | augment: Kornia batched over the Loader in the loop's own process (time per epoch) | augment:kornia-batched / augment:loader-aug-host >= 2 |
+augment-draw | compare | augment: drawing the keyed parameters over running the ops (ms a batch, NumPy) | augment:draw / augment:ops < 0.05 |
 nested-torch-optree | transfer | to_device over optree.tree_map (nested, torch leaves) | torch:to_device / torch:optree <= 1.2 |
 nested-torch-move-to | transfer | to_device over a hand-written move_to (nested, torch leaves) | torch:to_device / torch:move_to < 1.0 |
 nested-numpy-optree | transfer | to_device over optree.tree_map (nested, NumPy leaves to torch) | numpy:to_device / numpy:optree <= 1.2 |

@@ -131,6 +131,9 @@ def machine_info() -> dict[str, Any]:
         "datasets",
         "torchdata",
         "grain",
+        "torchvision",
+        "kornia",
+        "keras",
     )
     info: dict[str, Any] = {
         "cpu": cpu or platform.processor() or platform.machine(),

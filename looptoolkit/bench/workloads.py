@@ -16,7 +16,15 @@ import numpy as np
 from looptoolkit.device import _tree as _tree
 from looptoolkit.order._order import batch_count
 
-__all__ = ["DEFAULT_WORKLOADS", "SHARED", "WORKLOADS", "Workload", "host_array", "make_workload"]
+__all__ = [
+    "ALL_WORKLOADS",
+    "DEFAULT_WORKLOADS",
+    "SHARED",
+    "WORKLOADS",
+    "Workload",
+    "host_array",
+    "make_workload",
+]
 
 # name -> (description, rows, rows in --quick, batch size, batch size in --quick)
 # What `looptoolkit compare` (and `make compare`) runs unless told: the rectangular workloads.
@@ -33,7 +41,11 @@ WORKLOADS: dict[str, tuple[str, int, int, int, int]] = {
         300,
         30,
     ),
+    "augment": ('{"image": uint8 (N, 3, 256, 256), "label": int64 row id}', 2_048, 128, 128, 32),
 }
+# What `--workload all` runs: every loop workload. `augment` answers another question (where to
+# augment, not which loop) with 400 MB of images and its own peers: it runs when named.
+ALL_WORKLOADS = tuple(name for name in WORKLOADS if name != "augment")
 # The workload-agnostic row loops that a workload of another kind runs too (a "rows" one runs all).
 SHARED = {"mix": ("numpy-take", "floor-memcpy", "floor-seq-take", "loader-numpy")}
 
@@ -51,7 +63,8 @@ class Workload:
     num_batches: int  # per epoch, the last partial batch counted
     nbytes: int
     # "documents": variable-length rows, checked by content; "mixture": rows in sources by
-    # weight, checked per source with each batch's counts against the weights
+    # weight, checked per source with each batch's counts against the weights; "augment":
+    # augmented images, checked by shape, id and (the Loader's) against the keyed reference
     kind: str = "rows"
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -75,18 +88,20 @@ def make_workload(
     data: Any = ids
     if name in ("tabular", "mix"):
         data = {"x": rng.standard_normal((n, 64), dtype=np.float32), "y": ids}
-    elif name == "images":
-        data = {"image": rng.integers(0, 256, (n, 3, 64, 64), dtype=np.uint8), "label": ids}
+    elif name in ("images", "augment"):
+        side = 256 if name == "augment" else 64
+        data = {"image": rng.integers(0, 256, (n, 3, side, side), dtype=np.uint8), "label": ids}
     paths = {
         "index": "batch",
         "tabular": "batch['y']",
         "images": "batch['label']",
         "mix": "batch['y']",
+        "augment": "batch['label']",
     }
     id_path = paths[name]
     nbytes = sum(int(leaf.nbytes) for leaf in _tree.flatten(data)[0])
     description = f"{description}, N = {n:_}, batch {size}"
-    kind = "mixture" if name == "mix" else "rows"
+    kind = {"mix": "mixture", "augment": "augment"}.get(name, "rows")
     return Workload(name, description, data, size, id_path, n, batch_count(n, size), nbytes, kind)
 
 

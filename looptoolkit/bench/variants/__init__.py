@@ -43,7 +43,8 @@ class Variant:
             ``"a|b"``: the faster of the two in the run.
         batching: on the ``tokens`` workload, the batches it makes (``pad``, ``grouped``,
             ``budget``, ``pack``, ``flat``; `looptoolkit.bench.variants.tokens`).
-        needs: modules it imports beyond its backend; left out where one is not installed.
+        needs: modules it imports beyond its backend; left out where one is not installed
+            (``listed``: shown as a "not installed" row instead).
         mix: on the ``mix`` workload, the mixture it draws (a key of
             `looptoolkit.bench.variants.mix.MIXES`); its batches' deviation from the weights is
             measured.
@@ -62,6 +63,7 @@ class Variant:
     batching: str | None = None
     needs: tuple[str, ...] = ()
     mix: str | None = None
+    listed: bool = False
 
     is_floor = property(lambda self: self.name.startswith("floor-"), doc="A floor, not a loop.")
 

@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from looptoolkit import Loader
 from looptoolkit.bench.variants import Kit, images, loop, tokens, variant
+from looptoolkit.bench.variants.augment import augment_variants
 from looptoolkit.bench.variants.epochs import EpochPipeline
 from looptoolkit.bench.variants.mix import mix_variants
 from looptoolkit.bench.variants.numpy import aligned_take, chunked_manual, each, numpy_manual
@@ -94,5 +95,6 @@ VARIANTS = (
         _v("tf-bucket", loop(documents_dataset, host=True, bucket=True), **_DOCS), "group"
     ),
     *mix_variants(NAME, ("tf-mix",), slow=("tf-mix",)),
+    *augment_variants(NAME),
 )
 KIT = Kit(NAME, VARIANTS, leaves=lambda leaves, _: [tf.convert_to_tensor(x) for x in leaves])

@@ -15,6 +15,7 @@ from looptoolkit import Loader
 from looptoolkit._rows.rows import Rows
 from looptoolkit.adapters.torch import from_numpy
 from looptoolkit.bench.variants import Context, Kit, images, loop, tokens, variant
+from looptoolkit.bench.variants.augment import augment_variants
 from looptoolkit.bench.variants.epochs import EpochPipeline, batch_slices, order_length
 from looptoolkit.bench.variants.mix import mix_variants
 from looptoolkit.bench.variants.numpy import each, numpy_manual
@@ -286,6 +287,7 @@ VARIANTS = (
         )
     ),
     *mix_variants(NAME, ("torchdata-mix",), slow=("torchdata-mix",)),
+    *augment_variants(NAME),
 )
 KIT = Kit(
     NAME,
