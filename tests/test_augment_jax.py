@@ -101,7 +101,11 @@ def test_each_op_on_jax_is_the_numpy_path(name, channels, dtype):
 
 def test_resized_crop_is_the_separable_weights():
     images = _images("uint8", "first")
-    for op in (RandomResizedCrop((16, 20)), RandomResizedCrop(40), RandomResizedCrop(12, antialias=False)):
+    for op in (
+        RandomResizedCrop((16, 20)),
+        RandomResizedCrop(40),
+        RandomResizedCrop(12, antialias=False),
+    ):
         batch = ImageBatch(images)
         params = op.draw(BatchKeys(5, 0, np.arange(6)), 0, batch)
         boxes = zip(params["top"], params["left"], params["height"], params["width"], strict=True)

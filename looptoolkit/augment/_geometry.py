@@ -62,7 +62,9 @@ class HorizontalFlip(ImageOp):
         if _image.is_jax(images):
             from looptoolkit.augment import _jax
 
-            return _image.replace(batch, _jax.flip(images, params["apply"], self.axis, batch.channels))
+            return _image.replace(
+                batch, _jax.flip(images, params["apply"], self.axis, batch.channels)
+            )
         idx = _image.rows(params["apply"], images)
         if len(idx) == 0:
             return batch

@@ -180,7 +180,7 @@ def _box(n_h: int, n_w: int, y1: Any, y2: Any, x1: Any, x2: Any) -> Any:
 def _erase(value: tuple[float, ...], channels: str) -> Callable[..., Any]:
     def body(images: Any, apply: Any, top: Any, left: Any, height: Any, width: Any) -> Any:
         x = _first(images, channels)
-        n, c, h, w = x.shape
+        c, h, w = x.shape[1:]
         box = _box(h, w, top, top + height, left, left + width) & apply[:, None, None]
         fill = jnp.broadcast_to(jnp.asarray(value, jnp.float32), (c,)).astype(x.dtype)
         return _layout(jnp.where(box[:, None], fill[None, :, None, None], x), channels)
@@ -188,7 +188,9 @@ def _erase(value: tuple[float, ...], channels: str) -> Callable[..., Any]:
     return body
 
 
-def erase(images: Any, params: dict[str, np.ndarray], value: tuple[float, ...], channels: str) -> Any:
+def erase(
+    images: Any, params: dict[str, np.ndarray], value: tuple[float, ...], channels: str
+) -> Any:
     """``images`` with each applied row's box set to ``value``."""
     names = ("apply", "top", "left", "height", "width")
     return _run("erase", (value, channels), images, *(params[k] for k in names))
@@ -400,7 +402,7 @@ def warp(
     fill: tuple[float, ...],
     channels: str,
 ) -> Any:
-    """The applied rows sampled, nearest or bilinear, at their inverse maps ``theta`` ``(N, 2, 3)``."""
+    """The applied rows sampled (nearest or bilinear) at their inverse maps ``theta``."""
     return _run("warp", (mode, fill, channels), images, apply, theta)
 
 
@@ -456,13 +458,13 @@ def mix_labels(soft: Any, partner: np.ndarray, weight: np.ndarray) -> Any:
 
 def soft_labels(labels: Any, num_classes: int | None) -> Any:
     """Class ids ``(N,)`` as one-hot float32 ``(N, num_classes)``, or ``(N, K)`` as float32."""
-    if labels.ndim == 1:
+    if labels.ndim == 1 and num_classes is not None:
         return jax.nn.one_hot(labels, num_classes, dtype=jnp.float32)
     return labels.astype(jnp.float32)
 
 
 def convert(images: Any, name: str) -> Any:
-    """``images`` as dtype ``name``, scaled as ``Augment``'s ``dtype=`` (``ToDtype(scale=True)``)."""
+    """``images`` as dtype ``name``, scaled as ``Augment``'s ``dtype=`` (``ToDtype``)."""
     target = jnp.dtype(name)
     if images.dtype == target:
         return images

@@ -114,7 +114,9 @@ def _framework(x: Any, what: str) -> str:
     name = backend.name if backend is not None else None
     if name not in ("numpy", "torch", "jax"):
         got = type(x).__name__ if name is None else f"a {name} array"
-        raise TypeError(f"`{what}` must be a NumPy array, a torch tensor or a JAX array, got {got}.")
+        raise TypeError(
+            f"`{what}` must be a NumPy array, a torch tensor or a JAX array, got {got}."
+        )
     return name
 
 
