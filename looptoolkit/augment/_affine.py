@@ -47,16 +47,6 @@ def inverse_matrices(
     return m.reshape(-1, 2, 3)
 
 
-def _base_grid(height: int, width: int) -> np.ndarray:
-    """``(H * W, 3)`` float32 pixel centres ``(x, y, 1)``, relative to the image centre."""
-    x = np.linspace(-width * 0.5 + 0.5, width * 0.5 - 0.5, width, dtype=np.float32)
-    y = np.linspace(-height * 0.5 + 0.5, height * 0.5 - 0.5, height, dtype=np.float32)
-    grid = np.ones((height, width, 3), dtype=np.float32)
-    grid[..., 0] = x[None, :]
-    grid[..., 1] = y[:, None]
-    return grid.reshape(-1, 3)
-
-
 def _fill_values(fill: tuple[float, ...], channels: int) -> np.ndarray:
     if len(fill) not in (1, channels):
         raise ValueError(
@@ -71,7 +61,7 @@ def _warp_torch(src: Any, theta: np.ndarray, mode: str, fill: np.ndarray) -> Any
 
     n, c, h, w = src.shape
     dtype = src.dtype if src.is_floating_point() else torch.float32
-    base = torch.as_tensor(_base_grid(h, w), device=src.device).to(dtype)
+    base = torch.as_tensor(_image.base_grid(h, w), device=src.device).to(dtype)
     theta_t = torch.as_tensor(theta, device=src.device).to(dtype)
     halves = torch.tensor([0.5 * w, 0.5 * h], dtype=dtype, device=src.device)
     grid = base[None].expand(n, h * w, 3).bmm(theta_t.transpose(1, 2) / halves).view(n, h, w, 2)
@@ -93,7 +83,7 @@ def _warp_numpy(src: np.ndarray, theta: np.ndarray, mode: str, fill: np.ndarray)
     """The same sampling by gathering: pixel centres mapped, then nearest or bilinear."""
     n, c, h, w = src.shape
     halves = np.array([0.5 * w, 0.5 * h], dtype=np.float32)
-    grid = _base_grid(h, w)[None] @ (theta.astype(np.float32).transpose(0, 2, 1) / halves)
+    grid = _image.base_grid(h, w)[None] @ (theta.astype(np.float32).transpose(0, 2, 1) / halves)
     # grid_sample's unnormalisation (align_corners=False), in float32 as PyTorch's
     ix = (grid[..., 0] + np.float32(1)) * np.float32(w / 2) - np.float32(0.5)
     iy = (grid[..., 1] + np.float32(1)) * np.float32(h / 2) - np.float32(0.5)
@@ -239,11 +229,20 @@ class RandomAffine(ImageOp):
         which = np.flatnonzero(params["apply"])
         if len(which) == 0:
             return batch
+        fill = _fill_values(self._fill, _image.first(images, batch.channels).shape[1])
+        if _image.is_jax(images):
+            from looptoolkit.augment import _jax
+
+            # every row's map: the compiled function keeps the applied rows' samples
+            theta = self.matrices(params)
+            mode, channels = self.interpolation, batch.channels
+            values = tuple(float(v) for v in fill)
+            out = _jax.warp(images, params["apply"], theta, mode, values, channels)
+            return _image.replace(batch, out)
         theta = self.matrices({k: v[which] for k, v in params.items()})
         out = _image.copy(images)
         src, dst = _image.first(images, batch.channels), _image.first(out, batch.channels)
         idx = _image.rows(params["apply"], images)
-        fill = _fill_values(self._fill, src.shape[1])
         warp = _warp_torch if _image.is_torch(images) else _warp_numpy
         dst[idx] = warp(src[idx], theta, self.interpolation, fill)
         return _image.replace(batch, out)

@@ -46,6 +46,10 @@ def convert(images: Any, name: str) -> Any:
     uint8 to float divides by 255; float to uint8 multiplies by ``256 - 1e-3`` and
     truncates; float to float only casts.
     """
+    if _image.is_jax(images):
+        from looptoolkit.augment import _jax
+
+        return _jax.convert(images, name)
     if _image.is_torch(images):
         import torch
 
@@ -165,11 +169,13 @@ class Augment(Keyed):
         where = "the batch" if self.key is None else f"batch[{self.key!r}]"
         if not hasattr(images, "shape") or not hasattr(images, "dtype"):
             raise TypeError(f"{where} must be an array or a tensor, got {type(images).__name__}.")
-        if not isinstance(images, np.ndarray) and not _image.is_torch(images):
+        if not isinstance(images, np.ndarray) and not (
+            _image.is_torch(images) or _image.is_jax(images)
+        ):
             raise TypeError(
                 f"{where} is a {type(images).__module__}.{type(images).__name__}; the ops run "
-                "on NumPy arrays and torch tensors: pass `placement='host'` to augment the "
-                "host batch before its copy."
+                "on NumPy arrays, torch tensors and JAX arrays: pass `placement='host'` to "
+                "augment the host batch before its copy."
             )
         if len(images.shape) != 4:
             layout = "(N, C, H, W)" if self.channels == "first" else "(N, H, W, C)"

@@ -59,6 +59,12 @@ class HorizontalFlip(ImageOp):
     def apply(self, batch: ImageBatch, params: dict[str, np.ndarray]) -> ImageBatch:
         """The batch with the rows where ``params["apply"]`` flipped."""
         images = batch.images
+        if _image.is_jax(images):
+            from looptoolkit.augment import _jax
+
+            return _image.replace(
+                batch, _jax.flip(images, params["apply"], self.axis, batch.channels)
+            )
         idx = _image.rows(params["apply"], images)
         if len(idx) == 0:
             return batch
@@ -185,6 +191,11 @@ class RandomResizedCrop(ImageOp):
     def apply(self, batch: ImageBatch, params: dict[str, np.ndarray]) -> ImageBatch:
         """The batch's crops, resized to ``size``."""
         images = batch.images
+        if _image.is_jax(images):
+            from looptoolkit.augment import _jax
+
+            out = _jax.resized_crop(images, params, self.size, self.antialias, batch.channels)
+            return _image.replace(batch, out)
         src = _image.first(images, batch.channels)
         boxes = zip(params["top"], params["left"], params["height"], params["width"], strict=True)
         crops = [src[k, :, t : t + h, x : x + w] for k, (t, x, h, w) in enumerate(boxes)]
@@ -351,6 +362,12 @@ class RandomCrop(ImageOp):
         """The batch's crops."""
         height, width = batch.size
         left, top, right, bottom = self._padding(height, width)
+        if _image.is_jax(batch.images):
+            from looptoolkit.augment import _jax
+
+            pad = (left, top, right, bottom)
+            out = _jax.crop(batch.images, params, self.size, pad, self.fill, batch.channels)
+            return _image.replace(batch, out)
         src = _image.first(batch.images, batch.channels)
         padded: Any
         if _image.is_torch(src):
@@ -437,14 +454,18 @@ class RandomErasing(ImageOp):
         dst_rows = np.flatnonzero(params["apply"])
         if len(dst_rows) == 0:
             return batch
-        out = _image.copy(images)
-        dst = _image.first(out, batch.channels)
-        channels = dst.shape[1]
+        channels = _image.first(images, batch.channels).shape[1]
         if len(self._value) not in (1, channels):
             raise ValueError(
                 f"`value` must have 1 or {channels} numbers for {channels} channels, "
                 f"got {self.value!r}."
             )
+        if _image.is_jax(images):
+            from looptoolkit.augment import _jax
+
+            return _image.replace(batch, _jax.erase(images, params, self._value, batch.channels))
+        out = _image.copy(images)
+        dst = _image.first(out, batch.channels)
         fill = np.asarray(self._value, dtype=np.float32)[:, None, None]
         value: Any
         if _image.is_torch(dst):

@@ -2,8 +2,9 @@
 
 The ops compute on a channel-first view ``(N, C, H, W)`` of the batch (a transposed view
 for channel-last images, no copy) and write into a copy of the batch in its own layout, so
-one code path serves both layouts. torch is recognised by ``sys.modules``: a tensor can
-only exist once torch is imported, so nothing here imports a framework.
+one code path serves both layouts. torch and JAX are recognised by ``sys.modules``: a
+tensor can only exist once its framework is imported, so nothing here imports one. JAX
+arrays go to the compiled kernels of ``_jax`` instead.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ __all__ = [
     "ImageOp",
     "as_pair",
     "as_range",
+    "base_grid",
     "cast_round",
     "cast_trunc",
     "clip",
     "copy",
     "first",
     "is_float",
+    "is_jax",
     "is_torch",
     "layout",
     "max_value",
@@ -39,6 +42,12 @@ def is_torch(x: Any) -> bool:
     """Whether ``x`` is a torch tensor (without importing torch)."""
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(x, torch.Tensor)
+
+
+def is_jax(x: Any) -> bool:
+    """Whether ``x`` is a JAX array (without importing jax)."""
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(x, jax.Array)
 
 
 def is_float(x: Any) -> bool:
@@ -118,6 +127,16 @@ def cast_round(x: Any, like: Any) -> Any:
     if not is_float(like):
         x = x.round() if is_torch(x) else np.rint(x)
     return cast_trunc(x, like)
+
+
+def base_grid(height: int, width: int) -> np.ndarray:
+    """``(H * W, 3)`` float32 pixel centres ``(x, y, 1)``, relative to the image centre."""
+    x = np.linspace(-width * 0.5 + 0.5, width * 0.5 - 0.5, width, dtype=np.float32)
+    y = np.linspace(-height * 0.5 + 0.5, height * 0.5 - 0.5, height, dtype=np.float32)
+    grid = np.ones((height, width, 3), dtype=np.float32)
+    grid[..., 0] = x[None, :]
+    grid[..., 1] = y[:, None]
+    return grid.reshape(-1, 3)
 
 
 def replace(batch: ImageBatch, images: Any) -> ImageBatch:

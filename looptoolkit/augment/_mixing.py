@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from looptoolkit.adapters import backend_of
+from looptoolkit.augment import _image
 from looptoolkit.augment._base import ImageBatch, Op
 
 __all__ = ["CutMix", "MixUp", "beta_from_uniforms"]
@@ -108,12 +109,14 @@ def _check_alpha(alpha: Any) -> float:
 
 
 def _framework(x: Any, what: str) -> str:
-    """``"numpy"`` or ``"torch"``: where ``x`` lives (the mixing ops work on these two)."""
+    """``"numpy"``, ``"torch"`` or ``"jax"``: where ``x`` lives (the mixing ops work on these)."""
     backend = backend_of(x)
     name = backend.name if backend is not None else None
-    if name not in ("numpy", "torch"):
+    if name not in ("numpy", "torch", "jax"):
         got = type(x).__name__ if name is None else f"a {name} array"
-        raise TypeError(f"`{what}` must be a NumPy array or a torch tensor, got {got}.")
+        raise TypeError(
+            f"`{what}` must be a NumPy array, a torch tensor or a JAX array, got {got}."
+        )
     return name
 
 
@@ -179,6 +182,10 @@ def _soft_labels(batch: ImageBatch, op: str) -> Any:
             import torch
 
             return torch.nn.functional.one_hot(labels.long(), k).to(torch.float32)
+        if name == "jax":
+            from looptoolkit.augment import _jax
+
+            return _jax.soft_labels(labels, k)
         return np.eye(k, dtype=np.float32)[labels]
     if not numeric:
         raise TypeError(f"`labels` (N, K) must be numbers, got dtype {labels.dtype}.")
@@ -190,6 +197,10 @@ def _soft_labels(batch: ImageBatch, op: str) -> Any:
         import torch
 
         return labels.to(torch.float32)
+    if name == "jax":
+        from looptoolkit.augment import _jax
+
+        return _jax.soft_labels(labels, k)
     return labels.astype(np.float32)
 
 
@@ -239,6 +250,10 @@ def _mixing(params: dict[str, np.ndarray]) -> np.ndarray:
 
 def _mix_labels(soft: Any, params: dict[str, np.ndarray], mixing: np.ndarray) -> Any:
     weight = np.where(mixing, params["lam"], 1.0).astype(np.float32)[:, None]
+    if _image.is_jax(soft):
+        from looptoolkit.augment import _jax
+
+        return _jax.mix_labels(soft, params["partner"], weight[:, 0])
     w, partner = _like(weight, soft), _like(params["partner"], soft)
     return w * soft + (1 - w) * soft[partner]
 
@@ -296,6 +311,14 @@ class MixUp(Op):
         mixing = _mixing(params)
         images = batch.images
         weight = np.where(mixing, params["lam"], 1.0).astype(np.float32)[:, None, None, None]
+        if _image.is_jax(images):
+            from looptoolkit.augment import _jax
+
+            labels = _mix_labels(soft, params, mixing)
+            mixed = _jax.mixup(images, params["partner"], weight[:, 0, 0, 0], mixing)
+            return dataclasses.replace(
+                batch, images=mixed, labels=labels, num_classes=int(labels.shape[1])
+            )
         mixed = _blend(images, images[_like(params["partner"], images)], _like(weight, images))
         mixed = _where(_like(mixing[:, None, None, None], images), mixed, images)
         labels = _mix_labels(soft, params, mixing)
@@ -371,6 +394,14 @@ class CutMix(Op):
         images = batch.images
         h, w = batch.size
         box = np.where(mixing[:, None], params["box"], 0)  # rows not mixing: an empty box
+        if _image.is_jax(images):
+            from looptoolkit.augment import _jax
+
+            labels = _mix_labels(soft, params, mixing)
+            pasted = _jax.cutmix(images, params["partner"], box, batch.channels)
+            return dataclasses.replace(
+                batch, images=pasted, labels=labels, num_classes=int(labels.shape[1])
+            )
         y1, y2, x1, x2 = (_like(np.ascontiguousarray(box[:, i, None]), images) for i in range(4))
         ys, xs = _like(np.arange(h), images), _like(np.arange(w), images)
         inside = ((ys >= y1) & (ys < y2))[:, :, None] & ((xs >= x1) & (xs < x2))[:, None, :]
