@@ -26,14 +26,6 @@ BRIGHTNESS, CONTRAST, SATURATION, HUE = range(4)
 _NAMES = ("brightness", "contrast", "saturation", "hue")
 
 
-def _xp(x: Any) -> Any:
-    if _image.is_torch(x):
-        import torch
-
-        return torch
-    return np
-
-
 def _factor(values: np.ndarray, like: Any) -> Any:
     """Per-row factors ``(n, 1, 1, 1)`` as float32, where ``like`` lives."""
     f = np.asarray(values, dtype=np.float32).reshape(-1, 1, 1, 1)
@@ -58,43 +50,6 @@ def _gray(img: Any) -> Any:
     return gray.to(img.dtype) if _image.is_torch(img) else gray.astype(img.dtype)
 
 
-def _rgb2hsv(img: Any) -> tuple[Any, Any, Any]:
-    xp = _xp(img)
-    r, g, b = img[:, 0], img[:, 1], img[:, 2]
-    maxc = xp.maximum(xp.maximum(r, g), b)
-    minc = xp.minimum(xp.minimum(r, g), b)
-    eqc = maxc == minc
-    cr = maxc - minc
-    ones = xp.ones_like(maxc)
-    s = cr / xp.where(eqc, ones, maxc)
-    cr_divisor = xp.where(eqc, ones, cr)
-    rc, gc, bc = (maxc - r) / cr_divisor, (maxc - g) / cr_divisor, (maxc - b) / cr_divisor
-    hr = (maxc == r) * (bc - gc)
-    hg = ((maxc == g) & (maxc != r)) * (2.0 + rc - bc)
-    hb = ((maxc != g) & (maxc != r)) * (4.0 + gc - rc)
-    h = xp.fmod((hr + hg + hb) / 6.0 + 1.0, 1.0)
-    return h, s, maxc
-
-
-def _hsv2rgb(h: Any, s: Any, v: Any) -> Any:
-    xp = _xp(h)
-    i = xp.floor(h * 6.0)
-    f = h * 6.0 - i
-    i = i % 6
-    p = _image.clip(v * (1.0 - s), 0.0, 1.0)
-    q = _image.clip(v * (1.0 - s * f), 0.0, 1.0)
-    t = _image.clip(v * (1.0 - s * (1.0 - f)), 0.0, 1.0)
-
-    def pick(*choices: Any) -> Any:
-        out = choices[5]
-        for k in range(4, -1, -1):
-            out = xp.where(i == k, choices[k], out)
-        return out
-
-    rgb = (pick(v, q, p, p, t, v), pick(t, v, v, q, p, p), pick(p, p, t, v, v, q))
-    return xp.stack(rgb, 1)
-
-
 def adjust(kind: int, img: Any, factor: np.ndarray) -> Any:
     """One adjustment of ``img`` ``(n, C, H, W)``, ``C`` in 1 or 3, with per-row factors."""
     channels = img.shape[1]
@@ -109,8 +64,8 @@ def adjust(kind: int, img: Any, factor: np.ndarray) -> Any:
     if kind == SATURATION:
         return _blend(img, _gray(img), ratio)
     x = img if _image.is_float(img) else _image.to_float32(img) / 255.0
-    h, s, v = _rgb2hsv(x)
-    out = _hsv2rgb((h + ratio[:, 0]) % 1.0, s, v)
+    h, s, v = _image.rgb_to_hsv(x)
+    out = _image.hsv_to_rgb((h + ratio[:, 0]) % 1.0, s, v)
     if _image.is_float(img):
         return out
     return _image.cast_trunc(out * (255.0 + 1.0 - 1e-3), img)

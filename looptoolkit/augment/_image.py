@@ -18,6 +18,7 @@ from looptoolkit.augment._base import ImageBatch, Op
 
 __all__ = [
     "ImageOp",
+    "array_module",
     "as_pair",
     "as_range",
     "base_grid",
@@ -26,12 +27,14 @@ __all__ = [
     "clip",
     "copy",
     "first",
+    "hsv_to_rgb",
     "is_float",
     "is_jax",
     "is_torch",
     "layout",
     "max_value",
     "replace",
+    "rgb_to_hsv",
     "rows",
     "stack",
     "to_float32",
@@ -183,3 +186,56 @@ class ImageOp(Op):
     def __repr__(self) -> str:
         args = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields)
         return f"{type(self).__name__}({args})"
+
+
+def array_module(x: Any) -> Any:
+    """The array namespace of ``x``: ``torch``, ``jax.numpy`` or ``numpy`` (imports nothing new).
+
+    A JAX array (or a tracer inside a jitted function) can only exist once jax is imported.
+    """
+    if is_torch(x):
+        return sys.modules["torch"]
+    if is_jax(x):
+        import jax.numpy as jnp
+
+        return jnp
+    return np
+
+
+def rgb_to_hsv(img: Any) -> tuple[Any, Any, Any]:
+    """Hue, saturation and value of float RGB images ``(n, 3, H, W)`` (torchvision's formulas)."""
+    xp = array_module(img)
+    r, g, b = img[:, 0], img[:, 1], img[:, 2]
+    maxc = xp.maximum(xp.maximum(r, g), b)
+    minc = xp.minimum(xp.minimum(r, g), b)
+    eqc = maxc == minc
+    cr = maxc - minc
+    ones = xp.ones_like(maxc)
+    s = cr / xp.where(eqc, ones, maxc)
+    cr_divisor = xp.where(eqc, ones, cr)
+    rc, gc, bc = (maxc - r) / cr_divisor, (maxc - g) / cr_divisor, (maxc - b) / cr_divisor
+    hr = (maxc == r) * (bc - gc)
+    hg = ((maxc == g) & (maxc != r)) * (2.0 + rc - bc)
+    hb = ((maxc != g) & (maxc != r)) * (4.0 + gc - rc)
+    h = xp.fmod((hr + hg + hb) / 6.0 + 1.0, 1.0)
+    return h, s, maxc
+
+
+def hsv_to_rgb(h: Any, s: Any, v: Any) -> Any:
+    """Float RGB images ``(n, 3, H, W)`` from hue, saturation and value (torchvision's)."""
+    xp = array_module(h)
+    i = xp.floor(h * 6.0)
+    f = h * 6.0 - i
+    i = i % 6
+    p = xp.clip(v * (1.0 - s), 0.0, 1.0)
+    q = xp.clip(v * (1.0 - s * f), 0.0, 1.0)
+    t = xp.clip(v * (1.0 - s * (1.0 - f)), 0.0, 1.0)
+
+    def pick(*choices: Any) -> Any:
+        out = choices[5]
+        for k in range(4, -1, -1):
+            out = xp.where(i == k, choices[k], out)
+        return out
+
+    rgb = (pick(v, q, p, p, t, v), pick(t, v, v, q, p, p), pick(p, p, t, v, v, q))
+    return xp.stack(rgb, 1)

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from looptoolkit.augment._image import base_grid
+from looptoolkit.augment._image import base_grid, hsv_to_rgb, rgb_to_hsv
 
 __all__ = [
     "TRACES",
@@ -274,32 +274,8 @@ def _blend(img: Any, other: Any, ratio: Any) -> Any:
 def _hue(img: Any, shift: Any) -> Any:
     """Torchvision's ``adjust_hue`` (HSV round trip) with per-row shifts ``(N, 1, 1)``."""
     x = img if _is_float(img) else img.astype(jnp.float32) / 255.0
-    r, g, b = x[:, 0], x[:, 1], x[:, 2]
-    maxc = jnp.maximum(jnp.maximum(r, g), b)
-    minc = jnp.minimum(jnp.minimum(r, g), b)
-    eqc = maxc == minc
-    cr = maxc - minc
-    ones = jnp.ones_like(maxc)
-    s = cr / jnp.where(eqc, ones, maxc)
-    div = jnp.where(eqc, ones, cr)
-    rc, gc, bc = (maxc - r) / div, (maxc - g) / div, (maxc - b) / div
-    hr = (maxc == r) * (bc - gc)
-    hg = ((maxc == g) & (maxc != r)) * (2.0 + rc - bc)
-    hb = ((maxc != g) & (maxc != r)) * (4.0 + gc - rc)
-    h = (jnp.fmod((hr + hg + hb) / 6.0 + 1.0, 1.0) + shift) % 1.0
-    i = jnp.floor(h * 6.0)
-    f = h * 6.0 - i
-    i = i % 6
-    p = jnp.clip(maxc * (1.0 - s), 0.0, 1.0)
-    q = jnp.clip(maxc * (1.0 - s * f), 0.0, 1.0)
-    t = jnp.clip(maxc * (1.0 - s * (1.0 - f)), 0.0, 1.0)
-    v = maxc
-    sector = [i == k for k in range(5)]
-    rgb = [
-        jnp.select(sector, choices[:5], default=choices[5])
-        for choices in ((v, q, p, p, t, v), (t, v, v, q, p, p), (p, p, t, v, v, q))
-    ]
-    out = jnp.stack(rgb, 1)
+    h, s, v = rgb_to_hsv(x)
+    out = hsv_to_rgb((h + shift) % 1.0, s, v)
     if _is_float(img):
         return out
     return _cast_trunc(out * (255.0 + 1.0 - 1e-3), img.dtype)
