@@ -87,33 +87,7 @@ def _warp_numpy(src: np.ndarray, theta: np.ndarray, mode: str, fill: np.ndarray)
     # grid_sample's unnormalisation (align_corners=False), in float32 as PyTorch's
     ix = (grid[..., 0] + np.float32(1)) * np.float32(w / 2) - np.float32(0.5)
     iy = (grid[..., 1] + np.float32(1)) * np.float32(h / 2) - np.float32(0.5)
-    flat = src.reshape(n, c, h * w)
-    fill_c = fill[None, :, None]
-
-    def gather(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        inside = (x >= 0) & (x <= w - 1) & (y >= 0) & (y <= h - 1)
-        at = (np.clip(y, 0, h - 1) * w + np.clip(x, 0, w - 1)).astype(np.int64)
-        values = np.take_along_axis(flat, np.broadcast_to(at[:, None], (n, c, h * w)), axis=2)
-        return values.astype(np.float32), inside[:, None].astype(np.float32)
-
-    if mode == "nearest":
-        values, inside = gather(np.rint(ix), np.rint(iy))
-        out = np.where(inside < 0.5, fill_c, values)
-    else:
-        x0, y0 = np.floor(ix), np.floor(iy)
-        fx, fy = (ix - x0)[:, None], (iy - y0)[:, None]
-        total = np.zeros((n, c, h * w), dtype=np.float32)
-        mask = np.zeros((n, 1, h * w), dtype=np.float32)
-        for dy, dx, weight in (
-            (0, 0, (1 - fx) * (1 - fy)),
-            (0, 1, fx * (1 - fy)),
-            (1, 0, (1 - fx) * fy),
-            (1, 1, fx * fy),
-        ):
-            values, inside = gather(x0 + dx, y0 + dy)
-            total += weight * inside * values
-            mask += weight * inside
-        out = total * mask + (1.0 - mask) * fill_c
+    out = _image.sample_at(src.reshape(n, c, h * w), ix, iy, h, w, fill[None, :, None], mode)
     return _image.cast_round(out.reshape(n, c, h, w), src)
 
 

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from looptoolkit.augment._image import base_grid, hsv_to_rgb, rgb_to_hsv
+from looptoolkit.augment._image import base_grid, hsv_to_rgb, rgb_to_hsv, sample_at
 
 __all__ = [
     "TRACES",
@@ -337,33 +337,8 @@ def _warp(mode: str, fill: tuple[float, ...], channels: str) -> Callable[..., An
         # grid_sample's unnormalisation (align_corners=False), in float32 as PyTorch's
         ix = (grid[..., 0] + 1.0) * np.float32(w / 2) - 0.5
         iy = (grid[..., 1] + 1.0) * np.float32(h / 2) - 0.5
-        flat = x.reshape(n, c, h * w)
         fill_c = jnp.broadcast_to(jnp.asarray(fill, jnp.float32), (c,))[None, :, None]
-
-        def gather(gx: Any, gy: Any) -> tuple[Any, Any]:
-            inside = (gx >= 0) & (gx <= w - 1) & (gy >= 0) & (gy <= h - 1)
-            at = (jnp.clip(gy, 0, h - 1) * w + jnp.clip(gx, 0, w - 1)).astype(jnp.int32)
-            values = jnp.take_along_axis(flat, jnp.broadcast_to(at[:, None], (n, c, h * w)), 2)
-            return values.astype(jnp.float32), inside[:, None].astype(jnp.float32)
-
-        if mode == "nearest":
-            values, inside = gather(jnp.round(ix), jnp.round(iy))
-            out = jnp.where(inside < 0.5, fill_c, values)
-        else:
-            x0, y0 = jnp.floor(ix), jnp.floor(iy)
-            fx, fy = (ix - x0)[:, None], (iy - y0)[:, None]
-            total = jnp.zeros((n, c, h * w), jnp.float32)
-            mask = jnp.zeros((n, 1, h * w), jnp.float32)
-            for dy, dx, weight in (
-                (0, 0, (1 - fx) * (1 - fy)),
-                (0, 1, fx * (1 - fy)),
-                (1, 0, (1 - fx) * fy),
-                (1, 1, fx * fy),
-            ):
-                values, inside = gather(x0 + dx, y0 + dy)
-                total = total + weight * inside * values
-                mask = mask + weight * inside
-            out = total * mask + (1.0 - mask) * fill_c
+        out = sample_at(x.reshape(n, c, h * w), ix, iy, h, w, fill_c, mode)
         out = _cast_round(out.reshape(n, c, h, w), x.dtype)
         return _layout(jnp.where(_rows(apply), out, x), channels)
 
