@@ -341,7 +341,7 @@ def test_bad_labels_are_refused(op_type):
         apply(np.zeros((n, 2, 2)), 5)
     with pytest.raises(ValueError, match=r"K = `num_classes` = 5 columns, got 3"):
         apply(np.eye(n, 3), 5)
-    with pytest.raises(TypeError, match=r"a torch tensor or a JAX array, got list"):
+    with pytest.raises(TypeError, match=r"a JAX array or a tf tensor, got list"):
         apply([0, 1, 2, 3], 5)
 
 

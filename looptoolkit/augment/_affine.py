@@ -203,15 +203,14 @@ class RandomAffine(ImageOp):
         which = np.flatnonzero(params["apply"])
         if len(which) == 0:
             return batch
-        fill = _fill_values(self._fill, _image.first(images, batch.channels).shape[1])
-        if _image.is_jax(images):
-            from looptoolkit.augment import _jax
-
+        fill = _fill_values(self._fill, batch.num_channels)
+        kernels = _image.kernels(images)
+        if kernels is not None:
             # every row's map: the compiled function keeps the applied rows' samples
             theta = self.matrices(params)
-            mode, channels = self.interpolation, batch.channels
+            mode = self.interpolation
             values = tuple(float(v) for v in fill)
-            out = _jax.warp(images, params["apply"], theta, mode, values, channels)
+            out = kernels.warp(images, params["apply"], theta, mode, values, batch.channels)
             return _image.replace(batch, out)
         theta = self.matrices({k: v[which] for k, v in params.items()})
         out = _image.copy(images)

@@ -45,6 +45,11 @@ class ImageBatch:
         shape = tuple(self.images.shape)
         return (shape[2], shape[3]) if self.channels == "first" else (shape[1], shape[2])
 
+    @property
+    def num_channels(self) -> int:
+        """The images' channels: the width of their channel axis."""
+        return int(self.images.shape[1] if self.channels == "first" else self.images.shape[3])
+
 
 def stream_of(place: int, op: Any) -> int:
     """The draw stream of ``op`` at ``place`` in a composition: distinct ops draw apart."""

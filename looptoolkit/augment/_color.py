@@ -151,14 +151,13 @@ class ColorJitter(ImageOp):
         apply = params["apply"]
         if not apply.any():
             return batch
-        channels = _image.first(images, batch.channels).shape[1]
+        channels = batch.num_channels
         if channels not in (1, 3, 4):
             raise ValueError(f"`ColorJitter` needs 1, 3 or 4 channels, got {channels}.")
-        if _image.is_jax(images):
-            from looptoolkit.augment import _jax
-
+        kernels = _image.kernels(images)
+        if kernels is not None:
             enabled = tuple(span is not None for span in self._ranges)
-            return _image.replace(batch, _jax.color(images, params, enabled, batch.channels))
+            return _image.replace(batch, kernels.color(images, params, enabled, batch.channels))
         out = _image.copy(images)
         dst = _image.first(out, batch.channels)
         color = slice(0, 3 if channels == 4 else channels)

@@ -46,10 +46,9 @@ def convert(images: Any, name: str) -> Any:
     uint8 to float divides by 255; float to uint8 multiplies by ``256 - 1e-3`` and
     truncates; float to float only casts.
     """
-    if _image.is_jax(images):
-        from looptoolkit.augment import _jax
-
-        return _jax.convert(images, name)
+    kernels = _image.kernels(images)
+    if kernels is not None:
+        return kernels.convert(images, name)
     if _image.is_torch(images):
         import torch
 
@@ -170,12 +169,12 @@ class Augment(Keyed):
         if not hasattr(images, "shape") or not hasattr(images, "dtype"):
             raise TypeError(f"{where} must be an array or a tensor, got {type(images).__name__}.")
         if not isinstance(images, np.ndarray) and not (
-            _image.is_torch(images) or _image.is_jax(images)
+            _image.is_torch(images) or _image.kernels(images) is not None
         ):
             raise TypeError(
                 f"{where} is a {type(images).__module__}.{type(images).__name__}; the ops run "
-                "on NumPy arrays, torch tensors and JAX arrays: pass `placement='host'` to "
-                "augment the host batch before its copy."
+                "on NumPy arrays, torch tensors, JAX arrays and tf tensors: pass "
+                "`placement='host'` to augment the host batch before its copy."
             )
         if len(images.shape) != 4:
             layout = "(N, C, H, W)" if self.channels == "first" else "(N, H, W, C)"
@@ -191,7 +190,7 @@ class Augment(Keyed):
                 f"not 1, 3 or 4: shape {tuple(images.shape)}; pass `channels={other!r}` "
                 "if the channels are on the other side."
             )
-        name = str(images.dtype).removeprefix("torch.")
+        name = getattr(images.dtype, "name", None) or str(images.dtype).removeprefix("torch.")
         if name != "uint8" and not _image.is_float(images):
             raise TypeError(f"{where} must be uint8 or floating point images, got {name}.")
         if len(keys.positions) != images.shape[0]:

@@ -59,11 +59,10 @@ class HorizontalFlip(ImageOp):
     def apply(self, batch: ImageBatch, params: dict[str, np.ndarray]) -> ImageBatch:
         """The batch with the rows where ``params["apply"]`` flipped."""
         images = batch.images
-        if _image.is_jax(images):
-            from looptoolkit.augment import _jax
-
+        kernels = _image.kernels(images)
+        if kernels is not None:
             return _image.replace(
-                batch, _jax.flip(images, params["apply"], self.axis, batch.channels)
+                batch, kernels.flip(images, params["apply"], self.axis, batch.channels)
             )
         idx = _image.rows(params["apply"], images)
         if len(idx) == 0:
@@ -191,10 +190,13 @@ class RandomResizedCrop(ImageOp):
     def apply(self, batch: ImageBatch, params: dict[str, np.ndarray]) -> ImageBatch:
         """The batch's crops, resized to ``size``."""
         images = batch.images
-        if _image.is_jax(images):
-            from looptoolkit.augment import _jax
+        kernels = _image.kernels(images)
+        if _image.is_torch(images) and images.device.type != "cpu":
+            from looptoolkit.augment import _torch
 
-            out = _jax.resized_crop(images, params, self.size, self.antialias, batch.channels)
+            kernels = _torch.kernels_on(images.device)  # batched: no launch per row
+        if kernels is not None:
+            out = kernels.resized_crop(images, params, self.size, self.antialias, batch.channels)
             return _image.replace(batch, out)
         src = _image.first(images, batch.channels)
         boxes = zip(params["top"], params["left"], params["height"], params["width"], strict=True)
@@ -207,30 +209,12 @@ class RandomResizedCrop(ImageOp):
 def resize_weights(n_in: int, n_out: int, antialias: bool) -> np.ndarray:
     """The ``(n_out, n_in)`` float32 matrix of bilinear resampling along one axis.
 
-    Half-pixel centres (``align_corners=False``); when downscaling with ``antialias`` the
-    triangle filter is widened by the scale and each output's weights normalised, as
-    PyTorch's (and Pillow's) antialiased bilinear resampling does.
+    [`resample_weights`][looptoolkit.augment._image.resample_weights] of the whole axis,
+    computed in float64.
     """
-    scale = n_in / n_out
-    out = np.arange(n_out, dtype=np.float64)
-    weights = np.zeros((n_out, n_in), dtype=np.float64)
-    if antialias:
-        support, inv = (scale, 1.0 / scale) if scale >= 1.0 else (1.0, 1.0)
-        center = scale * (out + 0.5)
-        # C's truncating int casts, as PyTorch computes the filter's span
-        lo = np.maximum(np.trunc(center - support + 0.5), 0)[:, None]
-        hi = np.minimum(np.trunc(center + support + 0.5), n_in)[:, None]
-        j = np.arange(n_in, dtype=np.float64)[None, :]
-        w = np.clip(1.0 - np.abs((j - center[:, None] + 0.5) * inv), 0.0, None)
-        w = np.where((j >= lo) & (j < hi), w, 0.0)
-        weights = w / w.sum(axis=1, keepdims=True)
-    else:
-        src = np.maximum(scale * (out + 0.5) - 0.5, 0.0)
-        x0 = np.floor(src).astype(np.int64)
-        x1 = np.minimum(x0 + 1, n_in - 1)
-        lam = src - x0
-        np.add.at(weights, (np.arange(n_out), x0), 1.0 - lam)
-        np.add.at(weights, (np.arange(n_out), x1), lam)
+    one = np.zeros(1)
+    out, full = np.arange(n_out, dtype=np.float64), np.arange(n_in, dtype=np.float64)
+    weights = _image.resample_weights(one, one + n_in, out, full, antialias)[0]
     return weights.astype(np.float32)
 
 
@@ -362,11 +346,10 @@ class RandomCrop(ImageOp):
         """The batch's crops."""
         height, width = batch.size
         left, top, right, bottom = self._padding(height, width)
-        if _image.is_jax(batch.images):
-            from looptoolkit.augment import _jax
-
+        kernels = _image.kernels(batch.images)
+        if kernels is not None:
             pad = (left, top, right, bottom)
-            out = _jax.crop(batch.images, params, self.size, pad, self.fill, batch.channels)
+            out = kernels.crop(batch.images, params, self.size, pad, self.fill, batch.channels)
             return _image.replace(batch, out)
         src = _image.first(batch.images, batch.channels)
         padded: Any
@@ -454,16 +437,15 @@ class RandomErasing(ImageOp):
         dst_rows = np.flatnonzero(params["apply"])
         if len(dst_rows) == 0:
             return batch
-        channels = _image.first(images, batch.channels).shape[1]
+        channels = batch.num_channels
         if len(self._value) not in (1, channels):
             raise ValueError(
                 f"`value` must have 1 or {channels} numbers for {channels} channels, "
                 f"got {self.value!r}."
             )
-        if _image.is_jax(images):
-            from looptoolkit.augment import _jax
-
-            return _image.replace(batch, _jax.erase(images, params, self._value, batch.channels))
+        kernels = _image.kernels(images)
+        if kernels is not None:
+            return _image.replace(batch, kernels.erase(images, params, self._value, batch.channels))
         out = _image.copy(images)
         dst = _image.first(out, batch.channels)
         fill = np.asarray(self._value, dtype=np.float32)[:, None, None]

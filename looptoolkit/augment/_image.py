@@ -2,9 +2,10 @@
 
 The ops compute on a channel-first view ``(N, C, H, W)`` of the batch (a transposed view
 for channel-last images, no copy) and write into a copy of the batch in its own layout, so
-one code path serves both layouts. torch and JAX are recognised by ``sys.modules``: a
+one code path serves both layouts. torch, JAX and tf are recognised by ``sys.modules``: a
 tensor can only exist once its framework is imported, so nothing here imports one. JAX
-arrays go to the compiled kernels of ``_jax`` instead.
+arrays and tf tensors go to the compiled kernels of ``_jax`` and ``_tf`` instead
+([`kernels`][looptoolkit.augment._image.kernels]).
 """
 
 from __future__ import annotations
@@ -30,10 +31,13 @@ __all__ = [
     "hsv_to_rgb",
     "is_float",
     "is_jax",
+    "is_tf",
     "is_torch",
+    "kernels",
     "layout",
     "max_value",
     "replace",
+    "resample_weights",
     "rgb_to_hsv",
     "rows",
     "sample_at",
@@ -54,10 +58,31 @@ def is_jax(x: Any) -> bool:
     return jax is not None and isinstance(x, jax.Array)
 
 
+def is_tf(x: Any) -> bool:
+    """Whether ``x`` is a tf tensor (without importing tensorflow)."""
+    tf = sys.modules.get("tensorflow")
+    return tf is not None and isinstance(x, tf.Tensor)
+
+
+def kernels(x: Any) -> Any:
+    """The compiled kernels for ``x``'s framework (JAX, tf), or None for NumPy and torch."""
+    if is_jax(x):
+        from looptoolkit.augment import _jax
+
+        return _jax.KERNELS
+    if is_tf(x):
+        from looptoolkit.augment import _tf
+
+        return _tf.KERNELS
+    return None
+
+
 def is_float(x: Any) -> bool:
     """Whether ``x`` holds floating-point values."""
     if is_torch(x):
         return bool(x.is_floating_point())
+    if is_tf(x):
+        return bool(x.dtype.is_floating)
     return bool(np.issubdtype(x.dtype, np.floating))
 
 
@@ -190,9 +215,10 @@ class ImageOp(Op):
 
 
 def array_module(x: Any) -> Any:
-    """The array namespace of ``x``: ``torch``, ``jax.numpy`` or ``numpy`` (imports nothing new).
+    """The array namespace of ``x``: ``torch``, ``jax.numpy``, ``numpy``, or tf's (``_tf``).
 
-    A JAX array (or a tracer inside a jitted function) can only exist once jax is imported.
+    Imports nothing new: a JAX array (or a tracer inside a jitted function) can only exist
+    once jax is imported, a tf tensor once tensorflow is.
     """
     if is_torch(x):
         return sys.modules["torch"]
@@ -200,6 +226,10 @@ def array_module(x: Any) -> Any:
         import jax.numpy as jnp
 
         return jnp
+    if is_tf(x):
+        from looptoolkit.augment import _tf
+
+        return _tf.NUMPY
     return np
 
 
@@ -215,9 +245,9 @@ def rgb_to_hsv(img: Any) -> tuple[Any, Any, Any]:
     s = cr / xp.where(eqc, ones, maxc)
     cr_divisor = xp.where(eqc, ones, cr)
     rc, gc, bc = (maxc - r) / cr_divisor, (maxc - g) / cr_divisor, (maxc - b) / cr_divisor
-    hr = (maxc == r) * (bc - gc)
-    hg = ((maxc == g) & (maxc != r)) * (2.0 + rc - bc)
-    hb = ((maxc != g) & (maxc != r)) * (4.0 + gc - rc)
+    hr = xp.where(maxc == r, bc - gc, 0.0)
+    hg = xp.where((maxc == g) & (maxc != r), 2.0 + rc - bc, 0.0)
+    hb = xp.where((maxc != g) & (maxc != r), 4.0 + gc - rc, 0.0)
     h = xp.fmod((hr + hg + hb) / 6.0 + 1.0, 1.0)
     return h, s, maxc
 
@@ -247,16 +277,16 @@ def sample_at(flat: Any, ix: Any, iy: Any, h: int, w: int, fill: Any, mode: str)
 
     Nearest or bilinear, as ``grid_sample`` with zero padding and ``align_corners=False``;
     outside the image the ``fill`` ``(1, c, 1)`` shows through (bilinear: in proportion to
-    the taps outside). One code for NumPy and JAX (inside a jitted function too).
+    the taps outside). One code for NumPy, JAX and tf (inside a compiled function too).
     """
     xp = array_module(flat)
     n, c = flat.shape[0], flat.shape[1]
 
     def gather(x: Any, y: Any) -> tuple[Any, Any]:
         inside = (x >= 0) & (x <= w - 1) & (y >= 0) & (y <= h - 1)
-        at = (xp.clip(y, 0, h - 1) * w + xp.clip(x, 0, w - 1)).astype(xp.int32)
+        at = xp.asarray(xp.clip(y, 0, h - 1) * w + xp.clip(x, 0, w - 1), dtype=xp.int32)
         values = xp.take_along_axis(flat, xp.broadcast_to(at[:, None], (n, c, h * w)), axis=2)
-        return values.astype(xp.float32), inside[:, None].astype(xp.float32)
+        return xp.asarray(values, dtype=xp.float32), xp.asarray(inside[:, None], dtype=xp.float32)
 
     if mode == "nearest":  # round half to even, as rint
         values, inside = gather(xp.round(ix), xp.round(iy))
@@ -275,3 +305,34 @@ def sample_at(flat: Any, ix: Any, iy: Any, h: int, w: int, fill: Any, mode: str)
         total = total + weight * inside * values
         mask = mask + weight * inside
     return total * mask + (1.0 - mask) * fill
+
+
+def resample_weights(start: Any, n_in: Any, out: Any, full: Any, antialias: bool) -> Any:
+    """``(N, n_out, n_full)``: each row's bilinear resampling weights along one axis.
+
+    Row ``k`` resamples its crop ``[start[k], start[k] + n_in[k])`` of an axis of ``n_full``
+    pixels to ``n_out``; ``start`` and ``n_in`` are float ``(N,)``, ``out`` and ``full``
+    the float indices ``0 .. n_out - 1`` and ``0 .. n_full - 1``. Half-pixel centres
+    (``align_corners=False``); when downscaling with ``antialias`` the triangle filter is
+    widened by the scale over PyTorch's span of taps (C's truncating casts) and each
+    output's weights normalised, as PyTorch's (and Pillow's) antialiased bilinear
+    resampling does. One code for NumPy, torch, JAX and tf.
+    """
+    xp = array_module(start)
+    scale = (n_in / out.shape[0])[:, None]
+    out = out[None, :]
+    j = (full[None, :] - start[:, None])[:, None, :]
+    if antialias:
+        wide = scale >= 1.0
+        support, inv = xp.where(wide, scale, 1.0), xp.where(wide, 1.0 / scale, 1.0)
+        center = scale * (out + 0.5)
+        lo = xp.clip(xp.trunc(center - support + 0.5), 0.0, None)[..., None]
+        hi = xp.minimum(xp.trunc(center + support + 0.5), n_in[:, None])[..., None]
+        w = xp.clip(1.0 - xp.abs((j - center[..., None] + 0.5) * inv[..., None]), 0.0, None)
+        w = xp.where((j >= lo) & (j < hi), w, 0.0)
+        return w / xp.sum(w, axis=2, keepdims=True)
+    src = xp.clip(scale * (out + 0.5) - 0.5, 0.0, None)
+    x0 = xp.floor(src)
+    x1 = xp.minimum(x0 + 1, (n_in - 1)[:, None])
+    lam = (src - x0)[..., None]
+    return xp.where(j == x0[..., None], 1.0 - lam, 0.0) + xp.where(j == x1[..., None], lam, 0.0)

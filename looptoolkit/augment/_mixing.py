@@ -109,13 +109,14 @@ def _check_alpha(alpha: Any) -> float:
 
 
 def _framework(x: Any, what: str) -> str:
-    """``"numpy"``, ``"torch"`` or ``"jax"``: where ``x`` lives (the mixing ops work on these)."""
+    """``"numpy"``, ``"torch"``, ``"jax"`` or ``"tf"``: where ``x`` lives (the ops' kinds)."""
     backend = backend_of(x)
     name = backend.name if backend is not None else None
-    if name not in ("numpy", "torch", "jax"):
+    if name not in ("numpy", "torch", "jax", "tf"):
         got = type(x).__name__ if name is None else f"a {name} array"
         raise TypeError(
-            f"`{what}` must be a NumPy array, a torch tensor or a JAX array, got {got}."
+            f"`{what}` must be a NumPy array, a torch tensor, a JAX array or a tf tensor, "
+            f"got {got}."
         )
     return name
 
@@ -159,6 +160,9 @@ def _soft_labels(batch: ImageBatch, op: str) -> Any:
         integer = not (labels.dtype.is_floating_point or labels.dtype.is_complex)
         integer = integer and labels.dtype != torch.bool
         numeric = not labels.dtype.is_complex
+    elif name == "tf":
+        integer = bool(labels.dtype.is_integer)
+        numeric = integer or bool(labels.dtype.is_floating or labels.dtype.is_bool)
     else:
         integer = labels.dtype.kind in "iu"
         numeric = labels.dtype.kind in "biuf"
@@ -173,19 +177,19 @@ def _soft_labels(batch: ImageBatch, op: str) -> Any:
                 f"{op} needs `num_classes` to turn class ids into one-hot labels: pass "
                 "`num_classes=` to Augment, or pass one-hot labels (N, K)."
             )
-        if n and (int(labels.min()) < 0 or int(labels.max()) >= k):
+        ids = np.asarray(labels) if name == "tf" else labels
+        if n and (int(ids.min()) < 0 or int(ids.max()) >= k):
             raise ValueError(
                 f"`labels` must be class ids in [0, {k}) (`num_classes`={k}), got ids from "
-                f"{int(labels.min())} to {int(labels.max())}."
+                f"{int(ids.min())} to {int(ids.max())}."
             )
         if name == "torch":
             import torch
 
             return torch.nn.functional.one_hot(labels.long(), k).to(torch.float32)
-        if name == "jax":
-            from looptoolkit.augment import _jax
-
-            return _jax.soft_labels(labels, k)
+        kernels = _image.kernels(labels)
+        if kernels is not None:
+            return kernels.soft_labels(labels, k)
         return np.eye(k, dtype=np.float32)[labels]
     if not numeric:
         raise TypeError(f"`labels` (N, K) must be numbers, got dtype {labels.dtype}.")
@@ -197,10 +201,9 @@ def _soft_labels(batch: ImageBatch, op: str) -> Any:
         import torch
 
         return labels.to(torch.float32)
-    if name == "jax":
-        from looptoolkit.augment import _jax
-
-        return _jax.soft_labels(labels, k)
+    kernels = _image.kernels(labels)
+    if kernels is not None:
+        return kernels.soft_labels(labels, k)
     return labels.astype(np.float32)
 
 
@@ -250,10 +253,9 @@ def _mixing(params: dict[str, np.ndarray]) -> np.ndarray:
 
 def _mix_labels(soft: Any, params: dict[str, np.ndarray], mixing: np.ndarray) -> Any:
     weight = np.where(mixing, params["lam"], 1.0).astype(np.float32)[:, None]
-    if _image.is_jax(soft):
-        from looptoolkit.augment import _jax
-
-        return _jax.mix_labels(soft, params["partner"], weight[:, 0])
+    kernels = _image.kernels(soft)
+    if kernels is not None:
+        return kernels.mix_labels(soft, params["partner"], weight[:, 0])
     w, partner = _like(weight, soft), _like(params["partner"], soft)
     return w * soft + (1 - w) * soft[partner]
 
@@ -311,11 +313,10 @@ class MixUp(Op):
         mixing = _mixing(params)
         images = batch.images
         weight = np.where(mixing, params["lam"], 1.0).astype(np.float32)[:, None, None, None]
-        if _image.is_jax(images):
-            from looptoolkit.augment import _jax
-
+        kernels = _image.kernels(images)
+        if kernels is not None:
             labels = _mix_labels(soft, params, mixing)
-            mixed = _jax.mixup(images, params["partner"], weight[:, 0, 0, 0], mixing)
+            mixed = kernels.mixup(images, params["partner"], weight[:, 0, 0, 0], mixing)
             return dataclasses.replace(
                 batch, images=mixed, labels=labels, num_classes=int(labels.shape[1])
             )
@@ -394,11 +395,10 @@ class CutMix(Op):
         images = batch.images
         h, w = batch.size
         box = np.where(mixing[:, None], params["box"], 0)  # rows not mixing: an empty box
-        if _image.is_jax(images):
-            from looptoolkit.augment import _jax
-
+        kernels = _image.kernels(images)
+        if kernels is not None:
             labels = _mix_labels(soft, params, mixing)
-            pasted = _jax.cutmix(images, params["partner"], box, batch.channels)
+            pasted = kernels.cutmix(images, params["partner"], box, batch.channels)
             return dataclasses.replace(
                 batch, images=pasted, labels=labels, num_classes=int(labels.shape[1])
             )

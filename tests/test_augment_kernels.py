@@ -1,13 +1,15 @@
-"""The augmentation ops on JAX arrays: the NumPy path's outputs, compiled once per shape.
+"""The augmentation ops on JAX arrays and tf tensors: the NumPy path's outputs, compiled.
 
-Each op runs on a ``jax.Array`` with the parameters drawn on the host for the same keys and
-is compared with the same op on the NumPy array, channel-first and channel-last, uint8
-and float32 (tolerances in ``UINT8_LEVELS`` and ``FLOAT_ATOL``); the kernels trace once per
-op configuration and input shape; a Loader on a JAX device gives the NumPy Loader's rows.
+Each op runs on a ``jax.Array`` and on a ``tf.Tensor`` with the parameters drawn on the
+host for the same keys and is compared with the same op on the NumPy array, channel-first
+and channel-last, uint8 and float32 (tolerances in ``UINT8_LEVELS`` and ``FLOAT_ATOL``);
+the kernels trace once per op configuration and input shape; a Loader on a JAX device or
+a tf device gives the NumPy Loader's rows.
 """
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 from typing import Any
@@ -33,9 +35,31 @@ from looptoolkit.augment import (
 )
 from looptoolkit.augment._base import ImageBatch
 
-jax = pytest.importorskip("jax")
-jnp = pytest.importorskip("jax.numpy")
-_jax = pytest.importorskip("looptoolkit.augment._jax")
+
+class _Framework:
+    """A compiling framework under test: its arrays, kernels and a device of its own."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.module = pytest.importorskip("jax" if name == "jax" else "tensorflow")
+        self.kernels = importlib.import_module(f"looptoolkit.augment._{name}").KERNELS
+
+    def array(self, x: np.ndarray) -> Any:
+        if self.name == "jax":
+            return self.module.numpy.asarray(x)
+        return self.module.constant(x)
+
+    def owns(self, x: Any) -> bool:
+        return isinstance(x, self.module.Array if self.name == "jax" else self.module.Tensor)
+
+    def device(self) -> Any:
+        return self.module.devices("cpu")[0] if self.name == "jax" else "/CPU:0"
+
+
+@pytest.fixture(params=["jax", "tf"], scope="module")
+def fw(request: pytest.FixtureRequest) -> _Framework:
+    return _Framework(request.param)
+
 
 OPS: dict[str, Any] = {
     "hflip": HorizontalFlip(),
@@ -55,8 +79,8 @@ OPS: dict[str, Any] = {
     "rotation": RandomRotation(30),
 }
 # Largest difference from the NumPy path in uint8 levels (absent: exact). The NumPy path's
-# resized crop is torch's fixed-point uint8 kernel where torch is installed; the JAX kernel
-# is the float32 separable weights of `_geometry.resize_numpy` (within one level of it, see
+# resized crop is torch's fixed-point uint8 kernel where torch is installed; the compiled
+# kernel is the float32 separable weights of `_geometry.resize_numpy` (within one level of it, see
 # test_resized_crop_is_the_separable_weights).
 UINT8_LEVELS = {
     "resized_crop": 2,
@@ -89,17 +113,16 @@ def _close(got: Any, want: np.ndarray, name: str) -> None:
 @pytest.mark.parametrize("dtype", ["uint8", "float32"])
 @pytest.mark.parametrize("channels", ["first", "last"])
 @pytest.mark.parametrize("name", sorted(OPS))
-def test_each_op_on_jax_is_the_numpy_path(name, channels, dtype):
+def test_each_op_compiled_is_the_numpy_path(fw, name, channels, dtype):
     images = _images(dtype, channels)
     aug = Augment([OPS[name]], key=None, channels=channels)
     keys = BatchKeys(3, 1, np.arange(10, 16))
-    got = aug(jnp.asarray(images), keys)
-    assert isinstance(got, jax.Array)
-    assert got.devices() == {jax.devices("cpu")[0]}
+    got = aug(fw.array(images), keys)
+    assert fw.owns(got)
     _close(got, aug(images, keys), name)
 
 
-def test_resized_crop_is_the_separable_weights():
+def test_resized_crop_is_the_separable_weights(fw):
     images = _images("uint8", "first")
     for op in (
         RandomResizedCrop((16, 20)),
@@ -113,60 +136,67 @@ def test_resized_crop_is_the_separable_weights():
             _geometry.resize_numpy(images[k, :, t : t + h, x : x + w], op.size, op.antialias)
             for k, (t, x, h, w) in enumerate(boxes)
         ])  # fmt: skip
-        got = np.asarray(op.apply(ImageBatch(jnp.asarray(images)), params).images)
+        got = np.asarray(op.apply(ImageBatch(fw.array(images)), params).images)
         assert np.abs(got.astype(np.int16) - want.astype(np.int16)).max() <= 1
 
 
 @pytest.mark.parametrize("channels", ["first", "last"])
 @pytest.mark.parametrize("op", [MixUp(alpha=0.4, p=0.8), CutMix(p=0.8)], ids=repr)
-def test_mixing_ops_on_jax_are_the_numpy_path(op, channels):
+def test_mixing_ops_compiled_are_the_numpy_path(fw, op, channels):
     images = _images("uint8", channels, n=8)
     labels = np.arange(8) % 5
     aug = Augment([op], key="image", labels="label", num_classes=5, channels=channels)
     keys = BatchKeys(2, 0, np.arange(8))
     want = aug({"image": images, "label": labels}, keys)
-    got = aug({"image": jnp.asarray(images), "label": jnp.asarray(labels)}, keys)
-    assert isinstance(got["image"], jax.Array) and isinstance(got["label"], jax.Array)
+    got = aug({"image": fw.array(images), "label": fw.array(labels)}, keys)
+    assert fw.owns(got["image"]) and fw.owns(got["label"])
     np.testing.assert_array_equal(np.asarray(got["image"]), want["image"])
     np.testing.assert_allclose(np.asarray(got["label"]), want["label"], atol=1e-6)
 
 
-def test_dtype_conversion_on_jax():
+def test_dtype_conversion_compiled(fw):
     images = _images("uint8", "first")
     keys = BatchKeys(0, 0, np.arange(6))
     aug = Augment([HorizontalFlip()], key=None, dtype="float32")
-    got = aug(jnp.asarray(images), keys)
-    assert got.dtype == jnp.float32
+    got = aug(fw.array(images), keys)
+    assert np.asarray(got).dtype == np.float32
     np.testing.assert_allclose(np.asarray(got), aug(images, keys), atol=1e-7)
 
 
-def test_each_kernel_traces_once_per_shape():
+def test_each_kernel_traces_once_per_shape(fw):
     aug = Augment([RandomResizedCrop(8), HorizontalFlip(), ColorJitter(0.3, hue=0.1)], key=None)
     images = _images("uint8", "first", n=4)[:, :, :17, :19]  # a shape no other test uses
-    aug(jnp.asarray(images), BatchKeys(0, 0, np.arange(4)))
-    before = dict(_jax.TRACES)
+    traces = fw.kernels.traces
+    aug(fw.array(images), BatchKeys(0, 0, np.arange(4)))
+    before = dict(traces)
     for epoch in range(1, 4):  # other keys, other values, same shape: no new trace
         other = np.roll(images, epoch, axis=0)
-        aug(jnp.asarray(other), BatchKeys(0, epoch, np.arange(4, 8)))
-    assert dict(_jax.TRACES) == before
-    aug(jnp.asarray(images[:3]), BatchKeys(0, 0, np.arange(3)))  # a new shape traces once
-    grown = {k: _jax.TRACES[k] - before.get(k, 0) for k in ("resized_crop", "flip", "color")}
+        aug(fw.array(other), BatchKeys(0, epoch, np.arange(4, 8)))
+    assert dict(traces) == before
+    aug(fw.array(images[:3]), BatchKeys(0, 0, np.arange(3)))  # a new shape traces once
+    grown = {k: traces[k] - before.get(k, 0) for k in ("resized_crop", "flip", "color")}
     assert grown == {"resized_crop": 1, "flip": 1, "color": 1}
 
 
-def test_a_broadcast_of_row_zero_is_caught(monkeypatch):
+def test_a_broadcast_of_row_zero_is_caught(fw, monkeypatch):
     images = _images("uint8", "first")
     keys = BatchKeys(3, 0, np.arange(6))
     aug = Augment([RandomCrop(20, padding=4)], key=None)
     want = aug(images, keys)
-    host = _jax._host
-    monkeypatch.setattr(_jax, "_host", lambda p: host(np.broadcast_to(np.asarray(p)[:1], p.shape)))
+    host = fw.kernels.host
+    planted = lambda p: host(np.broadcast_to(np.asarray(p)[:1], p.shape))  # noqa: E731
+    monkeypatch.setattr(fw.kernels, "host", planted)
     with pytest.raises(AssertionError):
-        _close(aug(jnp.asarray(images), keys), want, "crop")
+        _close(aug(fw.array(images), keys), want, "crop")
+    monkeypatch.undo()
+    _close(aug(fw.array(images), keys), want, "crop")
 
 
-def test_importing_augment_imports_no_jax():
-    code = "import sys, looptoolkit.augment; assert 'jax' not in sys.modules, 'jax'"
+def test_importing_augment_imports_no_framework():
+    code = (
+        "import sys, looptoolkit.augment\n"
+        "for name in ('jax', 'tensorflow', 'torch'): assert name not in sys.modules, name"
+    )
     subprocess.run([sys.executable, "-X", "dev", "-W", "error", "-c", code], check=True)
 
 
@@ -188,7 +218,7 @@ def _by_id(loader: Loader) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     return out
 
 
-def test_a_loader_on_a_jax_device_gives_the_numpy_rows():
+def test_a_loader_on_a_compiling_device_gives_the_numpy_rows(fw):
     ops = [
         RandomCrop(20, padding=2),
         HorizontalFlip(),
@@ -198,11 +228,47 @@ def test_a_loader_on_a_jax_device_gives_the_numpy_rows():
     ]
     aug = Augment(ops, key="image", labels="label", num_classes=5)
     want = _by_id(Loader(_data(40), 8, seed=4, transform=aug))
-    loader = Loader(_data(40), 8, seed=4, device=jax.devices("cpu")[0], transform=aug)
+    loader = Loader(_data(40), 8, seed=4, device=fw.device(), transform=aug)
     batch = next(iter(loader))
-    assert isinstance(batch["image"], jax.Array) and isinstance(batch["label"], jax.Array)
+    assert fw.owns(batch["image"]) and fw.owns(batch["label"])
     got = _by_id(loader)
     assert sorted(got) == sorted(want)
     for i, (image, label) in want.items():
         np.testing.assert_array_equal(got[i][0], image)
         np.testing.assert_allclose(got[i][1], label, atol=1e-6)
+
+
+@pytest.mark.parametrize("channels", ["first", "last"])
+@pytest.mark.parametrize("dtype", ["uint8", "float32"])
+def test_resized_crop_off_the_cpu_is_the_host_path(channels, dtype):
+    torch = pytest.importorskip("torch")
+    from looptoolkit.augment import _torch
+
+    images = torch.from_numpy(_images(dtype, channels))
+    kernels = _torch.kernels_on(torch.device("cpu"))  # the kernels a GPU runs, here on the CPU
+    for op in (
+        RandomResizedCrop((16, 20)),
+        RandomResizedCrop(40),
+        RandomResizedCrop(12, antialias=False),
+    ):
+        batch = ImageBatch(images, channels)
+        params = op.draw(BatchKeys(5, 0, np.arange(6)), 0, batch)
+        got = kernels.resized_crop(images, params, op.size, op.antialias, channels)
+        _close(got.numpy(), op.apply(batch, params).images.numpy(), "resized_crop")
+
+
+def test_resized_crop_on_a_device_makes_no_call_per_row(monkeypatch):
+    torch = pytest.importorskip("torch")
+
+    def per_row(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("interpolate called: a launch per row")
+
+    images = torch.empty((5, 3, 29, 37), dtype=torch.uint8, device="meta")  # not the CPU
+    op = RandomResizedCrop((16, 20))
+    batch = ImageBatch(images)
+    params = op.draw(BatchKeys(0, 0, np.arange(5)), 0, batch)
+    monkeypatch.setattr(torch.nn.functional, "interpolate", per_row)
+    out = op.apply(batch, params).images
+    assert out.device.type == "meta" and tuple(out.shape) == (5, 3, 16, 20)
+    with pytest.raises(AssertionError, match="per row"):  # the host path does loop
+        op.apply(ImageBatch(torch.zeros((5, 3, 29, 37), dtype=torch.uint8)), params)
