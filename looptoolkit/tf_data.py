@@ -175,11 +175,6 @@ def loader_dataset(
         data = Loader(data, batch_size, shuffle=shuffle, seed=seed, group_size=group_size,
                       drop_last=drop_last)  # fmt: skip
     if isinstance(data, Loader) and data._ragged:
-        if getattr(data.transform if transform is None else transform, "keyed", False):
-            raise ValueError(
-                "a keyed `transform` (an augmentation) is not offered by `loader_dataset` over "
-                "ragged data yet: iterate the Loader itself."
-            )
         if order is not None or batch_size not in (None, data.batch_size):
             raise TypeError(
                 "a Loader over ragged data brings its own order and batch size; pass neither."
@@ -375,12 +370,23 @@ def _ragged_dataset(
     A pass binds the Loader's cursor, and each batch is built by the Loader's own code
     (``tf.numpy_function``), so its values are the Loader's. The padded and token dimensions
     are ``None`` in the specs; a layout's NamedTuple keeps its structure, ``max_seqlen`` is
-    an int64 scalar.
+    an int64 scalar. A keyed transform (``MaskTokens``) runs there too, on the host, with the
+    Loader's keys of each batch; its output's structure is that of the first batch's.
     """
     rows: Any = loader._rows
     order: Any = loader._order
     cursor = loader._cursor
-    example = _host_batch(rows.first_rows(2))
+    keyed = getattr(transform, "keyed", False)
+
+    def build(schedule: Any, i: int) -> Any:
+        batch = rows.batch(schedule.batch(i))
+        if keyed:
+            assert transform is not None
+            keys = BatchKeys(order.seed, schedule.epoch, schedule.positions(i))
+            batch = transform(batch, keys)  # type: ignore[call-arg]
+        return _host_batch(batch)
+
+    example = build(order.epoch(0), 0) if keyed else _host_batch(rows.first_rows(2))
     flat = tf.nest.flatten(example)
     dtypes = [tf.as_dtype(x.dtype) for x in flat]
     shapes = tf.nest.flatten(_ragged_shapes(example))
@@ -401,8 +407,7 @@ def _ragged_dataset(
     def read(key: np.int64, i: np.int64) -> list[np.ndarray]:
         with lock:
             schedule = passes[int(key)]
-        batch = rows.batch(schedule.batch(int(i)))
-        return tf.nest.flatten(_host_batch(batch))
+        return tf.nest.flatten(build(schedule, int(i)))
 
     def complete(token: np.int64) -> np.bool_:
         return np.bool_(cursor.complete(int(token)))
@@ -417,7 +422,7 @@ def _ragged_dataset(
             tensor.set_shape(shape)
         batch = tf.nest.pack_sequence_as(example, out)
         last = tf.equal(i, count - 1)
-        return last, token, batch if transform is None else transform(batch)
+        return last, token, batch if transform is None or keyed else transform(batch)
 
     ds = tf.data.Dataset.range(1).flat_map(epoch_batches).map(produce)
     fixed = not isinstance(order, UnitOrder) or order.opts.layout == "pack"

@@ -577,13 +577,6 @@ def make_dataloader(
         collate = KeyedCollate(collate_fn)
     if rows.ragged_paths:
         items, order, cursor = ragged_parts(rows, order, tensors=tensors)
-        if keyed and not hasattr(order.epoch(0), "positions"):
-            raise ValueError(
-                "a keyed `collate_fn` (an augmentation) draws by each row's position in the "
-                "epoch's order, which planned ragged batches (`batch_tokens`, "
-                "`group_by_length`, `PackLayout`, `FitLayout`) do not have yet: use "
-                "`batch_size` with `PadLayout` or `FlatLayout`."
-            )
         return EpochDataLoader(
             items,
             batch_sampler=OrderBatchSampler(order, cursor, keyed=keyed),  # type: ignore[arg-type]

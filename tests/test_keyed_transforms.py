@@ -133,12 +133,6 @@ def test_a_transform_before_the_move_sees_the_host_batch():
     assert {k: v for k, v in _draws(loader).items()} == _reference()
 
 
-def test_planned_ragged_batches_refuse_a_keyed_transform():
-    docs = {"ids": [[1, 2, 3], [4, 5], [6]] * 10}
-    with pytest.raises(ValueError, match="keyed `transform`"):
-        Loader(docs, batch_tokens=16, transform=Draw())
-
-
 def test_keys_by_batch_slot_would_be_caught(monkeypatch):
     # The planted defect: a row keyed by its slot in the batch, not its place in the epoch.
     from looptoolkit._pipeline import stream

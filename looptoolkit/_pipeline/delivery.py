@@ -126,13 +126,6 @@ class Delivery:
         if self.transform is not None:
             keys = None
             if getattr(self.transform, "keyed", False):
-                if not hasattr(order.epoch(0), "positions"):
-                    raise ValueError(
-                        "a keyed `transform` (an augmentation) draws by each row's position "
-                        "in the epoch's order, which planned ragged batches (`batch_tokens`, "
-                        "`group_by_length`, `PackLayout`, `FitLayout`) do not have yet: use "
-                        "`batch_size` with `PadLayout` or `FlatLayout`."
-                    )
                 keys = KeysOf(order)
             transform = Transform(self.transform, self.jit_transform, self.skip_keys, keys)
         shards = 1  # of the device's batch axis: what a resumed epoch must split into

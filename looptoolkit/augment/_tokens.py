@@ -6,14 +6,16 @@ chooses tokens as Hugging Face's ``DataCollatorForLanguageModeling`` does (each 
 ``probability``, never a special token or padding; of the chosen, 80% become the mask token,
 10% a random token, 10% stay) and hands on the masked ids and the labels (the original id at
 chosen tokens, ``ignore_index`` elsewhere), in the layout the ids came in: a
-[`Padded`][looptoolkit.Padded] or [`Flat`][looptoolkit.Flat] batch of a ragged column, or a
-plain ``(B, L)`` array.
+[`Padded`][looptoolkit.Padded], [`Flat`][looptoolkit.Flat] or [`Packed`][looptoolkit.Packed]
+batch of a ragged column, or a plain ``(B, L)`` array.
 
 A token's draws are a function of (the Loader's seed, the epoch, its row's position in the
 epoch's order, its index in the row) only: not of the batch's padded length, the layout, the
-other rows of the batch, the worker or the framework. They are drawn on the host for the
-whole batch at once; what depends on the ids (which tokens may be chosen, the new ids) is
-computed where the ids are, NumPy or torch on any device.
+other rows of the batch, the worker or the framework. In planned batches (``batch_tokens``,
+``group_by_length``) a row's position is its place in the epoch's plan; a packed row
+(``PackLayout``, ``FitLayout``) is numbered in the plan as a row of its own. They are drawn
+on the host for the whole batch at once; what depends on the ids (which tokens may be
+chosen, the new ids) is computed where the ids are, NumPy or torch on any device.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import numpy as np
 from looptoolkit._common.keys import BatchKeys, uniforms
 from looptoolkit.adapters import backend_of
 from looptoolkit.augment._base import Keyed
-from looptoolkit.ragged._layouts import Flat, Padded
+from looptoolkit.ragged._layouts import Flat, Packed, Padded
 
 __all__ = ["MaskTokens"]
 
@@ -62,8 +64,9 @@ class MaskTokens(Keyed):
     chosen tokens and ``ignore_index`` elsewhere, as int64 (torch: ``torch.long``).
 
     The batch is a mapping; the ids under ``key`` are a [`Padded`][looptoolkit.Padded]
-    ``(B, L)`` or [`Flat`][looptoolkit.Flat] ``(T,)`` batch of a ragged column, or a plain
-    ``(B, L)`` integer array (padding then is ``pad_token_id``), NumPy or torch. The result is
+    ``(B, L)``, [`Flat`][looptoolkit.Flat] ``(T,)`` or [`Packed`][looptoolkit.Packed]
+    ``(R, seq_len)`` batch of a ragged column (padding never chosen), or a plain ``(B, L)``
+    integer array (padding then is ``pad_token_id``), NumPy or torch. The result is
     a new mapping with the masked ids under ``key`` and the labels under ``labels_key`` (in
     the same layout; an existing entry is replaced).
 
@@ -202,6 +205,10 @@ class MaskTokens(Keyed):
             out_labels: Any = leaf._replace(values=labels)
         elif isinstance(leaf, Flat):
             ids, labels = self._flat(leaf, keys, f"{where}.values")
+            out_ids, out_labels = leaf._replace(values=ids), leaf._replace(values=labels)
+        elif isinstance(leaf, Packed):  # each packed row drawn as a row; padding never chosen
+            real = leaf.segment_ids != 0
+            ids, labels = self._padded(leaf.values, real, keys, f"{where}.values")
             out_ids, out_labels = leaf._replace(values=ids), leaf._replace(values=labels)
         else:
             out_ids, out_labels = self._padded(leaf, None, keys, where)

@@ -61,7 +61,9 @@ BLOCK_BATCHES = 16
 class Units:
     """The batches of one epoch's plan; ``batch(u)`` is what ``RaggedRows`` gathers for ``u``.
 
-    ``block(us)``, where given, lays out the batches ``us`` as one ``Block``.
+    ``block(us)``, where given, lays out the batches ``us`` as one ``Block``. ``positions(u)``
+    numbers the rows of batch ``u`` as it is delivered (data rows, or packed rows) within the
+    epoch's plan, ``0 .. extent - 1``, each once: what keyed transforms draw by.
     """
 
     def __init__(
@@ -69,11 +71,15 @@ class Units:
         count: int,
         batch: Callable[[int], Any],
         rows: Callable[[int], np.ndarray],
+        positions: Callable[[int], np.ndarray],
+        extent: int,
         block: Callable[[np.ndarray], Block] | None = None,
     ) -> None:
         self.count = count
         self.batch = batch
         self.rows = rows  # the data rows of batch u, in order
+        self.positions = positions
+        self.extent = extent
         self.block = block
 
 
@@ -106,6 +112,16 @@ class UnitEpoch:
     def padding_mask(self, i: int) -> np.ndarray | None:
         """``[True]`` when batch ``i`` repeats an earlier batch to even the ranks, else None."""
         return self._inner.padding_mask(i)
+
+    def positions(self, i: int) -> np.ndarray:
+        """The plan's numbers of the rows of this rank's batch ``i`` (``Units.positions``).
+
+        The same at any world size and resume offset, as the plan is; a batch repeated to
+        even the ranks numbers its rows past the plan's end, so it draws other parameters.
+        """
+        slot = int(self._inner.positions(i)[0])
+        u = int(self._inner.batch(i)[0])
+        return self.units.positions(u) + (slot // self.units.count) * self.units.extent
 
     def indices(self) -> np.ndarray:
         """The data rows of this rank's batches, in order, concatenated."""
@@ -272,14 +288,21 @@ class UnitOrder:
         source = self.docs._source(epoch)
         length_at = self.length_at
 
+        def first(u: int) -> int:
+            return int(order[u]) * b if u < full else full * b  # the short last batch: last
+
         def rows(u: int) -> np.ndarray:
-            start = int(order[u]) * b if u < full else full * b  # the short last batch: last
+            start = first(u)
             lo = start // size * size
             seg = source.segment(lo, min(lo + size, m))
             window = _plans.SortedWindows(length_at(seg), size)
             return seg[window.order()[start - lo : start - lo + b]]
 
-        return Units(count, rows, rows)
+        def positions(u: int) -> np.ndarray:
+            start = first(u)
+            return np.arange(start, min(start + b, m), dtype=np.int64)
+
+        return Units(count, rows, rows, positions, m)
 
     def epoch(self, epoch: int, offset: int = 0) -> UnitEpoch:
         """This rank's batches of ``epoch`` from global batch ``offset`` on."""
@@ -332,7 +355,10 @@ def _row_units(
     def rows(u: int) -> np.ndarray:
         return seq[starts[u] : stops[u]]
 
-    return Units(len(starts), rows, rows)
+    def positions(u: int) -> np.ndarray:
+        return np.arange(starts[u], stops[u], dtype=np.int64)
+
+    return Units(len(starts), rows, rows, positions, len(seq))
 
 
 def _pack_units(seq: np.ndarray, lens: np.ndarray, opts: Options, drop_last: bool) -> Units:
@@ -354,7 +380,7 @@ def _pack_units(seq: np.ndarray, lens: np.ndarray, opts: Options, drop_last: boo
         pieces = Pieces(seq[at], first, length, dst, len(us) * per)
         return Block(pieces, per, rows_of, [0] * len(us))
 
-    return _packed_units(count, block)
+    return _packed_units(count, per, packed_rows, block)
 
 
 def _fit_units(
@@ -390,7 +416,7 @@ def _fit_units(
         rows = Pieces(seq[doc], start, length, dst, len(us) * per)
         return Block(rows, per, (r1 - r0).tolist(), list(map(int, truncated)))
 
-    return _packed_units(batches, block)
+    return _packed_units(batches, per, total_rows, block)
 
 
 class _FitPieces:
@@ -432,8 +458,12 @@ class _FitPieces:
         return doc, start
 
 
-def _packed_units(count: int, block: Callable[[np.ndarray], Block]) -> Units:
-    """Packed batches: batch ``u`` is the block of ``u`` alone, its rows those of its pieces."""
+def _packed_units(count: int, per: int, total: int, block: Callable[[np.ndarray], Block]) -> Units:
+    """Packed batches: batch ``u`` is the block of ``u`` alone, its rows those of its pieces.
+
+    Batch ``u`` holds packed rows ``u * per`` on (``per`` of them, fewer in the last batch
+    of the epoch's ``total``), numbered so for keyed transforms.
+    """
 
     def batch(u: int) -> Block:
         return block(np.array([u], dtype=np.int64))
@@ -441,7 +471,10 @@ def _packed_units(count: int, block: Callable[[np.ndarray], Block]) -> Units:
     def rows(u: int) -> np.ndarray:
         return _unique_in_order(batch(u).pieces.row)
 
-    return Units(count, batch, rows, block)
+    def positions(u: int) -> np.ndarray:
+        return np.arange(u * per, min((u + 1) * per, total), dtype=np.int64)
+
+    return Units(count, batch, rows, positions, total, block)
 
 
 def _unique_in_order(x: np.ndarray) -> np.ndarray:
