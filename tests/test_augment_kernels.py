@@ -1,10 +1,11 @@
-"""The augmentation ops on JAX arrays and tf tensors: the NumPy path's outputs, compiled.
+"""The augmentation ops' batched kernels: JAX, tf, and torch off the host, as the NumPy path.
 
-Each op runs on a ``jax.Array`` and on a ``tf.Tensor`` with the parameters drawn on the
-host for the same keys and is compared with the same op on the NumPy array, channel-first
-and channel-last, uint8 and float32 (tolerances in ``UINT8_LEVELS`` and ``FLOAT_ATOL``);
-the kernels trace once per op configuration and input shape; a Loader on a JAX device or
-a tf device gives the NumPy Loader's rows.
+Each op runs on a ``jax.Array``, a ``tf.Tensor`` and a torch tensor taking the GPU's path
+with the parameters drawn on the host for the same keys and is compared with the same op
+on the NumPy array, channel-first and channel-last, uint8 and float32 (tolerances in
+``UINT8_LEVELS`` and ``FLOAT_ATOL``); the kernels trace once per op configuration and input
+shape; a Loader on each framework's device gives the NumPy Loader's rows; on a device the
+resized crop makes no call per row.
 """
 
 from __future__ import annotations
@@ -32,33 +33,53 @@ from looptoolkit.augment import (
     RandomRotation,
     VerticalFlip,
     _geometry,
+    _image,
 )
 from looptoolkit.augment._base import ImageBatch
 
 
 class _Framework:
-    """A compiling framework under test: its arrays, kernels and a device of its own."""
+    """A framework whose batched kernels are under test: its arrays, kernels and a device.
+
+    ``torch`` is torch off the host (a GPU's path), tried on the CPU: the test takes the CPU
+    out of ``_image.HOST_DEVICES``, so CPU tensors run the kernels a GPU's tensors do.
+    """
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.module = pytest.importorskip("jax" if name == "jax" else "tensorflow")
-        self.kernels = importlib.import_module(f"looptoolkit.augment._{name}").KERNELS
+        self.module = pytest.importorskip({"tf": "tensorflow"}.get(name, name))
+
+    @property
+    def kernels(self) -> Any:
+        if self.name == "torch":
+            from looptoolkit.augment import _torch
+
+            return _torch.kernels_on(self.module.device("cpu"))
+        return importlib.import_module(f"looptoolkit.augment._{self.name}").KERNELS
 
     def array(self, x: np.ndarray) -> Any:
         if self.name == "jax":
             return self.module.numpy.asarray(x)
+        if self.name == "torch":
+            return self.module.from_numpy(np.ascontiguousarray(x))
         return self.module.constant(x)
 
     def owns(self, x: Any) -> bool:
-        return isinstance(x, self.module.Array if self.name == "jax" else self.module.Tensor)
+        kind = {"jax": "Array", "tf": "Tensor", "torch": "Tensor"}[self.name]
+        return isinstance(x, getattr(self.module, kind))
 
     def device(self) -> Any:
-        return self.module.devices("cpu")[0] if self.name == "jax" else "/CPU:0"
+        if self.name == "jax":
+            return self.module.devices("cpu")[0]
+        return self.module.device("cpu") if self.name == "torch" else "/CPU:0"
 
 
-@pytest.fixture(params=["jax", "tf"], scope="module")
-def fw(request: pytest.FixtureRequest) -> _Framework:
-    return _Framework(request.param)
+@pytest.fixture(params=["jax", "tf", "torch"])
+def fw(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> _Framework:
+    framework = _Framework(request.param)
+    if request.param == "torch":
+        monkeypatch.setattr(_image, "HOST_DEVICES", frozenset())
+    return framework
 
 
 OPS: dict[str, Any] = {
@@ -163,6 +184,7 @@ def test_dtype_conversion_compiled(fw):
     np.testing.assert_allclose(np.asarray(got), aug(images, keys), atol=1e-7)
 
 
+@pytest.mark.parametrize("fw", ["jax", "tf"], indirect=True)  # torch's kernels run eagerly
 def test_each_kernel_traces_once_per_shape(fw):
     aug = Augment([RandomResizedCrop(8), HorizontalFlip(), ColorJitter(0.3, hue=0.1)], key=None)
     images = _images("uint8", "first", n=4)[:, :, :17, :19]  # a shape no other test uses
@@ -236,25 +258,6 @@ def test_a_loader_on_a_compiling_device_gives_the_numpy_rows(fw):
     for i, (image, label) in want.items():
         np.testing.assert_array_equal(got[i][0], image)
         np.testing.assert_allclose(got[i][1], label, atol=1e-6)
-
-
-@pytest.mark.parametrize("channels", ["first", "last"])
-@pytest.mark.parametrize("dtype", ["uint8", "float32"])
-def test_resized_crop_off_the_cpu_is_the_host_path(channels, dtype):
-    torch = pytest.importorskip("torch")
-    from looptoolkit.augment import _torch
-
-    images = torch.from_numpy(_images(dtype, channels))
-    kernels = _torch.kernels_on(torch.device("cpu"))  # the kernels a GPU runs, here on the CPU
-    for op in (
-        RandomResizedCrop((16, 20)),
-        RandomResizedCrop(40),
-        RandomResizedCrop(12, antialias=False),
-    ):
-        batch = ImageBatch(images, channels)
-        params = op.draw(BatchKeys(5, 0, np.arange(6)), 0, batch)
-        got = kernels.resized_crop(images, params, op.size, op.antialias, channels)
-        _close(got.numpy(), op.apply(batch, params).images.numpy(), "resized_crop")
 
 
 def test_resized_crop_on_a_device_makes_no_call_per_row(monkeypatch):

@@ -191,10 +191,6 @@ class RandomResizedCrop(ImageOp):
         """The batch's crops, resized to ``size``."""
         images = batch.images
         kernels = _image.kernels(images)
-        if _image.is_torch(images) and images.device.type != "cpu":
-            from looptoolkit.augment import _torch
-
-            kernels = _torch.kernels_on(images.device)  # batched: no launch per row
         if kernels is not None:
             out = kernels.resized_crop(images, params, self.size, self.antialias, batch.channels)
             return _image.replace(batch, out)

@@ -18,6 +18,7 @@ import numpy as np
 from looptoolkit.augment._base import ImageBatch, Op
 
 __all__ = [
+    "HOST_DEVICES",
     "ImageOp",
     "array_module",
     "as_pair",
@@ -64,8 +65,18 @@ def is_tf(x: Any) -> bool:
     return tf is not None and isinstance(x, tf.Tensor)
 
 
+HOST_DEVICES = frozenset({"cpu"})
+"""Device types whose torch tensors take the ops' host paths (torch's per-image kernels)."""
+
+
 def kernels(x: Any) -> Any:
-    """The compiled kernels for ``x``'s framework (JAX, tf), or None for NumPy and torch."""
+    """The batched kernels for ``x``: JAX, tf, torch off the host; None on the host paths."""
+    if is_torch(x):
+        if x.device.type in HOST_DEVICES:
+            return None
+        from looptoolkit.augment import _torch
+
+        return _torch.kernels_on(x.device)
     if is_jax(x):
         from looptoolkit.augment import _jax
 
@@ -221,7 +232,11 @@ def array_module(x: Any) -> Any:
     once jax is imported, a tf tensor once tensorflow is.
     """
     if is_torch(x):
-        return sys.modules["torch"]
+        if x.device.type in HOST_DEVICES:
+            return sys.modules["torch"]
+        from looptoolkit.augment import _torch
+
+        return _torch.namespace_on(x.device)
     if is_jax(x):
         import jax.numpy as jnp
 
