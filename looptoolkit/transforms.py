@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from looptoolkit._common.dtypes import dtype_name
+from looptoolkit._common.spare import Spares
 from looptoolkit.adapters import backend_of
 
 __all__ = ["Normalize", "normalize"]
@@ -46,6 +47,7 @@ class Normalize:
         # The constants' dtype: the result's, where every framework takes it from NumPy.
         self._host_dtype = self.dtype if self.dtype in _HOST_FLOATS else "float32"
         self._made: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._spares = Spares()  # large outputs, written again once no batch holds them
 
     def _constants(self, x: Any, ndim: int) -> tuple[np.ndarray, np.ndarray]:
         """``mean`` and ``1 / std`` shaped to broadcast over ``x``; made once per ``ndim``."""
@@ -76,9 +78,10 @@ class Normalize:
             raise TypeError(f"`normalize` needs an array, got {type(x).__name__}.")
         mean, scale = self._constants(x, len(x.shape))
         if isinstance(x, np.ndarray) and self._host_dtype == self.dtype:
-            # One pass that casts and subtracts into a new array, one in place that scales:
+            # One pass that casts and subtracts into the output, one in place that scales:
             # a quarter less time than three passes through temporaries on a large batch.
-            y = np.subtract(x, mean, dtype=self.dtype)
+            y = self._spares.empty(x.shape, self.dtype)
+            np.subtract(x, mean, dtype=self.dtype, out=y)
             return np.multiply(y, scale, out=y)
         y = backend.cast(x, self.dtype)
         mean, scale = backend.constant(mean, y), backend.constant(scale, y)

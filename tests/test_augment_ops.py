@@ -456,3 +456,33 @@ def test_crop_larger_than_padded_images() -> None:
         {"image": IMAGES}, BatchKeys(0, 0, np.arange(N))
     )
     assert out["image"].shape == (N, 3, 40, 40)
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+@pytest.mark.parametrize("channels", ["first", "last"])
+def test_the_callers_images_are_never_written(kind, channels):
+    """Ops write into the arrays earlier ops made, never into the batch they were given."""
+    images = np.random.default_rng(1).integers(0, 256, (6, 3, 20, 24), dtype=np.uint8)
+    if channels == "last":
+        images = np.ascontiguousarray(images.transpose(0, 2, 3, 1))
+    if kind == "torch":
+        torch = pytest.importorskip("torch")
+        images = torch.from_numpy(images)
+    host = (lambda x: x.numpy()) if kind == "torch" else np.asarray
+    before = host(images).copy()
+    keys = BatchKeys(0, 0, np.arange(6))
+    for ops in (
+        [HorizontalFlip(p=1.0), ColorJitter(0.5, 0.5, 0.5, 0.1, p=1.0)],
+        [RandomErasing(p=1.0), RandomRotation(30, p=1.0), VerticalFlip(p=1.0)],
+        [HorizontalFlip(p=0.0), RandomErasing(p=1.0, value=9)],  # the first makes nothing
+        [RandomCrop(16), HorizontalFlip(p=1.0), RandomErasing(p=1.0, value=9)],
+    ):
+        Augment(ops, key=None, channels=channels)(images, keys)
+        np.testing.assert_array_equal(host(images), before)
+    # An earlier op's array is written in place: the op returns it, no copy of its own.
+    for op in (HorizontalFlip(p=1.0), ColorJitter(0.5, p=1.0), RandomErasing(p=1.0)):
+        batch = ImageBatch(images.clone() if kind == "torch" else images.copy(), channels)
+        params = op.draw(keys, 0, batch)
+        assert op.apply(batch, params).images is not batch.images
+        batch.owned = True
+        assert op.apply(batch, params).images is batch.images

@@ -17,7 +17,7 @@ import pytest
 from chunked import chunked_stores, random_table
 
 from looptoolkit import Loader
-from looptoolkit._rows import chunk_cache as reads
+from looptoolkit._common import spare
 from looptoolkit._rows.chunk_cache import ChunkCache
 from looptoolkit.stores import wrap
 
@@ -128,7 +128,7 @@ def test_a_sequential_epoch_reads_into_few_new_arrays(fine, arrays, mode, monkey
         free = [
             (j, m.nbytes)
             for j, m in zip(self.owners, self.spare, strict=True)
-            if reads._refs(m) <= reads._ONE_HOLDER + 1
+            if spare.refs(m) <= spare.ONE_HOLDER + 1
         ]
         # Within the budget, and one spare of each leaf beyond it (its next read's).
         beyond = sum(max((n for k, n in free if k == j), default=0) for j in range(2))
@@ -185,9 +185,9 @@ def test_one_holder_is_measured_for_this_interpreter():
     # The count of an array one container holds, through the same call as the checks.
     # (Counted before each assert: pytest's rewritten asserts hold their operands.)
     held = [np.empty(3)]
-    alone = reads._refs(held[0])
+    alone = spare.refs(held[0])
     view = held[0][1:]
-    viewed = reads._refs(held[0])
+    viewed = spare.refs(held[0])
     del view
-    again = reads._refs(held[0])
-    assert (alone, viewed, again) == (reads._ONE_HOLDER, reads._ONE_HOLDER + 1, alone)
+    again = spare.refs(held[0])
+    assert (alone, viewed, again) == (spare.ONE_HOLDER, spare.ONE_HOLDER + 1, alone)

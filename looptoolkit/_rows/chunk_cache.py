@@ -14,12 +14,12 @@ has its next span read there while the loop uses the one before
 from __future__ import annotations
 
 import itertools
-import sys
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from looptoolkit._common.spare import ONE_HOLDER, refs
 from looptoolkit.stores import StoreArray
 
 __all__ = ["SPARE_ARRAYS", "ChunkCache"]
@@ -302,14 +302,14 @@ class ChunkCache:
         spare, owners = self.spare, self.owners
         memory = None
         for i in range(len(spare)):
-            if size <= spare[i].nbytes <= 2 * size and _refs(spare[i]) <= _ONE_HOLDER:
+            if size <= spare[i].nbytes <= 2 * size and refs(spare[i]) <= ONE_HOLDER:
                 memory = spare[i]
                 del spare[i], owners[i]
                 break
         room = self.budget - self.used - (size if memory is None else memory.nbytes)
         kept = {j}
         for i in reversed(range(len(spare))):
-            if _refs(spare[i]) <= _ONE_HOLDER:
+            if refs(spare[i]) <= ONE_HOLDER:
                 if spare[i].nbytes <= room:
                     room -= spare[i].nbytes
                     kept.add(owners[i])
@@ -321,19 +321,6 @@ class ChunkCache:
             self.allocated[j] += 1
             memory = np.empty(size, dtype=np.uint8)
         return memory
-
-
-def _refs(memory: np.ndarray) -> int:
-    return sys.getrefcount(memory)
-
-
-def _one_holder() -> int:
-    """What `_refs` gives for an array that one container alone holds (measured, not assumed)."""
-    held = deque([np.empty(0)])
-    return _refs(held[0])
-
-
-_ONE_HOLDER = _one_holder()
 
 
 def _distinct(chunks: np.ndarray) -> np.ndarray:

@@ -213,7 +213,7 @@ class RandomAffine(ImageOp):
             out = kernels.warp(images, params["apply"], theta, mode, values, batch.channels)
             return _image.replace(batch, out)
         theta = self.matrices({k: v[which] for k, v in params.items()})
-        out = _image.copy(images)
+        out = _image.writable(batch)
         src, dst = _image.first(images, batch.channels), _image.first(out, batch.channels)
         idx = _image.rows(params["apply"], images)
         warp = _warp_torch if _image.is_torch(images) else _warp_numpy

@@ -32,12 +32,15 @@ class ImageBatch:
         labels: the labels leaf (class ids ``(N,)`` or one-hot/soft ``(N, K)``), or None; the
             label-mixing ops (MixUp, CutMix) replace it with soft labels ``(N, K)``.
         num_classes: ``K`` for class-id labels (the mixing ops need it), or None.
+        owned: whether ``images`` is an array an earlier op made (not the caller's): an op
+            then writes into it instead of into a copy.
     """
 
     images: Any
     channels: str = "first"
     labels: Any = None
     num_classes: int | None = None
+    owned: bool = False
 
     @property
     def size(self) -> tuple[int, int]:

@@ -158,7 +158,7 @@ class ColorJitter(ImageOp):
         if kernels is not None:
             enabled = tuple(span is not None for span in self._ranges)
             return _image.replace(batch, kernels.color(images, params, enabled, batch.channels))
-        out = _image.copy(images)
+        out = _image.writable(batch)
         dst = _image.first(out, batch.channels)
         color = slice(0, 3 if channels == 4 else channels)
         for stage in range(4):

@@ -67,7 +67,7 @@ class HorizontalFlip(ImageOp):
         idx = _image.rows(params["apply"], images)
         if len(idx) == 0:
             return batch
-        out = _image.copy(images)
+        out = _image.writable(batch)
         src, dst = _image.first(images, batch.channels), _image.first(out, batch.channels)
         if _image.is_torch(images):
             dst[idx] = src[idx].flip(self.axis)
@@ -442,7 +442,7 @@ class RandomErasing(ImageOp):
         kernels = _image.kernels(images)
         if kernels is not None:
             return _image.replace(batch, kernels.erase(images, params, self._value, batch.channels))
-        out = _image.copy(images)
+        out = _image.writable(batch)
         dst = _image.first(out, batch.channels)
         fill = np.asarray(self._value, dtype=np.float32)[:, None, None]
         value: Any

@@ -27,7 +27,6 @@ __all__ = [
     "cast_round",
     "cast_trunc",
     "clip",
-    "copy",
     "first",
     "hsv_to_rgb",
     "is_float",
@@ -44,6 +43,7 @@ __all__ = [
     "sample_at",
     "stack",
     "to_float32",
+    "writable",
 ]
 
 
@@ -127,8 +127,11 @@ def stack(images: list[Any]) -> Any:
     return np.stack(images)
 
 
-def copy(images: Any) -> Any:
-    """A copy of ``images`` in the same layout."""
+def writable(batch: ImageBatch) -> Any:
+    """The batch's images to write the op's result into: an earlier op's own, or a copy."""
+    images = batch.images
+    if batch.owned:
+        return images
     return images.clone() if is_torch(images) else images.copy()
 
 
@@ -180,8 +183,8 @@ def base_grid(height: int, width: int) -> np.ndarray:
 
 
 def replace(batch: ImageBatch, images: Any) -> ImageBatch:
-    """``batch`` with other images (same layout, labels kept)."""
-    return ImageBatch(images, batch.channels, batch.labels, batch.num_classes)
+    """``batch`` with the images an op made (same layout, labels kept; owned by the ops)."""
+    return ImageBatch(images, batch.channels, batch.labels, batch.num_classes, owned=True)
 
 
 def as_pair(value: Any, name: str) -> tuple[int, int]:
