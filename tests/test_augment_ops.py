@@ -338,6 +338,27 @@ def test_flips_flip_the_width_and_height_axes() -> None:
     del keys
 
 
+def test_one_draw_per_batch_would_be_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    from looptoolkit.augment import _base
+
+    real = _base.uniforms
+
+    def once(keys: BatchKeys, stream: int, count: int) -> np.ndarray:
+        u = real(keys, stream, count)
+        return np.broadcast_to(u[:1], u.shape)  # the planted defect: row 0's draw for all
+
+    monkeypatch.setattr(_base, "uniforms", once)
+    for op in OPS:
+        with pytest.raises(AssertionError):
+            test_rows_differ_within_a_batch(op)
+
+
+def test_a_flip_on_the_wrong_axis_would_be_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(HorizontalFlip, "axis", 2)  # the planted defect: the height axis
+    with pytest.raises(AssertionError):
+        test_flips_flip_the_width_and_height_axes()
+
+
 # Augment
 
 
