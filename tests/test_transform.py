@@ -300,3 +300,17 @@ def test_cuda_transform_runs_with_the_copies_and_is_ordered(cuda, side, monkeypa
         want = data["image"][labels].astype(np.float32) * 2
         np.testing.assert_array_equal(batch["image"].cpu().numpy(), want)
     assert streams and all((s != default) is side for s in streams)
+
+
+def test_normalize_on_torch_never_writes_the_callers_tensor():
+    torch = pytest.importorskip("torch")
+    from looptoolkit import normalize
+
+    norm = normalize([127.5] * 3, [64.0] * 3, dtype="float32")
+    x = torch.randint(0, 256, (4, 3, 5, 6), dtype=torch.uint8)
+    want = (x.to(torch.float32) - 127.5) / 64
+    torch.testing.assert_close(norm(x), want)  # uint8 in: scaled in place in the cast's copy
+    floats = x.to(torch.float32)
+    before = floats.clone()
+    torch.testing.assert_close(norm(floats), want)  # float32 in: no copy made, so none written
+    torch.testing.assert_close(floats, before, rtol=0, atol=0)
