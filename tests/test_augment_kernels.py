@@ -32,8 +32,8 @@ from looptoolkit.augment import (
     RandomResizedCrop,
     RandomRotation,
     VerticalFlip,
+    _dispatch,
     _geometry,
-    _image,
 )
 from looptoolkit.augment._base import ImageBatch
 
@@ -42,7 +42,7 @@ class _Framework:
     """A framework whose batched kernels are under test: its arrays, kernels and a device.
 
     ``torch`` is torch off the host (a GPU's path), tried on the CPU: the test takes the CPU
-    out of ``_image.HOST_DEVICES``, so CPU tensors run the kernels a GPU's tensors do.
+    out of ``_dispatch.HOST_DEVICES``, so CPU tensors run the kernels a GPU's tensors do.
     """
 
     def __init__(self, name: str) -> None:
@@ -78,7 +78,7 @@ class _Framework:
 def fw(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> _Framework:
     framework = _Framework(request.param)
     if request.param == "torch":
-        monkeypatch.setattr(_image, "HOST_DEVICES", frozenset())
+        monkeypatch.setattr(_dispatch, "HOST_DEVICES", frozenset())
     return framework
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from looptoolkit.augment import _image
+from looptoolkit.augment import _dispatch, _image
 from looptoolkit.augment._base import ImageBatch
 from looptoolkit.augment._image import ImageOp, as_range
 
@@ -204,7 +204,7 @@ class RandomAffine(ImageOp):
         if len(which) == 0:
             return batch
         fill = _fill_values(self._fill, batch.num_channels)
-        kernels = _image.kernels(images)
+        kernels = _dispatch.kernels(images)
         if kernels is not None:
             # every row's map: the compiled function keeps the applied rows' samples
             theta = self.matrices(params)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from looptoolkit.augment import _image
+from looptoolkit.augment import _dispatch, _image
 from looptoolkit.augment._base import ImageBatch
 from looptoolkit.augment._image import ImageOp
 
@@ -154,7 +154,7 @@ class ColorJitter(ImageOp):
         channels = batch.num_channels
         if channels not in (1, 3, 4):
             raise ValueError(f"`ColorJitter` needs 1, 3 or 4 channels, got {channels}.")
-        kernels = _image.kernels(images)
+        kernels = _dispatch.kernels(images)
         if kernels is not None:
             enabled = tuple(span is not None for span in self._ranges)
             return _image.replace(batch, kernels.color(images, params, enabled, batch.channels))

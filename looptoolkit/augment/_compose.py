@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from looptoolkit._common.keys import BatchKeys
-from looptoolkit.augment import _image
+from looptoolkit.augment import _dispatch, _image
 from looptoolkit.augment._base import ImageBatch, Keyed, Op, stream_of
 
 __all__ = ["Augment"]
@@ -46,7 +46,7 @@ def convert(images: Any, name: str) -> Any:
     uint8 to float divides by 255; float to uint8 multiplies by ``256 - 1e-3`` and
     truncates; float to float only casts.
     """
-    kernels = _image.kernels(images)
+    kernels = _dispatch.kernels(images)
     if kernels is not None:
         return kernels.convert(images, name)
     if _image.is_torch(images):
@@ -169,7 +169,7 @@ class Augment(Keyed):
         if not hasattr(images, "shape") or not hasattr(images, "dtype"):
             raise TypeError(f"{where} must be an array or a tensor, got {type(images).__name__}.")
         if not isinstance(images, np.ndarray) and not (
-            _image.is_torch(images) or _image.kernels(images) is not None
+            _image.is_torch(images) or _dispatch.kernels(images) is not None
         ):
             raise TypeError(
                 f"{where} is a {type(images).__module__}.{type(images).__name__}; the ops run "

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from looptoolkit.augment import _image
+from looptoolkit.augment import _dispatch, _image
 from looptoolkit.augment._base import ImageBatch
 from looptoolkit.augment._image import ImageOp, as_pair, as_range
 
@@ -59,7 +59,7 @@ class HorizontalFlip(ImageOp):
     def apply(self, batch: ImageBatch, params: dict[str, np.ndarray]) -> ImageBatch:
         """The batch with the rows where ``params["apply"]`` flipped."""
         images = batch.images
-        kernels = _image.kernels(images)
+        kernels = _dispatch.kernels(images)
         if kernels is not None:
             return _image.replace(
                 batch, kernels.flip(images, params["apply"], self.axis, batch.channels)
@@ -190,7 +190,7 @@ class RandomResizedCrop(ImageOp):
     def apply(self, batch: ImageBatch, params: dict[str, np.ndarray]) -> ImageBatch:
         """The batch's crops, resized to ``size``."""
         images = batch.images
-        kernels = _image.kernels(images)
+        kernels = _dispatch.kernels(images)
         if kernels is not None:
             out = kernels.resized_crop(images, params, self.size, self.antialias, batch.channels)
             return _image.replace(batch, out)
@@ -342,7 +342,7 @@ class RandomCrop(ImageOp):
         """The batch's crops."""
         height, width = batch.size
         left, top, right, bottom = self._padding(height, width)
-        kernels = _image.kernels(batch.images)
+        kernels = _dispatch.kernels(batch.images)
         if kernels is not None:
             pad = (left, top, right, bottom)
             out = kernels.crop(batch.images, params, self.size, pad, self.fill, batch.channels)
@@ -439,7 +439,7 @@ class RandomErasing(ImageOp):
                 f"`value` must have 1 or {channels} numbers for {channels} channels, "
                 f"got {self.value!r}."
             )
-        kernels = _image.kernels(images)
+        kernels = _dispatch.kernels(images)
         if kernels is not None:
             return _image.replace(batch, kernels.erase(images, params, self._value, batch.channels))
         out = _image.writable(batch)

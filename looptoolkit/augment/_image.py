@@ -4,8 +4,10 @@ The ops compute on a channel-first view ``(N, C, H, W)`` of the batch (a transpo
 for channel-last images, no copy) and write into a copy of the batch in its own layout, so
 one code path serves both layouts. torch, JAX and tf are recognised by ``sys.modules``: a
 tensor can only exist once its framework is imported, so nothing here imports one. JAX
-arrays and tf tensors go to the compiled kernels of ``_jax`` and ``_tf`` instead
-([`kernels`][looptoolkit.augment._image.kernels]).
+arrays, tf tensors and torch tensors off the host go to the batched kernels instead
+([`_dispatch.kernels`][looptoolkit.augment._dispatch.kernels]); the shared helpers here
+(the HSV round trip, the affine sampling, the resampling weights) take the kernels' array
+namespace ``xp``, or find NumPy's, torch's or JAX's from their input.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import numpy as np
 from looptoolkit.augment._base import ImageBatch, Op
 
 __all__ = [
-    "HOST_DEVICES",
     "ImageOp",
     "array_module",
     "as_pair",
@@ -33,7 +34,6 @@ __all__ = [
     "is_jax",
     "is_tf",
     "is_torch",
-    "kernels",
     "layout",
     "max_value",
     "replace",
@@ -63,29 +63,6 @@ def is_tf(x: Any) -> bool:
     """Whether ``x`` is a tf tensor (without importing tensorflow)."""
     tf = sys.modules.get("tensorflow")
     return tf is not None and isinstance(x, tf.Tensor)
-
-
-HOST_DEVICES = frozenset({"cpu"})
-"""Device types whose torch tensors take the ops' host paths (torch's per-image kernels)."""
-
-
-def kernels(x: Any) -> Any:
-    """The batched kernels for ``x``: JAX, tf, torch off the host; None on the host paths."""
-    if is_torch(x):
-        if x.device.type in HOST_DEVICES:
-            return None
-        from looptoolkit.augment import _torch
-
-        return _torch.kernels_on(x.device)
-    if is_jax(x):
-        from looptoolkit.augment import _jax
-
-        return _jax.KERNELS
-    if is_tf(x):
-        from looptoolkit.augment import _tf
-
-        return _tf.KERNELS
-    return None
 
 
 def is_float(x: Any) -> bool:
@@ -229,31 +206,22 @@ class ImageOp(Op):
 
 
 def array_module(x: Any) -> Any:
-    """The array namespace of ``x``: ``torch``, ``jax.numpy``, ``numpy``, or tf's (``_tf``).
+    """The array namespace of ``x``: ``torch``, ``jax.numpy`` or ``numpy`` (imports nothing new).
 
-    Imports nothing new: a JAX array (or a tracer inside a jitted function) can only exist
-    once jax is imported, a tf tensor once tensorflow is.
+    A JAX array (or a tracer inside a jitted function) can only exist once jax is imported.
     """
     if is_torch(x):
-        if x.device.type in HOST_DEVICES:
-            return sys.modules["torch"]
-        from looptoolkit.augment import _torch
-
-        return _torch.namespace_on(x.device)
+        return sys.modules["torch"]
     if is_jax(x):
         import jax.numpy as jnp
 
         return jnp
-    if is_tf(x):
-        from looptoolkit.augment import _tf
-
-        return _tf.NUMPY
     return np
 
 
-def rgb_to_hsv(img: Any) -> tuple[Any, Any, Any]:
+def rgb_to_hsv(img: Any, xp: Any = None) -> tuple[Any, Any, Any]:
     """Hue, saturation and value of float RGB images ``(n, 3, H, W)`` (torchvision's formulas)."""
-    xp = array_module(img)
+    xp = array_module(img) if xp is None else xp
     r, g, b = img[:, 0], img[:, 1], img[:, 2]
     maxc = xp.maximum(xp.maximum(r, g), b)
     minc = xp.minimum(xp.minimum(r, g), b)
@@ -270,9 +238,9 @@ def rgb_to_hsv(img: Any) -> tuple[Any, Any, Any]:
     return h, s, maxc
 
 
-def hsv_to_rgb(h: Any, s: Any, v: Any) -> Any:
+def hsv_to_rgb(h: Any, s: Any, v: Any, xp: Any = None) -> Any:
     """Float RGB images ``(n, 3, H, W)`` from hue, saturation and value (torchvision's)."""
-    xp = array_module(h)
+    xp = array_module(h) if xp is None else xp
     i = xp.floor(h * 6.0)
     f = h * 6.0 - i
     i = i % 6
@@ -290,14 +258,16 @@ def hsv_to_rgb(h: Any, s: Any, v: Any) -> Any:
     return xp.stack(rgb, 1)
 
 
-def sample_at(flat: Any, ix: Any, iy: Any, h: int, w: int, fill: Any, mode: str) -> Any:
+def sample_at(
+    flat: Any, ix: Any, iy: Any, h: int, w: int, fill: Any, mode: str, xp: Any = None
+) -> Any:
     """Float32 samples of ``flat`` ``(n, c, h * w)`` at pixel coordinates ``ix, iy`` ``(n, h * w)``.
 
     Nearest or bilinear, as ``grid_sample`` with zero padding and ``align_corners=False``;
     outside the image the ``fill`` ``(1, c, 1)`` shows through (bilinear: in proportion to
     the taps outside). One code for NumPy, JAX and tf (inside a compiled function too).
     """
-    xp = array_module(flat)
+    xp = array_module(flat) if xp is None else xp
     n, c = flat.shape[0], flat.shape[1]
 
     def gather(x: Any, y: Any) -> tuple[Any, Any]:
@@ -325,7 +295,9 @@ def sample_at(flat: Any, ix: Any, iy: Any, h: int, w: int, fill: Any, mode: str)
     return total * mask + (1.0 - mask) * fill
 
 
-def resample_weights(start: Any, n_in: Any, out: Any, full: Any, antialias: bool) -> Any:
+def resample_weights(
+    start: Any, n_in: Any, out: Any, full: Any, antialias: bool, xp: Any = None
+) -> Any:
     """``(N, n_out, n_full)``: each row's bilinear resampling weights along one axis.
 
     Row ``k`` resamples its crop ``[start[k], start[k] + n_in[k])`` of an axis of ``n_full``
@@ -336,7 +308,7 @@ def resample_weights(start: Any, n_in: Any, out: Any, full: Any, antialias: bool
     output's weights normalised, as PyTorch's (and Pillow's) antialiased bilinear
     resampling does. One code for NumPy, torch, JAX and tf.
     """
-    xp = array_module(start)
+    xp = array_module(start) if xp is None else xp
     scale = (n_in / out.shape[0])[:, None]
     out = out[None, :]
     j = (full[None, :] - start[:, None])[:, None, :]

@@ -269,7 +269,8 @@ def _resized_crop(
 
         def weights(start: Any, n_in: Any, n_out: int, n_full: int) -> Any:
             out, full = xp.arange(n_out, f32), xp.arange(n_full, f32)
-            return resample_weights(xp.cast(start, f32), xp.cast(n_in, f32), out, full, antialias)
+            start, n_in = xp.cast(start, f32), xp.cast(n_in, f32)
+            return resample_weights(start, n_in, out, full, antialias, xp)
 
         wy = weights(top, height, size[0], h)
         wx = weights(left, width, size[1], w)
@@ -301,8 +302,8 @@ def _blend(xp: Any, img: Any, other: Any, ratio: Any) -> Any:
 def _hue(xp: Any, img: Any, shift: Any) -> Any:
     """Torchvision's ``adjust_hue`` (HSV round trip) with per-row shifts ``(N, 1, 1)``."""
     x = img if xp.is_float(img) else xp.cast(img, xp.float32) / 255.0
-    h, s, v = rgb_to_hsv(x)
-    out = hsv_to_rgb((h + shift) % 1.0, s, v)
+    h, s, v = rgb_to_hsv(x, xp)
+    out = hsv_to_rgb((h + shift) % 1.0, s, v, xp)
     if xp.is_float(img):
         return out
     return _cast_trunc(xp, out * (255.0 + 1.0 - 1e-3), img.dtype)
@@ -358,7 +359,7 @@ def _warp(xp: Any, mode: str, fill: tuple[float, ...], channels: str) -> Callabl
         ix = (grid[..., 0] + 1.0) * np.float32(w / 2) - 0.5
         iy = (grid[..., 1] + 1.0) * np.float32(h / 2) - 0.5
         fill_c = xp.broadcast_to(xp.asarray(fill, xp.float32), (c,))[None, :, None]
-        out = sample_at(xp.reshape(x, (n, c, h * w)), ix, iy, h, w, fill_c, mode)
+        out = sample_at(xp.reshape(x, (n, c, h * w)), ix, iy, h, w, fill_c, mode, xp)
         out = _cast_round(xp, xp.reshape(out, (n, c, h, w)), x.dtype)
         return _layout(xp, xp.where(_rows(apply), out, x), channels)
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from looptoolkit.adapters import backend_of
-from looptoolkit.augment import _image
+from looptoolkit.augment import _dispatch
 from looptoolkit.augment._base import ImageBatch, Op
 
 __all__ = ["CutMix", "MixUp", "beta_from_uniforms"]
@@ -187,7 +187,7 @@ def _soft_labels(batch: ImageBatch, op: str) -> Any:
             import torch
 
             return torch.nn.functional.one_hot(labels.long(), k).to(torch.float32)
-        kernels = _image.kernels(labels)
+        kernels = _dispatch.kernels(labels)
         if kernels is not None:
             return kernels.soft_labels(labels, k)
         return np.eye(k, dtype=np.float32)[labels]
@@ -201,7 +201,7 @@ def _soft_labels(batch: ImageBatch, op: str) -> Any:
         import torch
 
         return labels.to(torch.float32)
-    kernels = _image.kernels(labels)
+    kernels = _dispatch.kernels(labels)
     if kernels is not None:
         return kernels.soft_labels(labels, k)
     return labels.astype(np.float32)
@@ -253,7 +253,7 @@ def _mixing(params: dict[str, np.ndarray]) -> np.ndarray:
 
 def _mix_labels(soft: Any, params: dict[str, np.ndarray], mixing: np.ndarray) -> Any:
     weight = np.where(mixing, params["lam"], 1.0).astype(np.float32)[:, None]
-    kernels = _image.kernels(soft)
+    kernels = _dispatch.kernels(soft)
     if kernels is not None:
         return kernels.mix_labels(soft, params["partner"], weight[:, 0])
     w, partner = _like(weight, soft), _like(params["partner"], soft)
@@ -313,7 +313,7 @@ class MixUp(Op):
         mixing = _mixing(params)
         images = batch.images
         weight = np.where(mixing, params["lam"], 1.0).astype(np.float32)[:, None, None, None]
-        kernels = _image.kernels(images)
+        kernels = _dispatch.kernels(images)
         if kernels is not None:
             labels = _mix_labels(soft, params, mixing)
             mixed = kernels.mixup(images, params["partner"], weight[:, 0, 0, 0], mixing)
@@ -395,7 +395,7 @@ class CutMix(Op):
         images = batch.images
         h, w = batch.size
         box = np.where(mixing[:, None], params["box"], 0)  # rows not mixing: an empty box
-        kernels = _image.kernels(images)
+        kernels = _dispatch.kernels(images)
         if kernels is not None:
             labels = _mix_labels(soft, params, mixing)
             pasted = kernels.cutmix(images, params["partner"], box, batch.channels)

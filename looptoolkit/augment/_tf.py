@@ -134,7 +134,7 @@ class _Namespace:
 
 
 NUMPY = _Namespace()
-"""The NumPy names on tf tensors (``_image.array_module`` of a tf tensor)."""
+"""The NumPy names on tf tensors (the kernels' ``xp``)."""
 
 
 def _host(values: np.ndarray) -> Any:

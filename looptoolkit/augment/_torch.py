@@ -102,7 +102,7 @@ class _Namespace:
 
 @functools.cache
 def namespace_on(device: torch.device) -> _Namespace:
-    """NumPy's names on ``device``'s tensors (``_image.array_module`` off the host)."""
+    """NumPy's names on ``device``'s tensors (the kernels' ``xp``)."""
     return _Namespace(device)
 
 
