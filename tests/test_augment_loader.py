@@ -286,3 +286,19 @@ def test_loader_dataset_augments_each_row_as_the_loader_does():
             _data(), B, seed=SEED, transform=_aug(), rank=rank, world_size=2, pad_shards=False
         ))))  # fmt: skip
     _same(sharded, REFERENCE)
+
+
+def test_static_batches_carry_the_augmented_rows():
+    torch = pytest.importorskip("torch")
+    from looptoolkit import StaticBatches
+
+    loader = Loader(_data(), B, seed=SEED, device=torch.device("cpu"), transform=_aug())
+    static = StaticBatches(loader)
+    got: dict[int, np.ndarray] = {}
+    pointers = set()
+    for batch in static:  # the same buffers each time: copy the rows out within the step
+        pointers.add(batch["image"].data_ptr())
+        for i, image in zip(batch["id"].tolist(), batch["image"].numpy(), strict=True):
+            got[i] = image.copy()
+    assert len(pointers) == 1
+    _same(got, REFERENCE, atol=1)  # torch tensors after the move
