@@ -62,6 +62,15 @@ class LatencyProxy:
         asyncio.set_event_loop(self.loop)
 
         async def handle(request: web.Request) -> web.StreamResponse:
+            if request.path == "/__stats":  # the counts, for a process that runs the proxy
+                counts = {
+                    "requests": self.requests,
+                    "by_method": self.by_method,
+                    "max_in_flight": self.max_in_flight,
+                }
+                if request.query.get("reset"):
+                    self.reset()
+                return web.json_response(counts)
             self.requests += 1
             self.by_method[request.method] = self.by_method.get(request.method, 0) + 1
             self.in_flight += 1
@@ -225,6 +234,61 @@ def list_pyarrow(endpoint: str) -> int:
         scheme="http",
     )
     return len(s3.get_file_info(pafs.FileSelector(f"{BUCKET}/chunks/")))
+
+
+class RemoteProxy:
+    """A moto server and a `LatencyProxy` in a process of their own (the GIL left to the reader).
+
+    The same counts as `LatencyProxy` (read from the proxy's ``/__stats``).
+    """
+
+    def __init__(self, latency: float) -> None:
+        import subprocess
+        import sys
+
+        code = (
+            "import sys, time; from moto.server import ThreadedMotoServer\n"
+            "from benchmarks.bucket_clients import LatencyProxy\n"
+            "s = ThreadedMotoServer(ip_address='127.0.0.1', port=0, verbose=False); s.start()\n"
+            "t = f'http://127.0.0.1:{s._server.server_port}'\n"
+            f"p = LatencyProxy(t, {latency!r})\n"
+            "print(t, p.endpoint, flush=True)\n"
+            "sys.stdin.read()\n"
+        )
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", code],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            cwd=Path(__file__).resolve().parent.parent,
+        )
+        assert self.process.stdout is not None
+        self.target, self.endpoint = self.process.stdout.readline().split()
+        self.requests, self.by_method, self.max_in_flight = 0, {}, 0
+
+    def _stats(self, reset: bool) -> None:
+        import urllib.request
+
+        url = self.endpoint + "/__stats" + ("?reset=1" if reset else "")
+        with urllib.request.urlopen(url) as r:
+            counts = json.loads(r.read())
+        self.requests, self.by_method = counts["requests"], counts["by_method"]
+        self.max_in_flight = counts["max_in_flight"]
+
+    def reset(self) -> None:
+        """Count from zero again."""
+        self._stats(reset=True)
+
+    def read(self) -> None:
+        """Read the counts since the last reset into the attributes."""
+        self._stats(reset=False)
+
+    def stop(self) -> None:
+        """End the server's process."""
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait(10)
 
 
 CLIENTS = {

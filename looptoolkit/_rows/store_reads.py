@@ -476,7 +476,7 @@ def plan_reads(store: StoreReads, order: Any, cache_bytes: int | None) -> None:
         order.shuffle == "none" and order.sampling.kind == "permutation"
     )
     if not whole:
-        refuse_scattered_remote(store, order.batch_size)
+        refuse_scattered_remote(store, order)
         if cache_bytes is not None:
             raise ValueError(
                 "`cache_bytes` sizes the chunk cache of the orders that read a store's chunks "
@@ -530,29 +530,45 @@ def plan_reads(store: StoreReads, order: Any, cache_bytes: int | None) -> None:
             store.block = store.handoff
 
 
-def refuse_scattered_remote(store: StoreReads, batch_size: int) -> None:
+# An order whose first batch would fetch more than this many times its bytes from a
+# bucket (with nothing kept between batches) is refused without a disk cache.
+REFUSED_AMPLIFICATION = 2.0
+CHECKED_BATCHES = 8  # the first batches whose chunks are counted
+
+
+def refuse_scattered_remote(store: StoreReads, order: Any) -> None:
     """Refuse an order that reads rows scattered over chunks in a bucket with no disk cache.
 
-    Each batch of such an order touches most chunks: with nothing kept between
-    batches, a pass would fetch many times the bytes it uses (stated in the message).
+    Such an order reads each batch's rows sorted, chunk by chunk: every batch
+    fetches the whole of every chunk it touches, except the few kept in memory
+    since a batch before (``RECENT_BYTES``). The cost is measured on the
+    order's first ``CHECKED_BATCHES`` batches (the rows of the chunks they touch
+    over theirs); above ``REFUSED_AMPLIFICATION`` the order is refused.
 
     Raises:
         ValueError: a leaf in a bucket without a disk cache (named, with the cost).
     """
-    for leaf in store.remote():
-        if leaf.cache is not None:
-            continue
+    leaves = [leaf for leaf in store.remote() if leaf.cache is None]
+    if not leaves:
+        return
+    epoch = order.epoch(0)
+    firsts = [epoch.batch(i) for i in range(min(CHECKED_BATCHES, len(epoch)))]
+    rows = sum(map(len, firsts))
+    for leaf in leaves:
         unit = leaf.chunk_rows or 1
-        chunks = -(-len(leaf) // unit)
-        b = min(batch_size, len(leaf))
-        touched = chunks * (1 - (1 - 1 / chunks) ** b)  # expected chunks a batch touches
-        times = touched * unit / b
+        per_batch = [len(np.unique(idx // unit)) for idx in firsts]
+        union = len(np.unique(np.concatenate(firsts) // unit))
+        if union * unit / max(1, rows) <= REFUSED_AMPLIFICATION:
+            continue
+        touched = sum(per_batch) / len(per_batch)
+        times = touched * unit * len(firsts) / max(1, rows)
         raise ValueError(
             f"{leaf.path} is in a bucket and this order reads rows scattered over its chunks: "
-            f"each batch of {b} rows would fetch about {touched:.0f} of its {chunks} chunks, "
-            f'about {times:.0f}x the bytes it uses. Pass `shuffle="grouped"` (each chunk '
-            "fetched about once an epoch), or read it through a chunk cache on disk: "
-            "`looptoolkit.stores.bucket(array, cache_dir=..., cache_bytes=...)`."
+            f"each of its first batches touches {touched:.0f} of its "
+            f"{-(-len(leaf) // unit)} chunks, about {times:.0f}x the bytes it uses. Pass "
+            '`shuffle="grouped"` (each chunk fetched about once an epoch), or read it through '
+            "a chunk cache on disk: `looptoolkit.stores.bucket(array, cache_dir=..., "
+            "cache_bytes=...)`."
         )
 
 

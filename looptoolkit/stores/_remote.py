@@ -24,6 +24,7 @@ import os
 import random
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -36,6 +37,9 @@ __all__ = ["Counters", "Fetcher", "ObjectRef", "RemoteReadError", "Settings", "e
 # little on 2 cores. Bytes ahead: a few groups of chunks, well within a host's memory.
 IN_FLIGHT = 16
 AHEAD_BYTES = 64 << 20
+# Objects taken by reads are kept in memory up to this many bytes (least recently used
+# out): an order that reads a chunk's rows over a few batches fetches it once.
+RECENT_BYTES = 32 << 20
 ATTEMPTS = 6
 BACKOFF_S = 0.05  # the first retry waits up to this long; each later one twice as long
 MAX_BACKOFF_S = 2.0
@@ -190,6 +194,8 @@ class Fetcher:
         self._lock = threading.Lock()
         self._ahead: dict[ObjectRef, Future[bytes]] = {}  # fetched or being fetched, not taken
         self._ahead_bytes = 0
+        self._recent: OrderedDict[ObjectRef, bytes] = OrderedDict()  # taken lately
+        self._recent_bytes = 0
 
     @property
     def ahead_bytes(self) -> int:
@@ -206,9 +212,11 @@ class Fetcher:
                 self._ahead_bytes += ref.size
 
     def forget(self) -> None:
-        """Drop what was fetched ahead and not taken (a pass ended early)."""
+        """Drop what was fetched ahead and not taken, and what was kept (a pass ended)."""
         with self._lock:
             ahead, self._ahead, self._ahead_bytes = self._ahead, {}, 0
+            self._recent.clear()
+            self._recent_bytes = 0
         for future in ahead.values():
             future.cancel()
 
@@ -218,17 +226,30 @@ class Fetcher:
         Raises:
             RemoteReadError: an object could not be read (named, with the attempts).
         """
-        futures = []
+        futures: list[Future[bytes] | bytes] = []
         with self._lock:
             for ref in refs:
+                kept = self._recent.get(ref)
+                if kept is not None:
+                    self._recent.move_to_end(ref)
+                    futures.append(kept)
+                    continue
                 future = self._ahead.pop(ref, None)
                 if future is None:
                     future = asyncio.run_coroutine_threadsafe(self._obtain(ref), self.loop)
                 else:
                     self._ahead_bytes -= ref.size
                 futures.append(future)
-        out = [future.result() for future in futures]
+        out = [f if isinstance(f, bytes) else f.result() for f in futures]
         self.counters.add(bytes_used=sum(len(b) for b in out))
+        with self._lock:
+            for ref, data in zip(refs, out, strict=True):
+                if ref not in self._recent and len(data) <= RECENT_BYTES:
+                    self._recent[ref] = data
+                    self._recent_bytes += len(data)
+            while self._recent_bytes > RECENT_BYTES:
+                _, old = self._recent.popitem(last=False)
+                self._recent_bytes -= len(old)
         return out
 
     async def _obtain(self, ref: ObjectRef) -> bytes:

@@ -25,6 +25,25 @@ from looptoolkit.stores._remote import Fatal, ObjectRef
 __all__ = ["S3Bucket", "bucket_of"]
 
 _INSTALL = "reading a bucket needs obstore; install it with `pip install 'looptoolkit[s3]'`."
+# The process whose obstore calls started obstore's runtime (its threads): a child
+# forked after that inherits the runtime without its threads, and its calls hang.
+_runtime_pid: int | None = None
+
+
+def _check_fork() -> None:
+    """Raise in a child forked after obstore's runtime started in its parent (not hang)."""
+    global _runtime_pid
+    pid = os.getpid()
+    if _runtime_pid is None:
+        _runtime_pid = pid
+    elif _runtime_pid != pid:
+        raise RuntimeError(
+            "this process was forked after its parent read from a bucket, and obstore's "
+            "runtime does not survive a fork; start worker processes with the 'spawn' or "
+            "'forkserver' start method (`multiprocessing.get_context('spawn')`, "
+            "`DataLoader(..., multiprocessing_context='spawn')`), or read from the bucket "
+            "only in the workers."
+        )
 
 
 class S3Bucket:
@@ -60,6 +79,7 @@ class S3Bucket:
         """This process's obstore store for the bucket (made after a fork anew)."""
         if self._client is not None and self._client[0] == os.getpid():
             return self._client[1]
+        _check_fork()
         try:
             from obstore.store import S3Store
         except ImportError:
