@@ -276,3 +276,29 @@ def test_a_child_forked_after_a_read_names_the_start_method(s3, stored):
     got = queue.get(timeout=60)  # an error, never a hang
     child.join(30)
     assert "'spawn'" in got
+
+
+def test_a_short_body_is_never_accepted():
+    # A body that ends early with no error from the HTTP layer (a length it stated
+    # itself, a chunked body cut at a chunk's end): only the listed size tells.
+    from looptoolkit.stores._remote import Counters, Fetcher, ObjectRef, Settings
+
+    whole = bytes(range(256)) * 40
+    sent = []
+
+    async def request(key: str, start: int, end: int) -> bytes:
+        sent.append((key, start, end))
+        return whole[start:end][: -100 if len(sent) < 3 else None]
+
+    counters = Counters()
+    fetcher = Fetcher(request, Settings(backoff_s=0.001), counters)
+    ref = ObjectRef("x.zarr/c/0/0", len(whole), "v1")
+    assert fetcher.take([ref]) == [whole]
+    assert sent == [("x.zarr/c/0/0", 0, len(whole))] * 3
+    assert counters.retries == 2 and counters.bytes_fetched == len(whole)
+
+    fetcher = Fetcher(
+        lambda key, a, b: request(key, a, b - 1), Settings(attempts=2, backoff_s=0.001), Counters()
+    )
+    with pytest.raises(RemoteReadError, match=r"x.zarr/c/0/0 could not be read in 2 attempts"):
+        fetcher.take([ref])
