@@ -13,6 +13,9 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import pytest
 
+# The local S3 server of the bucket tests: the fixtures `local_s3`, `s3` and `bucket`.
+pytest_plugins = ["s3_fixtures"]
+
 
 @pytest.fixture
 def cuda() -> Any:

@@ -1,0 +1,44 @@
+"""The local S3 server of the bucket tests: started once per session, a clean view per test.
+
+Registered in ``conftest.py`` (``pytest_plugins``). Use ``s3`` for the server (no faults,
+no latency, counters at zero) and ``bucket`` for a new bucket of one's own in it:
+
+    def test_reads(s3, bucket):
+        s3.put(bucket, "x.bin", b"...")
+        s3.latency_s = 0.02
+        s3.faults.add("503", times=2)
+        ...  # read it from s3.endpoint, then check s3.stats
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from looptoolkit.bench.s3local import LocalS3
+
+
+@pytest.fixture(scope="session")
+def local_s3() -> Iterator[LocalS3]:
+    """The session's server and proxy, as other tests left them (prefer ``s3``)."""
+    with LocalS3() as s3:
+        yield s3
+
+
+@pytest.fixture
+def s3(local_s3: LocalS3) -> Iterator[LocalS3]:
+    """The session's server with no faults, no latency and its counters at zero."""
+    local_s3.faults.clear()
+    local_s3.latency_s = 0.0
+    local_s3.reset_stats()
+    yield local_s3
+    local_s3.faults.clear()  # a test that failed half-way leaves nothing behind
+    local_s3.latency_s = 0.0
+
+
+@pytest.fixture
+def bucket(s3: LocalS3) -> str:
+    """A new, empty bucket of the test's own (the server's data outlives tests)."""
+    return s3.make_bucket(f"test-{uuid.uuid4().hex[:20]}")
