@@ -56,11 +56,12 @@ class RemoteReadError(OSError):
 
 @dataclass(frozen=True)
 class ObjectRef:
-    """One object as a LIST gave it: its key, size and version (an ETag)."""
+    """One object (or the bytes ``start:start + size`` of one): key, size, version (an ETag)."""
 
     key: str
     size: int
     version: str = ""
+    start: int = 0
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,7 @@ class Counters:
         retries: requests tried again (a fault, a short body, a deadline passed).
         cache_hits: objects served by the disk cache; ``cache_bytes``: their bytes.
         in_flight_bound: the most requests allowed in flight; ``max_in_flight``: reached.
+        ahead_bytes_bound: the most bytes fetched ahead of the reads.
     """
 
     requests: int = 0
@@ -106,6 +108,7 @@ class Counters:
     cache_bytes: int = 0
     in_flight_bound: int = 0
     max_in_flight: int = 0
+    ahead_bytes_bound: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, **counts: int) -> None:
@@ -125,6 +128,7 @@ class Counters:
                 "cache_bytes",
                 "in_flight_bound",
                 "max_in_flight",
+                "ahead_bytes_bound",
             )
         }
 
@@ -190,6 +194,7 @@ class Fetcher:
         self.loop = event_loop()
         self.pid = os.getpid()
         counters.in_flight_bound = settings.in_flight
+        counters.ahead_bytes_bound = settings.ahead_bytes
         self._gate: asyncio.Semaphore | None = None
         self._in_flight = 0
         self._lock = threading.Lock()
@@ -291,7 +296,7 @@ class Fetcher:
         return data
 
     async def _fetch(self, ref: ObjectRef) -> bytes:
-        """The whole object ``ref``, as one ranged GET of its listed size, retried."""
+        """The bytes of ``ref`` (a whole object, or a range of one), one ranged GET, retried."""
         settings = self.settings
         if self._gate is None:
             self._gate = asyncio.Semaphore(settings.in_flight)
@@ -308,7 +313,9 @@ class Fetcher:
                     self.counters.max_in_flight = self._in_flight
                 self.counters.add(requests=1)
                 try:
-                    data = await asyncio.wait_for(self.request(ref.key, 0, ref.size), deadline)
+                    data = await asyncio.wait_for(
+                        self.request(ref.key, ref.start, ref.start + ref.size), deadline
+                    )
                 except Fatal as error:
                     raise RemoteReadError(
                         f"{self.where}{ref.key} could not be read: {error}"
