@@ -153,6 +153,8 @@ class Delivery:
         if store is not None:  # a span read in the background too, but never in "inline"
             store.background = mode == "thread" and self.prefetch > 0
         stats = LoaderStats(mode) if self.stats else None
+        if stats is not None and store is not None and store.remote():
+            stats.remote = store.remote_reads
         rows.stats = stats  # ragged rows count tokens; a staged upload, its blocks
         return Route(rows, plan, mode, self.prefetch, stats, self.return_mask, shards)
 

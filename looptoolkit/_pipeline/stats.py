@@ -61,6 +61,7 @@ class LoaderStats:
         "block_batches",
         "built",
         "prefetch_mode",
+        "remote",
         "rows",
         "source_rows",
         "source_tokens",
@@ -74,7 +75,22 @@ class LoaderStats:
     def __init__(self, prefetch_mode: str = "inline") -> None:
         self.prefetch_mode = prefetch_mode
         self.block_batches = 0  # how batches are made, not a count: `reset` keeps it
+        # The counts of the data's reads from a bucket (a store's `remote_reads`), or None.
+        self.remote: Any = None
         self.reset()
+
+    @property
+    def remote_reads(self) -> dict[str, int]:
+        """Requests and bytes of the data in a bucket, in this process since the Loader was made.
+
+        ``requests`` (LISTs and retries included), ``bytes_fetched``, ``bytes_used``
+        (the objects' bytes the reads took), ``retries``, ``cache_hits`` and
+        ``cache_bytes`` (served by the disk cache), ``in_flight_bound`` (the most
+        requests allowed in flight), ``max_in_flight`` (reached) and
+        ``ahead_bytes_bound`` (the most bytes fetched ahead of the reads). Empty without
+        such data. Not reset by [`reset`][looptoolkit.LoaderStats.reset].
+        """
+        return self.remote() if self.remote is not None else {}
 
     @property
     def data_wait_fraction(self) -> float:
@@ -128,6 +144,9 @@ class LoaderStats:
         }
         if self.block_batches:
             out["block_batches"] = self.block_batches
+        remote = self.remote_reads
+        if remote:
+            out.update({f"remote_{k}": v for k, v in remote.items()})
         if self.built:
             out.update(
                 tokens=self.tokens,

@@ -170,10 +170,48 @@ class StoreReads:
         view = leaf.view()
         return cache.take(cache.leaves.index(leaf), idx) if view is None else gather_rows(view, idx)
 
+    def remote(self) -> list[Any]:
+        """The leaves in a bucket (their chunks fetched ahead of the reads)."""
+        return [leaf for leaf in self.leaves if getattr(leaf, "remote", False)]
+
+    def remote_reads(self) -> dict[str, int]:
+        """This process's requests and bytes of the leaves in a bucket, summed (empty: none)."""
+        out: dict[str, int] = {}
+        for leaf in self.remote():
+            for name, value in leaf.counters.as_dict().items():
+                if name in ("in_flight_bound", "max_in_flight", "ahead_bytes_bound"):
+                    out[name] = max(out.get(name, 0), value)
+                else:
+                    out[name] = out.get(name, 0) + value
+        return out
+
     def take_batches(
         self, leaves: Sequence[StoreArray], batches: Iterable[np.ndarray]
     ) -> Iterator[list[np.ndarray]]:
         self.check()
+        remote = [leaf for leaf in leaves if getattr(leaf, "remote", False)]
+        if remote:
+            yield from self._remote_pass(remote, leaves, batches)
+            return
+        yield from self._pass(leaves, batches)
+
+    def _remote_pass(
+        self, remote: list[Any], leaves: Sequence[StoreArray], batches: Iterable[np.ndarray]
+    ) -> Iterator[list[np.ndarray]]:
+        """A pass whose leaves in a bucket have the order's next chunks fetched ahead."""
+        # Once per object listed: a Parquet file's columns share their file's look.
+        owners = {id(getattr(leaf, "file", leaf)): leaf for leaf in remote}
+        for leaf in owners.values():
+            leaf.start_pass()  # one LIST (a HEAD for a file): sizes and versions
+        try:
+            yield from self._pass(leaves, announced(batches, remote))
+        finally:
+            for leaf in remote:
+                leaf.forget()
+
+    def _pass(
+        self, leaves: Sequence[StoreArray], batches: Iterable[np.ndarray]
+    ) -> Iterator[list[np.ndarray]]:
         if self.cache_bytes is None:
             for idx in batches:
                 yield [self._sorted(leaf, idx) for leaf in leaves]
@@ -246,6 +284,51 @@ class StoreReads:
             gathered = [f(idx) for f in fetch]
             for a, b in itertools.pairwise(bounds):
                 yield [x[a:b] for x in gathered]
+
+
+def announced(batches: Iterable[np.ndarray], leaves: Sequence[Any]) -> Iterator[np.ndarray]:
+    """``batches``, looked ahead of: each leaf is told the chunks the order needs next.
+
+    Batches are taken from the order ahead of the reads until the bytes fetched
+    ahead and not read reach each leaf's ``ahead_bytes`` bound (at least the next
+    batch's chunks); every chunk not announced yet in this pass is announced, in
+    the order of its first use. The order ends with the epoch (or the shard's
+    part of it): nothing past it is fetched.
+    """
+    source = iter(batches)
+    pending: deque[np.ndarray] = deque()
+    units = [leaf.chunk_rows or 1 for leaf in leaves]
+    seen = [np.zeros(-(-len(leaf) // u), dtype=bool) for leaf, u in zip(leaves, units, strict=True)]
+    bounds = [leaf.settings.ahead_bytes for leaf in leaves]
+    done = False
+
+    def more() -> bool:
+        idx = next(source, None)
+        if idx is None:
+            return False
+        pending.append(idx)
+        for leaf, unit, mark in zip(leaves, units, seen, strict=True):
+            chunks = idx // unit
+            if len(chunks) > 1:  # first uses, in order: drop repeats, keep the first
+                chunks = chunks[np.concatenate(([True], chunks[1:] != chunks[:-1]))]
+            _, first = np.unique(chunks, return_index=True)
+            chunks = chunks[np.sort(first)]
+            new = chunks[~mark[chunks]]
+            if len(new):
+                mark[new] = True
+                leaf.prefetch(new)
+        return True
+
+    while True:
+        while not done and (
+            not pending
+            or all(leaf.ahead_bytes() < bound for leaf, bound in zip(leaves, bounds, strict=True))
+        ):
+            if not more():
+                done = True
+        if not pending:
+            return
+        yield pending.popleft()
 
 
 def _cut(
@@ -395,6 +478,7 @@ def plan_reads(store: StoreReads, order: Any, cache_bytes: int | None) -> None:
         order.shuffle == "none" and order.sampling.kind == "permutation"
     )
     if not whole:
+        refuse_scattered_remote(store, order)
         if cache_bytes is not None:
             raise ValueError(
                 "`cache_bytes` sizes the chunk cache of the orders that read a store's chunks "
@@ -446,6 +530,48 @@ def plan_reads(store: StoreReads, order: Any, cache_bytes: int | None) -> None:
         store.handoff = max(store.block, (group + ahead) // order.batch_size)
         if order.world_size == 1:  # consecutive rows: a block is views of the spans read
             store.block = store.handoff
+
+
+# An order whose first batch would fetch more than this many times its bytes from a
+# bucket (with nothing kept between batches) is refused without a disk cache.
+REFUSED_AMPLIFICATION = 2.0
+CHECKED_BATCHES = 8  # the first batches whose chunks are counted
+
+
+def refuse_scattered_remote(store: StoreReads, order: Any) -> None:
+    """Refuse an order that reads rows scattered over chunks in a bucket with no disk cache.
+
+    Such an order reads each batch's rows sorted, chunk by chunk: every batch
+    fetches the whole of every chunk it touches, except the few kept in memory
+    since a batch before (``RECENT_BYTES``). The cost is measured on the
+    order's first ``CHECKED_BATCHES`` batches (the rows of the chunks they touch
+    over theirs); above ``REFUSED_AMPLIFICATION`` the order is refused.
+
+    Raises:
+        ValueError: a leaf in a bucket without a disk cache (named, with the cost).
+    """
+    leaves = [leaf for leaf in store.remote() if leaf.cache is None]
+    if not leaves:
+        return
+    epoch = order.epoch(0)
+    firsts = [epoch.batch(i) for i in range(min(CHECKED_BATCHES, len(epoch)))]
+    rows = sum(map(len, firsts))
+    for leaf in leaves:
+        unit = leaf.chunk_rows or 1
+        per_batch = [len(np.unique(idx // unit)) for idx in firsts]
+        union = len(np.unique(np.concatenate(firsts) // unit))
+        if union * unit / max(1, rows) <= REFUSED_AMPLIFICATION:
+            continue
+        touched = sum(per_batch) / len(per_batch)
+        times = touched * unit * len(firsts) / max(1, rows)
+        raise ValueError(
+            f"{leaf.path} is in a bucket and this order reads rows scattered over its chunks: "
+            f"each of its first batches touches {touched:.0f} of its "
+            f"{-(-len(leaf) // unit)} chunks, about {times:.0f}x the bytes it uses. Pass "
+            '`shuffle="grouped"` (each chunk fetched about once an epoch), or read it through '
+            "a chunk cache on disk: `looptoolkit.stores.bucket(array, cache_dir=..., "
+            "cache_bytes=...)`."
+        )
 
 
 def loader_order(

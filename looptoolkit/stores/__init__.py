@@ -18,12 +18,21 @@ once with a message naming what to pass instead.
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-__all__ = ["BLOCK_BYTES", "BLOCK_ROWS", "StoreArray", "is_store_type", "refusal", "wrap"]
+__all__ = [
+    "BLOCK_BYTES",
+    "BLOCK_ROWS",
+    "StoreArray",
+    "bucket",
+    "is_store_type",
+    "refusal",
+    "wrap",
+]
 
 # Rows per block of a store without chunks of its own (contiguous HDF5, Arrow):
 # BLOCK_ROWS, or fewer so that a block of the widest leaf stays within BLOCK_BYTES.
@@ -182,6 +191,9 @@ class StoreArray:
         """Rows ``rows`` (sorted, distinct), in that order."""
         return np.concatenate([self.read(int(r), int(r) + 1) for r in rows])
 
+    def start_pass(self) -> None:
+        """Called at the start of each pass over the data (a remote store lists its objects)."""
+
     def __repr__(self) -> str:
         return f"<{self.kind} array {self.path} shape={self.shape} dtype={self.dtype}>"
 
@@ -216,6 +228,105 @@ def wrap(obj: Any, path: str) -> StoreArray | dict[str, Any]:
             return wrapped
         message = module.refusal(obj)
     raise TypeError(f"`data` cannot hold {path}: {message}")
+
+
+def bucket(
+    obj: Any,
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+    cache_bytes: int | None = None,
+    in_flight: int | None = None,
+    ahead_bytes: int | None = None,
+    attempts: int | None = None,
+    deadline_s: float | None = None,
+    columns: list[str] | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> StoreArray | dict[str, Any]:
+    """A zarr array or group, or a Parquet file, in a bucket (``s3://``), read as set here.
+
+    A zarr array over ``s3://`` passed to the Loader as it is reads with the
+    defaults; wrap it to set where its chunks are cached on disk (needed by a
+    full shuffle) and how they are fetched. See docs/stores.md, "Object storage".
+
+    Args:
+        obj: a ``zarr.Array`` or ``zarr.Group`` opened over an S3 API (fsspec's
+            ``s3://`` or ``zarr.storage.ObjectStore`` over obstore's ``S3Store``), or
+            the ``s3://bucket/key`` URL of a Parquet file (its row groups are the chunks).
+        cache_dir: a directory for a chunk cache on local disk, shared by the
+            processes that name it (the ranks of a node, workers); None: no disk cache.
+        cache_bytes: the most bytes the disk cache keeps (least recently used out).
+        in_flight: the most requests in flight at once (default 16).
+        ahead_bytes: the most bytes fetched ahead of the reads (default 64 MiB).
+        attempts: tries of each request before a read fails (default 6).
+        deadline_s: seconds after which a request still running is restarted, plus
+            its bytes at 8 MiB/s (default 5).
+        columns: a Parquet file's columns to read (default: all; numeric or boolean).
+        storage_options: a Parquet file's endpoint and keys, as s3fs takes them (default:
+            the environment's).
+
+    Returns:
+        The array as the Loader reads it (a dict of them for a group; of the columns
+        for a Parquet file).
+
+    Raises:
+        TypeError: ``obj`` is not a zarr array or group in a bucket or a URL; a Parquet
+            column that is not numeric or boolean.
+        ValueError: ``cache_dir`` without ``cache_bytes`` (or the reverse), a bad bound.
+    """
+    from looptoolkit.stores._disk_cache import DiskCache
+    from looptoolkit.stores._remote import Settings
+
+    if (cache_dir is None) != (cache_bytes is None):
+        raise ValueError("`cache_dir` and `cache_bytes` go together: pass both, or neither.")
+    if cache_bytes is not None and (
+        not isinstance(cache_bytes, int) or isinstance(cache_bytes, bool) or cache_bytes < 1
+    ):
+        raise ValueError(f"`cache_bytes` must be an int >= 1, got {cache_bytes!r}.")
+    given: dict[str, Any] = {
+        "in_flight": in_flight,
+        "ahead_bytes": ahead_bytes,
+        "attempts": attempts,
+        "deadline_s": deadline_s,
+    }
+    settings = Settings(**{k: v for k, v in given.items() if v is not None})
+    if isinstance(obj, str):  # a Parquet file's URL
+        from looptoolkit.stores._parquet import parquet_columns
+
+        def cache_of(place: Any) -> Any:
+            if cache_dir is None:
+                return None
+            assert cache_bytes is not None
+            return DiskCache(cache_dir, cache_bytes, place.where)
+
+        return parquet_columns(obj, storage_options, columns, settings, cache_of)
+    if columns is not None or storage_options is not None:
+        raise ValueError(
+            "`columns` and `storage_options` are for a Parquet file's URL; a zarr array "
+            "was opened with its own."
+        )
+    if type(obj).__module__.partition(".")[0] != "zarr":
+        raise TypeError(
+            "`obj` must be a zarr array or group in a bucket, or the s3:// URL of a Parquet "
+            f"file, got {type(obj).__name__}."
+        )
+    from looptoolkit.stores._zarr import remote_array
+
+    def wrap_one(item: Any, path: str) -> StoreArray | dict[str, Any]:
+        if hasattr(item, "members"):  # a group: its arrays, nested groups as dicts
+            members = dict(item.members())
+            return {name: wrap_one(members[name], f"{path}[{name!r}]") for name in sorted(members)}
+        cache = None
+        if cache_dir is not None:
+            assert cache_bytes is not None
+            found = remote_array(item, path)
+            space = "" if found is None else found.bucket.where
+            cache = DiskCache(cache_dir, cache_bytes, space)
+        remote = remote_array(item, path, settings, cache)
+        if remote is None:
+            raise TypeError(f"{path} is a zarr array that is not in a bucket (s3://).")
+        return remote
+
+    return wrap_one(obj, "data")
 
 
 def _done() -> None:

@@ -1,14 +1,34 @@
-"""zarr arrays and groups (zarr-python 3, zarr formats 2 and 3) as Loader data."""
+"""zarr arrays and groups (zarr-python 3, zarr formats 2 and 3) as Loader data.
+
+A zarr array over ``s3://`` (fsspec's s3fs, or zarr's ``ObjectStore`` over
+obstore's ``S3Store``) becomes a [`RemoteZarr`][looptoolkit.stores._zarr.RemoteZarr]:
+its chunk objects' keys come from the array's metadata, their sizes and
+versions from one LIST per pass (a chunk that is not listed holds the fill
+value, as zarr reads it), and their bytes from a
+[`Fetcher`][looptoolkit.stores._remote.Fetcher], which the Loader's reads tell
+what the order needs next (``prefetch``). A read decodes the fetched bytes with
+zarr itself: a second array with the same metadata over an in-memory store that
+holds exactly the chunks of that read.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import math
+import os
+import threading
 from typing import Any
 
 import numpy as np
 import zarr
+from zarr.core.array import AsyncArray
+from zarr.core.buffer import default_buffer_prototype
+from zarr.storage import MemoryStore, StorePath
 
 from looptoolkit.stores import StoreArray
+from looptoolkit.stores._remote import Counters, Fetcher, ObjectRef, Settings
+from looptoolkit.stores._s3 import S3Bucket, bucket_of
 
 _sync: Any
 _nd: Any
@@ -24,7 +44,8 @@ except ImportError:  # pragma: no cover - another zarr layout
 def wrap(obj: Any, path: str) -> StoreArray | dict[str, Any] | None:
     """A zarr array as a [`ZarrArray`][looptoolkit.stores._zarr.ZarrArray]; a group as a dict."""
     if isinstance(obj, zarr.Array):
-        return ZarrArray(obj, path)
+        remote = remote_array(obj, path)  # in a bucket: chunks fetched ahead of the reads
+        return ZarrArray(obj, path) if remote is None else remote
     if isinstance(obj, zarr.Group):
         members = dict(obj.members())
         return {name: wrap(members[name], f"{path}[{name!r}]") for name in sorted(members)}
@@ -102,3 +123,191 @@ class ZarrArray(StoreArray):
 
     def read_rows(self, rows: np.ndarray) -> np.ndarray:
         return np.asarray(self.array.get_orthogonal_selection((rows,)))
+
+
+def remote_array(
+    array: zarr.Array, path: str, settings: Settings | None = None, cache: Any = None
+) -> RemoteZarr | None:
+    """``array`` as a [`RemoteZarr`][looptoolkit.stores._zarr.RemoteZarr] if in a bucket."""
+    bucket = bucket_of(array.store)
+    if bucket is None:
+        return None
+    return RemoteZarr(array, path, bucket, settings or Settings(), cache)
+
+
+class RemoteZarr(ZarrArray):
+    """A zarr array in a bucket, read whole chunk objects at a time through a fetcher.
+
+    Attributes:
+        remote: True (the Loader's reads plan fetches ahead for such leaves).
+        settings: the fetches' bounds and retry policy.
+        cache: the disk cache its objects go through, or None.
+    """
+
+    remote = True
+
+    def __init__(
+        self,
+        array: zarr.Array,
+        path: str,
+        bucket: S3Bucket,
+        settings: Settings,
+        cache: Any = None,
+    ) -> None:
+        super().__init__(array, path)
+        self.settings = settings
+        self.cache = cache
+        self._bucket: S3Bucket | None = bucket
+        self._proc: tuple[int, Fetcher, Counters, zarr.Array, dict[str, Any]] | None = None
+        self._refs: dict[str, ObjectRef] | None = None
+        self._lock = threading.Lock()
+        layout = array.shards or array.chunks
+        self._grid = [
+            range(math.ceil(s / c)) for s, c in zip(self.shape[1:], layout[1:], strict=True)
+        ]
+        self._metadata = array.metadata
+        # The array's objects lie under this key prefix (relative to the bucket's).
+        self._root = array.store_path.path.strip("/")
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The bucket is found again from the zarr array's store (what the user passed).
+        return {**self.__dict__, "_bucket": None, "_proc": None, "_refs": None, "_lock": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    @property
+    def bucket(self) -> S3Bucket:
+        if self._bucket is None:
+            self._bucket = bucket_of(self.array.store)
+            assert self._bucket is not None
+        return self._bucket
+
+    def _process(self) -> tuple[Fetcher, Counters, zarr.Array, dict[str, Any]]:
+        """This process's fetcher, counters and decoding array (made anew after a fork)."""
+        proc = self._proc
+        if proc is not None and proc[0] == os.getpid():
+            return proc[1], proc[2], proc[3], proc[4]
+        bucket = self.bucket
+        counters = Counters()
+        fetcher = Fetcher(bucket.get, self.settings, counters, self.cache, bucket.where)
+        served: dict[str, Any] = {}
+        metadata: Any = self._metadata
+        local: zarr.Array = zarr.Array(
+            AsyncArray(
+                metadata,
+                StorePath(MemoryStore(served, read_only=True)),
+                config=self.array.async_array.config,
+            )
+        )
+        self._proc = (os.getpid(), fetcher, counters, local, served)
+        self._refs = None
+        return fetcher, counters, local, served
+
+    @property
+    def counters(self) -> Counters:
+        """This process's counts of requests and bytes for this array."""
+        return self._process()[1]
+
+    def start_pass(self) -> None:
+        """List the array's objects (their sizes and versions): once per pass."""
+        self._process()
+        prefix = f"{self._root}/" if self._root else ""
+        refs = self.bucket.list(prefix)
+        self.counters.add(requests=max(1, -(-len(refs) // 1000)))
+        self._refs = {ref.key: ref for ref in refs}
+
+    def _chunk_keys(self, chunk: int) -> list[str]:
+        """The keys (relative to the array) of the objects of row chunk ``chunk``."""
+        encode = self._metadata.encode_chunk_key
+        return [encode((chunk, *rest)) for rest in itertools.product(*self._grid)]
+
+    def objects(self, chunks: Any) -> list[ObjectRef]:
+        """The listed objects of row chunks ``chunks`` (unlisted ones hold the fill value)."""
+        if self._refs is None:
+            self.start_pass()
+        refs = self._refs
+        assert refs is not None
+        bucket, root = self.bucket, self._root
+        out = []
+        for chunk in chunks:
+            for key in self._chunk_keys(int(chunk)):
+                ref = refs.get(bucket.key(f"{root}/{key}" if root else key))
+                if ref is not None:
+                    out.append(ref)
+        return out
+
+    def prefetch(self, chunks: Any) -> None:
+        """Start fetching row chunks ``chunks`` (in that order) ahead of their reads."""
+        self._process()[0].prefetch(self.objects(chunks))
+
+    def ahead_bytes(self) -> int:
+        """Bytes asked for ahead and not read yet."""
+        return self._process()[0].ahead_bytes
+
+    def forget(self) -> None:
+        """Drop what was fetched ahead and not read (a pass ended)."""
+        if self._proc is not None and self._proc[0] == os.getpid():
+            self._proc[1].forget()
+
+    def _serve(self, chunks: Any) -> tuple[zarr.Array, dict[str, Any]]:
+        fetcher, _, local, served = self._process()
+        refs = self.objects(chunks)
+        datas = fetcher.take(refs)
+        skip = len(self.bucket.key(f"{self._root}/" if self._root else ""))
+        make = default_buffer_prototype().buffer.from_bytes
+        for ref, data in zip(refs, datas, strict=True):
+            served[ref.key[skip:]] = make(data)
+        return local, served
+
+    def _chunks_of(self, starts: np.ndarray, stops: np.ndarray) -> list[int]:
+        unit = self.chunk_rows or 1
+        return sorted(
+            {
+                c
+                for a, b in zip(starts.tolist(), stops.tolist(), strict=True)
+                for c in range(a // unit, -(-b // unit))
+            }
+        )
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        if stop <= start:
+            return np.empty((0, *self.shape[1:]), dtype=self.dtype)
+        with self._lock:
+            local, served = self._serve(self._chunks_of(np.array([start]), np.array([stop])))
+            try:
+                return np.asarray(local[start:stop])
+            finally:
+                served.clear()
+
+    def read_ranges(self, starts: np.ndarray, stops: np.ndarray, out: np.ndarray) -> None:
+        with self._lock:
+            local, served = self._serve(self._chunks_of(starts, stops))
+            try:
+                if _sync is None or not out.flags.c_contiguous:
+                    at = 0
+                    for a, b in zip(starts.tolist(), stops.tolist(), strict=True):
+                        out[at : at + b - a] = local[a:b]
+                        at += b - a
+                    return
+                # Every range decoded concurrently on zarr's loop, straight into `out`.
+                reads, at = [], 0
+                for a, b in zip(starts.tolist(), stops.tolist(), strict=True):
+                    into = _nd.from_numpy_array(out[at : at + b - a])
+                    reads.append(
+                        local.async_array.get_orthogonal_selection((slice(a, b),), out=into)
+                    )
+                    at += b - a
+                _sync(_gather(reads))
+            finally:
+                served.clear()
+
+    def read_rows(self, rows: np.ndarray) -> np.ndarray:
+        unit = self.chunk_rows or 1
+        with self._lock:
+            local, served = self._serve(np.unique(rows // unit).tolist())
+            try:
+                return np.asarray(local.get_orthogonal_selection((rows,)))
+            finally:
+                served.clear()
