@@ -239,16 +239,25 @@ def bucket(
     ahead_bytes: int | None = None,
     attempts: int | None = None,
     deadline_s: float | None = None,
-) -> StoreArray | dict[str, Any]:
-    """A zarr array or group in a bucket (``s3://``), read with the settings given.
+    columns: list[str] | None = None,
+    storage_options: dict[str, Any] | None = None,
+    offsets: Any = None,
+    dtype: Any = None,
+) -> Any:
+    """A zarr array or group, Parquet files or a token file in a bucket (``s3://``), as data.
 
     A zarr array over ``s3://`` passed to the Loader as it is reads with the
     defaults; wrap it to set where its chunks are cached on disk (needed by a
-    full shuffle) and how they are fetched. See docs/stores.md, "Object storage".
+    full shuffle) and how they are fetched. An ``s3://`` address names a Parquet
+    file or a directory of them (an Arrow dataset: every ``*.parquet`` under it,
+    in key order), read with its row groups as chunks, or, with ``offsets``, a
+    token file read as a [`Ragged`][looptoolkit.Ragged] column. See
+    docs/stores.md, "Object storage".
 
     Args:
         obj: a ``zarr.Array`` or ``zarr.Group`` opened over an S3 API (fsspec's
-            ``s3://`` or ``zarr.storage.ObjectStore`` over obstore's ``S3Store``).
+            ``s3://`` or ``zarr.storage.ObjectStore`` over obstore's ``S3Store``),
+            or an ``s3://bucket/key`` address (Parquet, or a token file with ``offsets``).
         cache_dir: a directory for a chunk cache on local disk, shared by the
             processes that name it (the ranks of a node, workers); None: no disk cache.
         cache_bytes: the most bytes the disk cache keeps (least recently used out).
@@ -257,9 +266,18 @@ def bucket(
         attempts: tries of each request before a read fails (default 6).
         deadline_s: seconds after which a request still running is restarted, plus
             its bytes at 8 MiB/s (default 5).
+        columns: the Parquet columns read (default: all of them).
+        storage_options: how to reach the bucket of an address, as fsspec's s3fs takes
+            it (``key``, ``secret``, ``token``, ``anon``, ``endpoint_url``,
+            ``client_kwargs``); what is not given comes from the environment
+            (``AWS_*``) as obstore finds it, and is never pickled.
+        offsets: the token file's row offsets (``n + 1`` ints from 0): an ``s3://``
+            address of a ``.npy`` file or of raw int64, or an array.
+        dtype: the token file's dtype when it is raw (a ``.npy`` file says its own).
 
     Returns:
-        The array as the Loader reads it (a dict of them for a group).
+        The array as the Loader reads it (a dict of them for a group or Parquet
+        files' columns; a `Ragged` for a token file).
 
     Raises:
         TypeError: ``obj`` is not a zarr array or group in a bucket.
@@ -281,9 +299,36 @@ def bucket(
         "deadline_s": deadline_s,
     }
     settings = Settings(**{k: v for k, v in given.items() if v is not None})
+    if isinstance(obj, str):
+        from looptoolkit.stores._objects import open_address
+
+        def cache_of(space: str) -> DiskCache | None:
+            if cache_dir is None:
+                return None
+            assert cache_bytes is not None
+            return DiskCache(cache_dir, cache_bytes, space)
+
+        return open_address(
+            obj,
+            settings=settings,
+            cache_of=cache_of,
+            columns=columns,
+            storage_options=storage_options,
+            offsets=offsets,
+            dtype=dtype,
+        )
+    for name, value in (
+        ("columns", columns),
+        ("storage_options", storage_options),
+        ("offsets", offsets),
+        ("dtype", dtype),
+    ):
+        if value is not None:
+            raise ValueError(f"`{name}` goes with an s3:// address, not a zarr array or group.")
     if type(obj).__module__.partition(".")[0] != "zarr":
         raise TypeError(
-            f"`obj` must be a zarr array or group in a bucket, got {type(obj).__name__}."
+            "`obj` must be a zarr array or group in a bucket or an s3:// address, got "
+            f"{type(obj).__name__}."
         )
     from looptoolkit.stores._zarr import remote_array
 

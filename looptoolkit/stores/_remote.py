@@ -56,11 +56,16 @@ class RemoteReadError(OSError):
 
 @dataclass(frozen=True)
 class ObjectRef:
-    """One object as a LIST gave it: its key, size and version (an ETag)."""
+    """One object as a LIST gave it: its key, size and version (an ETag).
+
+    A part of an object (a Parquet row group's column chunks, a token file's rows)
+    is a ref too: ``size`` bytes from byte ``offset`` of the object ``key``.
+    """
 
     key: str
     size: int
     version: str = ""
+    offset: int = 0
 
 
 @dataclass(frozen=True)
@@ -291,7 +296,7 @@ class Fetcher:
         return data
 
     async def _fetch(self, ref: ObjectRef) -> bytes:
-        """The whole object ``ref``, as one ranged GET of its listed size, retried."""
+        """The object (or part) ``ref``, as one ranged GET of its listed size, retried."""
         settings = self.settings
         if self._gate is None:
             self._gate = asyncio.Semaphore(settings.in_flight)
@@ -308,7 +313,9 @@ class Fetcher:
                     self.counters.max_in_flight = self._in_flight
                 self.counters.add(requests=1)
                 try:
-                    data = await asyncio.wait_for(self.request(ref.key, 0, ref.size), deadline)
+                    data = await asyncio.wait_for(
+                        self.request(ref.key, ref.offset, ref.offset + ref.size), deadline
+                    )
                 except Fatal as error:
                     raise RemoteReadError(
                         f"{self.where}{ref.key} could not be read: {error}"

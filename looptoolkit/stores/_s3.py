@@ -161,3 +161,71 @@ def bucket_of(store: Any) -> S3Bucket | None:
         bucket = config.pop("bucket")
         return S3Bucket(bucket, inner.prefix or "", config)
     return None
+
+
+def split_url(url: str) -> tuple[str, str]:
+    """The bucket and the key of an ``s3://bucket/key`` address.
+
+    Raises:
+        ValueError: ``url`` is not an ``s3://`` address with a bucket.
+    """
+    scheme, _, rest = url.partition("://")
+    bucket, _, key = rest.partition("/")
+    if scheme != "s3" or not bucket:
+        raise ValueError(f"`url` must be an s3://bucket/key address, got {url!r}.")
+    return bucket, key.strip("/")
+
+
+def bucket_of_options(bucket: str, storage_options: dict[str, Any] | None) -> S3Bucket:
+    """The bucket ``bucket`` reached as fsspec's ``storage_options`` (s3fs's arguments) say.
+
+    The same arguments as ``zarr.open_array(url, storage_options=...)`` or
+    ``s3fs.S3FileSystem(**storage_options)`` take: ``key``, ``secret``, ``token``,
+    ``anon``, ``endpoint_url`` and ``client_kwargs`` (``endpoint_url``, ``region_name``).
+    What is not given comes from where obstore looks (``AWS_*`` variables).
+
+    Raises:
+        TypeError: ``storage_options`` is not a dict.
+        ValueError: an argument that is not one of these (named; never its value).
+    """
+    given = dict(storage_options or {})
+    if storage_options is not None and not isinstance(storage_options, dict):
+        raise TypeError(f"`storage_options` must be a dict, got {type(storage_options).__name__}.")
+    kwargs = dict(given.pop("client_kwargs", None) or {})
+    options: dict[str, Any] = {}
+    endpoint = given.pop("endpoint_url", None) or kwargs.pop("endpoint_url", None)
+    if endpoint:
+        options["endpoint"] = endpoint
+    region = kwargs.pop("region_name", None) or given.pop("region_name", None)
+    if region:
+        options["region"] = region
+    for name, option in (
+        ("key", "access_key_id"),
+        ("secret", "secret_access_key"),
+        ("token", "token"),
+    ):
+        value = given.pop(name, None)
+        if value:
+            options[option] = value
+    if given.pop("anon", False):
+        options["skip_signature"] = True
+    unknown = sorted(given) + sorted(f"client_kwargs[{k!r}]" for k in kwargs)
+    if unknown:
+        raise ValueError(
+            "`storage_options` takes key, secret, token, anon, endpoint_url, region_name and "
+            f"client_kwargs (endpoint_url, region_name); got {', '.join(unknown)}."
+        )
+    return S3Bucket(bucket, "", options)
+
+
+def head(bucket: S3Bucket, key: str) -> ObjectRef | None:
+    """Object ``key`` of ``bucket`` as one HEAD gives it (key from the bucket's root), or None."""
+    import obstore
+    from obstore.exceptions import NotFoundError
+
+    try:
+        meta = obstore.head(bucket.client(), bucket.key(key))
+    except (NotFoundError, FileNotFoundError):
+        return None
+    version = meta.get("e_tag") or str(meta.get("last_modified", ""))
+    return ObjectRef(meta["path"], int(meta["size"]), version or "")
