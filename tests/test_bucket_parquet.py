@@ -237,5 +237,5 @@ def test_bad_arguments_are_refused(s3, stored, bucket):
         in_bucket(f"s3://{bucket}/nothing", storage_options=options)
     with pytest.raises(ValueError, match=r"storage_options.*got bogus"):
         in_bucket(url, storage_options={**options, "bogus": 1})
-    with pytest.raises(ValueError, match="`dtype` goes with a token file"):
-        in_bucket(url, dtype="f4", storage_options=options)
+    with pytest.raises(ValueError, match="`columns` goes with Parquet files"):
+        in_bucket(url, dtype="f4", columns=["x"], storage_options=options)

@@ -241,7 +241,6 @@ def bucket(
     deadline_s: float | None = None,
     columns: list[str] | None = None,
     storage_options: dict[str, Any] | None = None,
-    offsets: Any = None,
     dtype: Any = None,
 ) -> Any:
     """A zarr array or group, Parquet files or a token file in a bucket (``s3://``), as data.
@@ -250,14 +249,16 @@ def bucket(
     defaults; wrap it to set where its chunks are cached on disk (needed by a
     full shuffle) and how they are fetched. An ``s3://`` address names a Parquet
     file or a directory of them (an Arrow dataset: every ``*.parquet`` under it,
-    in key order), read with its row groups as chunks, or, with ``offsets``, a
-    token file read as a [`Ragged`][looptoolkit.Ragged] column. See
+    in key order), read with its row groups as chunks; or, with ``dtype`` or a
+    ``.npy`` name, an array file (a token file: the values of a
+    [`Ragged`][looptoolkit.Ragged] column, read by the byte ranges of the rows
+    the order needs; ``np.asarray`` of it fetches it whole, for offsets). See
     docs/stores.md, "Object storage".
 
     Args:
         obj: a ``zarr.Array`` or ``zarr.Group`` opened over an S3 API (fsspec's
             ``s3://`` or ``zarr.storage.ObjectStore`` over obstore's ``S3Store``),
-            or an ``s3://bucket/key`` address (Parquet, or a token file with ``offsets``).
+            or an ``s3://bucket/key`` address (Parquet, or an array file: ``.npy`` or raw).
         cache_dir: a directory for a chunk cache on local disk, shared by the
             processes that name it (the ranks of a node, workers); None: no disk cache.
         cache_bytes: the most bytes the disk cache keeps (least recently used out).
@@ -271,13 +272,11 @@ def bucket(
             it (``key``, ``secret``, ``token``, ``anon``, ``endpoint_url``,
             ``client_kwargs``); what is not given comes from the environment
             (``AWS_*``) as obstore finds it, and is never pickled.
-        offsets: the token file's row offsets (``n + 1`` ints from 0): an ``s3://``
-            address of a ``.npy`` file or of raw int64, or an array.
-        dtype: the token file's dtype when it is raw (a ``.npy`` file says its own).
+        dtype: the dtype of an array file of raw values (a ``.npy`` file states its own).
 
     Returns:
         The array as the Loader reads it (a dict of them for a group or Parquet
-        files' columns; a `Ragged` for a token file).
+        files' columns).
 
     Raises:
         TypeError: ``obj`` is not a zarr array or group in a bucket.
@@ -314,13 +313,11 @@ def bucket(
             cache_of=cache_of,
             columns=columns,
             storage_options=storage_options,
-            offsets=offsets,
             dtype=dtype,
         )
     for name, value in (
         ("columns", columns),
         ("storage_options", storage_options),
-        ("offsets", offsets),
         ("dtype", dtype),
     ):
         if value is not None:

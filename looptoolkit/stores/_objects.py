@@ -1,10 +1,10 @@
-"""Objects in a bucket named by address: Parquet files, token files.
+"""Objects in a bucket named by address: Parquet files, array files (token files, offsets).
 
 What [`bucket`][looptoolkit.stores.bucket] calls for an ``s3://`` address: the
 bucket is reached as ``storage_options`` say (and the environment, for what
 they leave out), and the address opened by the module of its kind, imported
 only here: Parquet files and Arrow datasets (``_parquet``), token files
-(``_tokens``).
+and array files (``_tokens``).
 """
 
 from __future__ import annotations
@@ -24,10 +24,9 @@ def open_address(
     cache_of: Callable[[str], Any],
     columns: list[str] | None,
     storage_options: dict[str, Any] | None,
-    offsets: Any,
     dtype: Any,
 ) -> Any:
-    """The data at ``url``: Parquet columns (a dict of leaves), or a token file's `Ragged`.
+    """The data at ``url``: Parquet columns (a dict of leaves), or an array file.
 
     Raises:
         ValueError: ``url`` is not an ``s3://`` address; options of the other kind.
@@ -36,16 +35,12 @@ def open_address(
 
     name, _ = split_url(url)
     bucket = bucket_of_options(name, storage_options)
-    if offsets is not None:
+    if dtype is not None or url.endswith(".npy"):
         if columns is not None:
-            raise ValueError("`columns` goes with Parquet files, not a token file (`offsets`).")
-        from looptoolkit.stores._tokens import open_tokens
+            raise ValueError("`columns` goes with Parquet files, not an array file.")
+        from looptoolkit.stores._tokens import open_file
 
-        return open_tokens(url, bucket, offsets, dtype, settings, cache_of)
-    if dtype is not None:
-        raise ValueError(
-            "`dtype` goes with a token file (with `offsets`); Parquet files say their own."
-        )
+        return open_file(url, bucket, dtype, None, settings, cache_of)
     if columns is not None and (
         not isinstance(columns, list | tuple) or not all(isinstance(c, str) for c in columns)
     ):
