@@ -242,23 +242,20 @@ def bucket(
     columns: list[str] | None = None,
     storage_options: dict[str, Any] | None = None,
     dtype: Any = None,
-) -> Any:
-    """A zarr array or group, Parquet files or a token file in a bucket (``s3://``), as data.
+) -> StoreArray | dict[str, Any]:
+    """A zarr array or group, or a Parquet file, in a bucket (``s3://``), read as set here.
 
     A zarr array over ``s3://`` passed to the Loader as it is reads with the
     defaults; wrap it to set where its chunks are cached on disk (needed by a
-    full shuffle) and how they are fetched. An ``s3://`` address names a Parquet
-    file or a directory of them (an Arrow dataset: every ``*.parquet`` under it,
-    in key order), read with its row groups as chunks; or, with ``dtype`` or a
-    ``.npy`` name, an array file (a token file: the values of a
-    [`Ragged`][looptoolkit.Ragged] column, read by the byte ranges of the rows
-    the order needs; ``np.asarray`` of it fetches it whole, for offsets). See
-    docs/stores.md, "Object storage".
+    full shuffle) and how they are fetched. See docs/stores.md, "Object storage".
 
     Args:
         obj: a ``zarr.Array`` or ``zarr.Group`` opened over an S3 API (fsspec's
-            ``s3://`` or ``zarr.storage.ObjectStore`` over obstore's ``S3Store``),
-            or an ``s3://bucket/key`` address (Parquet, or an array file: ``.npy`` or raw).
+            ``s3://`` or ``zarr.storage.ObjectStore`` over obstore's ``S3Store``), or
+            the ``s3://bucket/key`` URL of a Parquet file (its row groups are the chunks),
+            or of an array file: a ``.npy`` file, or raw values of ``dtype`` (a token
+            file, the values of a [`Ragged`][looptoolkit.Ragged] column: read by the byte
+            ranges of the rows the order needs; ``np.asarray`` of it fetches it whole).
         cache_dir: a directory for a chunk cache on local disk, shared by the
             processes that name it (the ranks of a node, workers); None: no disk cache.
         cache_bytes: the most bytes the disk cache keeps (least recently used out).
@@ -267,19 +264,18 @@ def bucket(
         attempts: tries of each request before a read fails (default 6).
         deadline_s: seconds after which a request still running is restarted, plus
             its bytes at 8 MiB/s (default 5).
-        columns: the Parquet columns read (default: all of them).
-        storage_options: how to reach the bucket of an address, as fsspec's s3fs takes
-            it (``key``, ``secret``, ``token``, ``anon``, ``endpoint_url``,
-            ``client_kwargs``); what is not given comes from the environment
-            (``AWS_*``) as obstore finds it, and is never pickled.
-        dtype: the dtype of an array file of raw values (a ``.npy`` file states its own).
+        columns: a Parquet file's columns to read (default: all; numeric or boolean).
+        storage_options: a Parquet file's endpoint and keys, as s3fs takes them (default:
+            the environment's).
+        dtype: an array file's dtype when it holds raw values (a ``.npy`` file states its own).
 
     Returns:
-        The array as the Loader reads it (a dict of them for a group or Parquet
-        files' columns).
+        The array as the Loader reads it (a dict of them for a group; of the columns
+        for a Parquet file).
 
     Raises:
-        TypeError: ``obj`` is not a zarr array or group in a bucket.
+        TypeError: ``obj`` is not a zarr array or group in a bucket or a URL; a Parquet
+            column that is not numeric or boolean.
         ValueError: ``cache_dir`` without ``cache_bytes`` (or the reverse), a bad bound.
     """
     from looptoolkit.stores._disk_cache import DiskCache
@@ -298,34 +294,31 @@ def bucket(
         "deadline_s": deadline_s,
     }
     settings = Settings(**{k: v for k, v in given.items() if v is not None})
-    if isinstance(obj, str):
-        from looptoolkit.stores._objects import open_address
+    if isinstance(obj, str):  # a Parquet file's URL
+        from looptoolkit.stores._parquet import parquet_columns
 
-        def cache_of(space: str) -> DiskCache | None:
+        def cache_of(place: Any) -> Any:
             if cache_dir is None:
                 return None
             assert cache_bytes is not None
-            return DiskCache(cache_dir, cache_bytes, space)
+            return DiskCache(cache_dir, cache_bytes, place.where)
 
-        return open_address(
-            obj,
-            settings=settings,
-            cache_of=cache_of,
-            columns=columns,
-            storage_options=storage_options,
-            dtype=dtype,
+        if dtype is not None or obj.endswith(".npy"):  # an array file (a token file)
+            from looptoolkit.stores._tokens import array_file
+
+            return array_file(obj, storage_options, columns, dtype, settings, cache_of)
+        return parquet_columns(obj, storage_options, columns, settings, cache_of)
+    if dtype is not None:
+        raise ValueError("`dtype` is for an array file's URL; a zarr array states its own.")
+    if columns is not None or storage_options is not None:
+        raise ValueError(
+            "`columns` and `storage_options` are for a Parquet file's URL; a zarr array "
+            "was opened with its own."
         )
-    for name, value in (
-        ("columns", columns),
-        ("storage_options", storage_options),
-        ("dtype", dtype),
-    ):
-        if value is not None:
-            raise ValueError(f"`{name}` goes with an s3:// address, not a zarr array or group.")
     if type(obj).__module__.partition(".")[0] != "zarr":
         raise TypeError(
-            "`obj` must be a zarr array or group in a bucket or an s3:// address, got "
-            f"{type(obj).__name__}."
+            "`obj` must be a zarr array or group in a bucket, or the s3:// URL of a Parquet "
+            f"file, got {type(obj).__name__}."
         )
     from looptoolkit.stores._zarr import remote_array
 

@@ -49,10 +49,8 @@ class DiskCache:
         return dict(self.__dict__)
 
     def path(self, ref: Any) -> Path:
-        """Where ``ref``'s entry is (its key, size and version hashed with the space)."""
-        text = f"{self.space}\0{ref.key}\0{ref.size}\0{ref.version}"
-        if getattr(ref, "offset", 0):  # a part of an object: its place too
-            text += f"\0{ref.offset}"
+        """Where ``ref``'s entry is (its key, range and version hashed with the space)."""
+        text = f"{self.space}\0{ref.key}\0{ref.start}\0{ref.size}\0{ref.version}"
         return self.directory / (hashlib.sha256(text.encode()).hexdigest() + _SUFFIX)
 
     def get(self, ref: Any) -> bytes | None:

@@ -20,6 +20,7 @@ from what the user passed and where the client library looks for the rest.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import random
@@ -56,16 +57,12 @@ class RemoteReadError(OSError):
 
 @dataclass(frozen=True)
 class ObjectRef:
-    """One object as a LIST gave it: its key, size and version (an ETag).
-
-    A part of an object (a Parquet row group's column chunks, a token file's rows)
-    is a ref too: ``size`` bytes from byte ``offset`` of the object ``key``.
-    """
+    """One object (or the bytes ``start:start + size`` of one): key, size, version (an ETag)."""
 
     key: str
     size: int
     version: str = ""
-    offset: int = 0
+    start: int = 0
 
 
 @dataclass(frozen=True)
@@ -101,6 +98,7 @@ class Counters:
         retries: requests tried again (a fault, a short body, a deadline passed).
         cache_hits: objects served by the disk cache; ``cache_bytes``: their bytes.
         in_flight_bound: the most requests allowed in flight; ``max_in_flight``: reached.
+        ahead_bytes_bound: the most bytes fetched ahead of the reads.
     """
 
     requests: int = 0
@@ -111,6 +109,7 @@ class Counters:
     cache_bytes: int = 0
     in_flight_bound: int = 0
     max_in_flight: int = 0
+    ahead_bytes_bound: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, **counts: int) -> None:
@@ -130,6 +129,7 @@ class Counters:
                 "cache_bytes",
                 "in_flight_bound",
                 "max_in_flight",
+                "ahead_bytes_bound",
             )
         }
 
@@ -195,6 +195,7 @@ class Fetcher:
         self.loop = event_loop()
         self.pid = os.getpid()
         counters.in_flight_bound = settings.in_flight
+        counters.ahead_bytes_bound = settings.ahead_bytes
         self._gate: asyncio.Semaphore | None = None
         self._in_flight = 0
         self._lock = threading.Lock()
@@ -292,11 +293,13 @@ class Fetcher:
                 return data
         data = await self._fetch(ref)
         if cache is not None:
-            await asyncio.to_thread(cache.put, ref, data)
+            # A full or read-only disk: the read goes on without the cache.
+            with contextlib.suppress(OSError):
+                await asyncio.to_thread(cache.put, ref, data)
         return data
 
     async def _fetch(self, ref: ObjectRef) -> bytes:
-        """The object (or part) ``ref``, as one ranged GET of its listed size, retried."""
+        """The bytes of ``ref`` (a whole object, or a range of one), one ranged GET, retried."""
         settings = self.settings
         if self._gate is None:
             self._gate = asyncio.Semaphore(settings.in_flight)
@@ -314,7 +317,7 @@ class Fetcher:
                 self.counters.add(requests=1)
                 try:
                     data = await asyncio.wait_for(
-                        self.request(ref.key, ref.offset, ref.offset + ref.size), deadline
+                        self.request(ref.key, ref.start, ref.start + ref.size), deadline
                     )
                 except Fatal as error:
                     raise RemoteReadError(

@@ -112,6 +112,19 @@ class S3Bucket:
         except (PermissionDeniedError, UnauthenticatedError) as error:
             raise Fatal(f"access refused ({type(error).__name__})") from None
 
+    def head(self, path: str) -> ObjectRef:
+        """The object at ``path`` under the prefix: its size and version (one HEAD request)."""
+        import obstore
+        from obstore.exceptions import NotFoundError
+
+        key = self.key(path)
+        try:
+            meta = obstore.head(self.client(), key)
+        except NotFoundError:
+            raise FileNotFoundError(f"s3://{self.bucket}/{key} is not in the bucket.") from None
+        version = meta.get("e_tag") or str(meta.get("last_modified", ""))
+        return ObjectRef(meta["path"], int(meta["size"]), version or "")
+
     def list(self, prefix: str) -> list[ObjectRef]:
         """The objects under ``prefix`` (a request per 1,000 keys), keys from the bucket's root."""
         import obstore
@@ -124,6 +137,30 @@ class S3Bucket:
         return out
 
 
+def options_of(storage_options: dict[str, Any]) -> dict[str, Any]:
+    """The ``S3Store`` options (obstore) from s3fs's ``storage_options``: what was passed.
+
+    Credentials the user did not pass are left to obstore, which reads them where
+    AWS clients do (the environment): never copied here, so never pickled.
+    """
+    kwargs = dict(storage_options.get("client_kwargs") or {})
+    options: dict[str, Any] = {}
+    endpoint = storage_options.get("endpoint_url") or kwargs.get("endpoint_url")
+    if endpoint:
+        options["endpoint"] = endpoint
+    region = kwargs.get("region_name") or storage_options.get("region_name")
+    if region:
+        options["region"] = region
+    for theirs, ours in (("key", "access_key_id"), ("secret", "secret_access_key")):
+        if storage_options.get(theirs):
+            options[ours] = storage_options[theirs]
+    if storage_options.get("token"):
+        options["token"] = storage_options["token"]
+    if storage_options.get("anon"):
+        options["skip_signature"] = True
+    return options
+
+
 def bucket_of(store: Any) -> S3Bucket | None:
     """The bucket of a zarr store over S3 (fsspec's s3fs, or obstore's S3Store), else None."""
     kind = type(store).__name__
@@ -133,26 +170,16 @@ def bucket_of(store: Any) -> S3Bucket | None:
         if "s3" not in protocol:
             return None
         bucket, _, prefix = store.path.partition("/")
-        kwargs = dict(getattr(fs, "client_kwargs", None) or {})
-        options: dict[str, Any] = {}
-        endpoint = getattr(fs, "endpoint_url", None) or kwargs.get("endpoint_url")
-        if endpoint:
-            options["endpoint"] = endpoint
-        region = kwargs.get("region_name") or (getattr(fs, "storage_options", {}) or {}).get(
-            "region_name"
-        )
-        if region:
-            options["region"] = region
-        # What the user passed to s3fs (never what a client found by itself).
-        if getattr(fs, "key", None):
-            options["access_key_id"] = fs.key
-        if getattr(fs, "secret", None):
-            options["secret_access_key"] = fs.secret
-        if getattr(fs, "token", None):
-            options["token"] = fs.token
-        if getattr(fs, "anon", False):
-            options["skip_signature"] = True
-        return S3Bucket(bucket, prefix, options)
+        given = {
+            "client_kwargs": getattr(fs, "client_kwargs", None),
+            "endpoint_url": getattr(fs, "endpoint_url", None),
+            "key": getattr(fs, "key", None),
+            "secret": getattr(fs, "secret", None),
+            "token": getattr(fs, "token", None),
+            "anon": getattr(fs, "anon", False),
+            **{k: v for k, v in (getattr(fs, "storage_options", None) or {}).items()},
+        }
+        return S3Bucket(bucket, prefix, options_of(given))
     if kind == "ObjectStore":
         inner = store.store
         if type(inner).__name__ != "S3Store":
@@ -161,71 +188,3 @@ def bucket_of(store: Any) -> S3Bucket | None:
         bucket = config.pop("bucket")
         return S3Bucket(bucket, inner.prefix or "", config)
     return None
-
-
-def split_url(url: str) -> tuple[str, str]:
-    """The bucket and the key of an ``s3://bucket/key`` address.
-
-    Raises:
-        ValueError: ``url`` is not an ``s3://`` address with a bucket.
-    """
-    scheme, _, rest = url.partition("://")
-    bucket, _, key = rest.partition("/")
-    if scheme != "s3" or not bucket:
-        raise ValueError(f"`url` must be an s3://bucket/key address, got {url!r}.")
-    return bucket, key.strip("/")
-
-
-def bucket_of_options(bucket: str, storage_options: dict[str, Any] | None) -> S3Bucket:
-    """The bucket ``bucket`` reached as fsspec's ``storage_options`` (s3fs's arguments) say.
-
-    The same arguments as ``zarr.open_array(url, storage_options=...)`` or
-    ``s3fs.S3FileSystem(**storage_options)`` take: ``key``, ``secret``, ``token``,
-    ``anon``, ``endpoint_url`` and ``client_kwargs`` (``endpoint_url``, ``region_name``).
-    What is not given comes from where obstore looks (``AWS_*`` variables).
-
-    Raises:
-        TypeError: ``storage_options`` is not a dict.
-        ValueError: an argument that is not one of these (named; never its value).
-    """
-    given = dict(storage_options or {})
-    if storage_options is not None and not isinstance(storage_options, dict):
-        raise TypeError(f"`storage_options` must be a dict, got {type(storage_options).__name__}.")
-    kwargs = dict(given.pop("client_kwargs", None) or {})
-    options: dict[str, Any] = {}
-    endpoint = given.pop("endpoint_url", None) or kwargs.pop("endpoint_url", None)
-    if endpoint:
-        options["endpoint"] = endpoint
-    region = kwargs.pop("region_name", None) or given.pop("region_name", None)
-    if region:
-        options["region"] = region
-    for name, option in (
-        ("key", "access_key_id"),
-        ("secret", "secret_access_key"),
-        ("token", "token"),
-    ):
-        value = given.pop(name, None)
-        if value:
-            options[option] = value
-    if given.pop("anon", False):
-        options["skip_signature"] = True
-    unknown = sorted(given) + sorted(f"client_kwargs[{k!r}]" for k in kwargs)
-    if unknown:
-        raise ValueError(
-            "`storage_options` takes key, secret, token, anon, endpoint_url, region_name and "
-            f"client_kwargs (endpoint_url, region_name); got {', '.join(unknown)}."
-        )
-    return S3Bucket(bucket, "", options)
-
-
-def head(bucket: S3Bucket, key: str) -> ObjectRef | None:
-    """Object ``key`` of ``bucket`` as one HEAD gives it (key from the bucket's root), or None."""
-    import obstore
-    from obstore.exceptions import NotFoundError
-
-    try:
-        meta = obstore.head(bucket.client(), bucket.key(key))
-    except (NotFoundError, FileNotFoundError):
-        return None
-    version = meta.get("e_tag") or str(meta.get("last_modified", ""))
-    return ObjectRef(meta["path"], int(meta["size"]), version or "")

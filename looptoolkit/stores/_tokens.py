@@ -23,9 +23,9 @@ import numpy as np
 
 from looptoolkit.stores import StoreArray
 from looptoolkit.stores._remote import Counters, Fetcher, ObjectRef, Settings
-from looptoolkit.stores._s3 import S3Bucket, head, split_url
+from looptoolkit.stores._s3 import S3Bucket, options_of
 
-__all__ = ["RemoteFile", "open_file"]
+__all__ = ["RemoteFile", "array_file"]
 
 # Rows per chunk of a file read as rectangular data: this many bytes of them.
 CHUNK_BYTES = 1 << 20
@@ -113,13 +113,12 @@ class RemoteFile(StoreArray):
 
     def start_pass(self) -> None:
         """Check the object is the one opened (one HEAD): a changed file is refused."""
-        now = head(self.bucket, self.ref.key)
+        now = self.bucket.head(self.ref.key)
         self.counters.add(requests=1)
-        if now is None or now.size != self.ref.size or now.version != self.ref.version:
+        if (now.size, now.version) != (self.ref.size, self.ref.version):
             raise RuntimeError(
-                f"s3://{self.bucket.bucket}/{self.ref.key} changed under the Loader (it is "
-                f"{'gone' if now is None else 'another version'}); make a new Loader "
-                "(`looptoolkit.stores.bucket(...)` again) for the new data."
+                f"s3://{self.bucket.bucket}/{self.ref.key} changed since the Loader was made; "
+                "make a new Loader for the new file."
             )
 
     def _chunk_parts(self, chunks: Any) -> list[ObjectRef]:
@@ -192,25 +191,31 @@ def _npy_header(data: bytes, where: str) -> tuple[np.dtype, tuple[int, ...], int
     return np.dtype(header["descr"]), tuple(int(s) for s in header["shape"]), start
 
 
-def open_file(
+def array_file(
     url: str,
-    bucket: S3Bucket,
+    storage_options: dict[str, Any] | None,
+    columns: Any,
     dtype: Any,
-    shape: tuple[int, ...] | None,
     settings: Settings,
     cache_of: Any,
 ) -> RemoteFile:
-    """The array file at ``url``: a ``.npy`` file, or raw values of ``dtype``.
+    """The array file at ``url`` (``s3://bucket/key``): a ``.npy`` file, or raw values of ``dtype``.
+
+    One HEAD (its size and version) and, for a ``.npy`` file, one GET of its header.
 
     Raises:
         FileNotFoundError: nothing at ``url``.
-        ValueError: a raw file without ``dtype``, or whose size is not whole rows.
+        ValueError: not an ``s3://`` URL; ``columns`` (a Parquet file's); a raw file without
+            ``dtype``, or whose size is not whole values; a ``dtype`` a ``.npy`` file contradicts.
     """
-    _, key = split_url(url)
-    ref = head(bucket, key)
-    if ref is None:
-        raise FileNotFoundError(f"{url}: no object there.")
-    cache = cache_of(bucket.where)
+    if not url.startswith("s3://"):
+        raise ValueError(f"`obj` must be an s3:// URL of an array file, got {url!r}.")
+    if columns is not None:
+        raise ValueError("`columns` is for a Parquet file's URL, not an array file's.")
+    name, _, key = url.removeprefix("s3://").partition("/")
+    bucket = S3Bucket(name, "", options_of(storage_options or {}))
+    ref = bucket.head(key)
+    cache = cache_of(bucket)
     if key.endswith(".npy"):
         fetcher = Fetcher(bucket.get, settings, Counters(), None, bucket.where)
         size = min(ref.size, HEADER_BYTES)
@@ -222,10 +227,6 @@ def open_file(
     if dtype is None:
         raise ValueError(f"{url} is a raw file: pass its `dtype` (a .npy file states its own).")
     kind = np.dtype(dtype)
-    feature = tuple(shape or ())
-    width = kind.itemsize * int(np.prod(feature, dtype=np.int64))
-    if ref.size % max(1, width):
-        raise ValueError(f"{url} holds {ref.size} bytes, not whole rows of {width} bytes.")
-    return RemoteFile(
-        bucket, ref, 0, kind, (ref.size // max(1, width), *feature), settings, cache, url
-    )
+    if ref.size % kind.itemsize:
+        raise ValueError(f"{url} holds {ref.size} bytes, not whole values of {kind}.")
+    return RemoteFile(bucket, ref, 0, kind, (ref.size // kind.itemsize,), settings, cache, url)
