@@ -210,3 +210,28 @@ def test_bad_arguments_are_refused(s3, stored, bucket):
         in_bucket(f"s3://{bucket}/nothing.parquet", storage_options=options)
     with pytest.raises(ValueError, match="`columns` is for a Parquet file"):
         in_bucket(url, dtype="f4", columns=["x"], storage_options=options)
+
+
+def test_read_ahead_stops_at_the_epochs_end(s3, stored, columns):
+    _, url = stored
+    data = open_(s3, url)
+    rows = np.arange(3 * GROUP + 100)  # the epoch: rows of the first four row groups
+    s3.reset_stats()
+    loader = Loader(data, BATCH, shuffle=False, indices=rows)
+    assert equal(epoch_of(loader), {k: columns[k][rows] for k in ("x", "v")})
+    assert gets(s3) == 4
+
+
+def test_a_hf_dataset_saved_as_parquet_to_the_bucket(s3, bucket, columns):
+    # `Dataset.save_to_disk` writes Arrow IPC streams (no footer: a record batch's place is
+    # known only by reading every one before it); `to_parquet` writes what a bucket reads.
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.Dataset.from_dict({k: columns[k] for k in ("x", "v")})
+    url = f"s3://{bucket}/hf/train.parquet"
+    ds.to_parquet(url, batch_size=GROUP, storage_options=s3.storage_options())
+    data = in_bucket(url, storage_options=s3.storage_options())
+    assert data["x"].chunk_rows == GROUP
+    loader = Loader(data, BATCH, shuffle="grouped")
+    assert equal(epoch_of(loader, 3), expected(columns, loader, 3))
+    plain = Loader(ds, BATCH, shuffle=False)
+    assert equal(epoch_of(Loader(data, BATCH, shuffle=False)), epoch_of(plain))
