@@ -235,3 +235,24 @@ def test_a_hf_dataset_saved_as_parquet_to_the_bucket(s3, bucket, columns):
     assert equal(epoch_of(loader, 3), expected(columns, loader, 3))
     plain = Loader(ds, BATCH, shuffle=False)
     assert equal(epoch_of(Loader(data, BATCH, shuffle=False)), epoch_of(plain))
+
+
+def test_a_column_of_vectors_and_one_of_lists_refused(s3, bucket, tmp_path):
+    rng = np.random.default_rng(1)
+    vectors = rng.standard_normal((3000, 3)).astype(np.float32)
+    table = pa.table(
+        {
+            "e": pa.FixedSizeListArray.from_arrays(pa.array(vectors.ravel()), 3),
+            "ids": pa.array([[1, 2], [3]] * 1500),
+        }
+    )
+    pq.write_table(table, tmp_path / "v.parquet", row_group_size=500)
+    s3.put(bucket, "v.parquet", (tmp_path / "v.parquet").read_bytes())
+    url, options = f"s3://{bucket}/v.parquet", s3.storage_options()
+    data = in_bucket(url, columns=["e"], storage_options=options)
+    assert data["e"].shape == (3000, 3) and data["e"].dtype == np.float32
+    loader = Loader(data, 64, shuffle="grouped")
+    got = np.concatenate([b["e"] for b in loader])
+    assert np.array_equal(got, vectors[loader.indices(0)])
+    with pytest.raises(TypeError, match=r"data\['ids'\].*fixed-size list"):
+        in_bucket(url, storage_options=options)

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from looptoolkit.stores import StoreArray
+from looptoolkit.stores._arrow import _view, layout_of
 from looptoolkit.stores._remote import Counters, Fetcher, ObjectRef, Settings
 from looptoolkit.stores._s3 import S3Bucket, options_of
 
@@ -154,7 +155,7 @@ class _File:
 
         source = _Sparse(self.ref.size, [(start, data), self.footer])
         table = pq.ParquetFile(source, metadata=self.metadata).read_row_group(chunk, columns=[name])
-        return table.column(0).to_numpy()
+        return _view(table.column(0).combine_chunks(), name)
 
 
 class RemoteParquetColumn(StoreArray):
@@ -164,19 +165,11 @@ class RemoteParquetColumn(StoreArray):
     remote = True
 
     def __init__(self, file: _File, name: str, path: str) -> None:
-        import pyarrow as pa
-
         self.file, self.name, self.path = file, name, path
         kind = file.schema.field(name).type
-        if not (
-            pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
-        ):
-            raise TypeError(
-                f"`data` cannot hold {path}: a Parquet column of type {kind} "
-                "(a bucket's Parquet columns are read when numeric or boolean)."
-            )
-        self.dtype = np.dtype(kind.to_pandas_dtype())
-        self.shape = (file.rows,)
+        # Numbers, booleans, and fixed-size lists of them (a vector per row); else TypeError.
+        self.dtype, feature = layout_of(kind, path, "Parquet column")
+        self.shape = (file.rows, *feature)
         self.chunk_rows = file.unit
         self.settings, self.cache = file.settings, file.cache
         self._lock = threading.Lock()
@@ -217,7 +210,7 @@ class RemoteParquetColumn(StoreArray):
         }
 
     def read(self, start: int, stop: int) -> np.ndarray:
-        out = np.empty(max(0, stop - start), dtype=self.dtype)
+        out = np.empty((max(0, stop - start), *self.shape[1:]), dtype=self.dtype)
         if stop > start:
             self.read_ranges(np.array([start]), np.array([stop]), out)
         return out
@@ -240,7 +233,7 @@ class RemoteParquetColumn(StoreArray):
         chunk = rows // unit
         with self._lock:
             groups = self._groups(np.unique(chunk).tolist())
-        out = np.empty(len(rows), dtype=self.dtype)
+        out = np.empty((len(rows), *self.shape[1:]), dtype=self.dtype)
         for c, values in groups.items():
             at = chunk == c
             out[at] = values[rows[at] - c * unit]
