@@ -8,6 +8,7 @@ columns read, faults retried with exact batches, resume and ranks.
 
 from __future__ import annotations
 
+import itertools
 import pickle
 import time
 from typing import Any
@@ -256,3 +257,33 @@ def test_a_column_of_vectors_and_one_of_lists_refused(s3, bucket, tmp_path):
     assert np.array_equal(got, vectors[loader.indices(0)])
     with pytest.raises(TypeError, match=r"data\['ids'\].*fixed-size list"):
         in_bucket(url, storage_options=options)
+
+
+def test_a_directory_of_files_is_one_dataset(s3, bucket, columns, tmp_path):
+    # Three files of whole row groups (the last file's last one shorter), and a marker.
+    bounds = [0, 4 * GROUP, 9 * GROUP, ROWS - 500]
+    for i, (a, b) in enumerate(itertools.pairwise(bounds)):
+        path = tmp_path / f"part-{i}.parquet"
+        pq.write_table(table({k: v[a:b] for k, v in columns.items()}), path, row_group_size=GROUP)
+        s3.put(bucket, f"ds/part-{i}.parquet", path.read_bytes())
+    s3.put(bucket, "ds/_SUCCESS", b"")
+    s3.reset_stats()
+    data = in_bucket(f"s3://{bucket}/ds", storage_options=s3.storage_options())
+    opened = s3.stats.snapshot()["by_method"]
+    assert opened == {"GET": 1 + 3}  # one LIST, the three footers; no HEAD
+    assert sorted(data) == ["v", "x", "y"] and len(data["x"]) == ROWS - 500
+    for shuffle in ("grouped", False):
+        s3.reset_stats()
+        loader = Loader(data, BATCH, shuffle=shuffle)
+        loader.set_epoch(1)
+        got = list(loader)
+        idx = loader.indices(1)
+        for k in ("x", "v", "y"):
+            assert np.array_equal(np.concatenate([b[k] for b in got]), columns[k][idx])
+        assert gets(s3) == 1 + -(-(ROWS - 500) // GROUP)  # the LIST, each row group once
+    # A file of a partial row group before the last breaks the chunks of one size.
+    path = tmp_path / "part-1.parquet"
+    pq.write_table(table({k: v[: GROUP + 7] for k, v in columns.items()}), path)
+    s3.put(bucket, "ds/part-1.parquet", path.read_bytes())
+    with pytest.raises(ValueError, match=r"part-1\.parquet has 1007 rows"):
+        in_bucket(f"s3://{bucket}/ds", storage_options=s3.storage_options())

@@ -252,7 +252,8 @@ def bucket(
     Args:
         obj: a ``zarr.Array`` or ``zarr.Group`` opened over an S3 API (fsspec's
             ``s3://`` or ``zarr.storage.ObjectStore`` over obstore's ``S3Store``), or
-            the ``s3://bucket/key`` URL of a Parquet file (its row groups are the chunks),
+            the ``s3://bucket/key`` URL of a Parquet file (its row groups are the chunks)
+            or of a prefix with Parquet files under it (an Arrow dataset, one table),
             or of an array file: a ``.npy`` file, or raw values of ``dtype`` (a token
             file, the values of a [`Ragged`][looptoolkit.Ragged] column: read by the byte
             ranges of the rows the order needs; ``np.asarray`` of it fetches it whole).
@@ -307,6 +308,12 @@ def bucket(
             from looptoolkit.stores._tokens import array_file
 
             return array_file(obj, storage_options, columns, dtype, settings, cache_of)
+        if not obj.endswith(".parquet"):  # a prefix: the Parquet files under it, if any
+            from looptoolkit.stores._parquet_dataset import parquet_dataset
+
+            found = parquet_dataset(obj, storage_options, columns, settings, cache_of)
+            if found is not None:
+                return found
         return parquet_columns(obj, storage_options, columns, settings, cache_of)
     if dtype is not None:
         raise ValueError("`dtype` is for an array file's URL; a zarr array states its own.")
