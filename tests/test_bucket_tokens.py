@@ -168,3 +168,26 @@ def test_resume_and_ranks(s3, urls, corpus):
         assert gets(s3) == len(used)
         mine.append(used)
     assert not mine[0] & mine[1]
+
+
+def test_a_full_shuffle_is_refused_without_a_disk_cache_and_reads_through_one(
+    s3, urls, corpus, tmp_path
+):
+    with pytest.raises(ValueError, match='shuffle="grouped"'):
+        Loader({"t": remote(s3, urls)}, BATCH, shuffle=True)
+    column = remote(s3, urls, cache_dir=tmp_path / "cache", cache_bytes=1 << 26)
+    loader = Loader({"t": column}, BATCH, shuffle=True, layout="flat")
+    for epoch in (0, 1):
+        s3.reset_stats()
+        loader.set_epoch(epoch)
+        got = list(loader)
+        order = loader.indices(epoch)
+        mine = Loader(
+            {"t": Ragged(*corpus)},
+            BATCH,
+            order_fn=lambda seed, e, order=order: order,
+            layout="flat",
+        )
+        assert same(got, list(mine))
+        chunks = len(column.values.bounds) - 1
+        assert gets(s3) == (chunks if epoch == 0 else 0)  # then every range from the disk

@@ -30,7 +30,7 @@ from looptoolkit.adapters._wrap import from_host
 from looptoolkit.device import _tree as _tree
 from looptoolkit.order._checks import check_not_empty
 from looptoolkit.order._options import ORDER_ARGS, OrderOptions
-from looptoolkit.order._order import Order
+from looptoolkit.order._order import Order, normalize_shuffle
 from looptoolkit.ragged._column import Ragged, find_ragged
 from looptoolkit.ragged._layouts import (
     flat_batch,
@@ -222,6 +222,33 @@ class RaggedRows:
             for v in values:
                 v.forget()
 
+    def _refuse_scattered(self, args: dict[str, Any]) -> None:
+        """Refuse an order that scatters rows over a bucket's chunks, with no disk cache.
+
+        Such an order (a full shuffle, weights, an ``order_fn``) reads about one chunk of
+        rows (about ``REMOTE_CHUNK_BYTES``) per row of a batch.
+
+        Raises:
+            ValueError: a ragged leaf in a bucket without a disk cache (named).
+        """
+        shuffle = normalize_shuffle(args["shuffle"])
+        scattered = shuffle == "full" or any(
+            args[k] is not None for k in ("weights", "num_samples", "order_fn")
+        )
+        scattered = scattered or bool(args["replacement"])
+        if not scattered:
+            return
+        for (_, col), path in zip(self.ragged, self.ragged_paths, strict=True):
+            values = col.values
+            if isinstance(values, RowChunked) and values.file.cache is None:
+                raise ValueError(
+                    f"{path} is read from a bucket by chunks of about {values.chunk_rows} rows, "
+                    "and this order scatters a batch's rows over them (a chunk fetched for "
+                    'about each row); pass `shuffle="grouped"` (each chunk fetched about once '
+                    "an epoch), or read it through a chunk cache on disk: "
+                    "`looptoolkit.stores.bucket(url, ..., cache_dir=..., cache_bytes=...)`."
+                )
+
     def remote_chunk_rows(self) -> int | None:
         """Rows per chunk of the first ragged leaf in a bucket (the order's groups), or None."""
         values = self.remote()
@@ -319,6 +346,8 @@ class RaggedRows:
         o = self.opts
         order: Order | UnitOrder
         chunk_rows = self.remote_chunk_rows()
+        if chunk_rows is not None:
+            self._refuse_scattered(args)
         if not o.units:
             assert o.batch_size is not None
             order = loader_order(self.n, o.batch_size, args, rank, world_size, None)
