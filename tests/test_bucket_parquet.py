@@ -287,3 +287,34 @@ def test_a_directory_of_files_is_one_dataset(s3, bucket, columns, tmp_path):
     s3.put(bucket, "ds/part-1.parquet", path.read_bytes())
     with pytest.raises(ValueError, match=r"part-1\.parquet has 1007 rows"):
         in_bucket(f"s3://{bucket}/ds", storage_options=s3.storage_options())
+
+
+def test_a_column_between_those_read_is_not_fetched_and_each_range_once(
+    s3, bucket, tmp_path, monkeypatch
+):
+    import looptoolkit.stores._remote as remote_module
+
+    # Nothing kept in the fetcher's memory of recent objects: the columns of a row
+    # group share its ranges however large it is (as row groups of 128 MiB would be).
+    monkeypatch.setattr(remote_module, "RECENT_BYTES", 1)
+    rng = np.random.default_rng(2)
+    a, b, c = rng.standard_normal((3, 20_000))
+    path = tmp_path / "abc.parquet"
+    pq.write_table(pa.table({"a": a, "b": b, "c": c}), path, row_group_size=2000)
+    s3.put(bucket, "abc.parquet", path.read_bytes())
+    data = in_bucket(f"s3://{bucket}/abc.parquet", columns=["a", "c"], **options(s3))
+    s3.reset_stats()
+    loader = Loader(data, BATCH, shuffle="grouped")
+    got = list(loader)
+    idx = loader.indices(0)
+    for k, values in (("a", a), ("c", c)):
+        assert np.array_equal(np.concatenate([x[k] for x in got]), values[idx])
+    seen = s3.stats.snapshot()
+    # b lies between a and c in each of the 10 row groups: two ranges each, fetched once.
+    assert seen["by_method"] == {"HEAD": 1, "GET": 2 * 10}
+    need = used_bytes(path, ("a", "c"))
+    assert need <= seen["body_bytes"] <= 1.2 * need
+
+
+def options(s3: Any) -> dict[str, Any]:
+    return {"storage_options": s3.storage_options()}

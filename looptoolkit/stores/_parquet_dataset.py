@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from looptoolkit.stores import StoreArray
-from looptoolkit.stores._parquet import RemoteParquetColumn, _File
+from looptoolkit.stores._parquet import RemoteParquetColumn, _File, _Kept
 from looptoolkit.stores._remote import Counters, Fetcher, ObjectRef, Settings
 from looptoolkit.stores._s3 import S3Bucket, options_of
 
@@ -86,6 +86,7 @@ class _Dataset:
         self.first_group = np.concatenate(([0], np.cumsum(counts)))
         self.rows = sum(file.rows for file in self.files)
         self._proc: tuple[int, Fetcher, Counters] | None = None
+        self.kept = _Kept()
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_proc": None}
@@ -117,16 +118,16 @@ class _Dataset:
         return self.files[f], chunk - int(self.first_group[f])
 
     def objects(self, chunks: Any) -> list[ObjectRef]:
-        """The byte range of the chosen columns in each row group of ``chunks``."""
-        out = []
-        for chunk in chunks:
-            file, group = self._locate(int(chunk))
-            out += file.objects([group])
-        return out
+        """The byte ranges of the chosen columns in each row group of ``chunks``."""
+        return [ref for chunk in chunks for ref in self.parts(int(chunk))]
 
-    def decode(self, chunk: int, name: str, data: bytes, start: int) -> np.ndarray:
+    def parts(self, chunk: int) -> list[ObjectRef]:
         file, group = self._locate(chunk)
-        return file.decode(group, name, data, start)
+        return file.parts(group)
+
+    def decode(self, chunk: int, name: str, pieces: list[tuple[int, bytes]]) -> np.ndarray:
+        file, group = self._locate(chunk)
+        return file.decode(group, name, pieces)
 
 
 def parquet_dataset(
