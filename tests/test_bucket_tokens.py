@@ -191,3 +191,36 @@ def test_a_full_shuffle_is_refused_without_a_disk_cache_and_reads_through_one(
         assert same(got, list(mine))
         chunks = len(column.values.bounds) - 1
         assert gets(s3) == (chunks if epoch == 0 else 0)  # then every range from the disk
+
+
+def test_a_mixture_with_a_bucket_source(s3, urls, corpus):
+    import looptoolkit as lt
+
+    values, offsets = corpus
+    other = Ragged(values[: offsets[500]][::-1].copy(), offsets[:501])
+    mixed = lt.Mix(
+        {"web": {"t": remote(s3, urls)}, "code": {"t": other}}, {"web": 0.7, "code": 0.3}
+    )
+    plain = lt.Mix({"web": {"t": Ragged(*corpus)}, "code": {"t": other}}, {"web": 0.7, "code": 0.3})
+    got = list(Loader(mixed, BATCH, shuffle=False, layout="flat"))
+    assert same(got, list(Loader(plain, BATCH, shuffle=False, layout="flat")))
+
+
+def test_dataloader_workers_read_the_token_file(s3, urls, corpus):
+    pytest.importorskip("torch")
+    from looptoolkit import make_dataloader
+
+    loader = make_dataloader(
+        {"t": remote(s3, urls)},
+        BATCH,
+        shuffle="grouped",
+        layout="flat",
+        num_workers=2,
+        multiprocessing_context="spawn",
+    )
+    got = [np.asarray(b["t"].values) for b in loader]
+    mine = Loader({"t": remote(s3, urls)}, BATCH, shuffle="grouped", layout="flat")
+    want = [b["t"].values for b in mine]
+    assert len(got) == len(want) and all(
+        np.array_equal(a, b) for a, b in zip(got, want, strict=True)
+    )
