@@ -108,7 +108,7 @@ def test_layouts_equal_the_column_in_memory(s3, urls, corpus, kwargs):
 def test_grouped_epoch_fetches_each_chunk_once(s3, urls, corpus, layout):
     column = remote(s3, urls)
     s3.reset_stats()
-    loader = Loader({"t": column}, BATCH, shuffle="grouped", layout=layout)
+    loader = Loader({"t": column}, BATCH, shuffle="grouped", layout=layout, stats=True)
     loader.set_epoch(1)
     got = list(loader)
     order = loader.indices(1)
@@ -119,7 +119,9 @@ def test_grouped_epoch_fetches_each_chunk_once(s3, urls, corpus, layout):
     seen = s3.stats.snapshot()
     assert seen["by_method"] == {"HEAD": 1, "GET": chunks}
     assert corpus[0].nbytes <= seen["body_bytes"] <= 1.2 * corpus[0].nbytes
-    assert column.values.file.counters.retries == 0
+    reads = loader.stats.remote_reads  # the file's counts since it was opened
+    assert reads["bytes_used"] >= seen["body_bytes"] and reads["retries"] == 0
+    assert loader.stats.as_dict()["remote_in_flight_bound"] == 16
 
 
 def test_read_ahead_stops_at_the_epochs_end(s3, urls, corpus):

@@ -25,7 +25,7 @@ import optree
 from looptoolkit._rows.advice import advise_reads
 from looptoolkit._rows.mapped import MappedFiles
 from looptoolkit._rows.rows import Rows
-from looptoolkit._rows.store_reads import announced, loader_order
+from looptoolkit._rows.store_reads import announced, loader_order, summed
 from looptoolkit.adapters._wrap import from_host
 from looptoolkit.device import _tree as _tree
 from looptoolkit.order._checks import check_not_empty
@@ -248,6 +248,10 @@ class RaggedRows:
                     "an epoch), or read it through a chunk cache on disk: "
                     "`looptoolkit.stores.bucket(url, ..., cache_dir=..., cache_bytes=...)`."
                 )
+
+    def remote_reads(self) -> dict[str, int]:
+        """This process's requests and bytes of the ragged leaves in a bucket, summed."""
+        return summed([values.file.counters for values in self.remote()])
 
     def remote_chunk_rows(self) -> int | None:
         """Rows per chunk of the first ragged leaf in a bucket (the order's groups), or None."""
