@@ -33,6 +33,7 @@ NEEDS = {
     "transformers": ["torch", "accelerate", "transformers"],
     "stores": ["zarr", "h5py"],
     "bucket": ["zarr", "obstore", "s3fs", "moto"],
+    "bucket_arrow": ["pyarrow", "datasets", "obstore", "s3fs", "moto"],
 }
 LANGUAGES = {"python", "pycon", "sh", "bash", "text"}
 PAGES = [*sorted(DOCS.glob("*.md")), ROOT / "README.md"]

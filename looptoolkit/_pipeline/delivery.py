@@ -155,6 +155,8 @@ class Delivery:
         stats = LoaderStats(mode) if self.stats else None
         if stats is not None and store is not None and store.remote():
             stats.remote = store.remote_reads
+        elif stats is not None and getattr(rows, "remote_reads", None) and rows.remote():
+            stats.remote = rows.remote_reads  # ragged leaves in a bucket (token files)
         rows.stats = stats  # ragged rows count tokens; a staged upload, its blocks
         return Route(rows, plan, mode, self.prefetch, stats, self.return_mask, shards)
 

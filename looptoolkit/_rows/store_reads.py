@@ -176,14 +176,7 @@ class StoreReads:
 
     def remote_reads(self) -> dict[str, int]:
         """This process's requests and bytes of the leaves in a bucket, summed (empty: none)."""
-        out: dict[str, int] = {}
-        for leaf in self.remote():
-            for name, value in leaf.counters.as_dict().items():
-                if name in ("in_flight_bound", "max_in_flight", "ahead_bytes_bound"):
-                    out[name] = max(out.get(name, 0), value)
-                else:
-                    out[name] = out.get(name, 0) + value
-        return out
+        return summed([leaf.counters for leaf in self.remote()])
 
     def take_batches(
         self, leaves: Sequence[StoreArray], batches: Iterable[np.ndarray]
@@ -284,6 +277,20 @@ class StoreReads:
             gathered = [f(idx) for f in fetch]
             for a, b in itertools.pairwise(bounds):
                 yield [x[a:b] for x in gathered]
+
+
+def summed(counters: Sequence[Any]) -> dict[str, int]:
+    """Fetch counters (``Counters``) summed, bounds as their largest; shared ones once."""
+    out: dict[str, int] = {}
+    # Leaves that share counters (a Parquet file's columns) are counted once.
+    shared = {id(c): c for c in counters}
+    for one in shared.values():
+        for name, value in one.as_dict().items():
+            if name in ("in_flight_bound", "max_in_flight", "ahead_bytes_bound"):
+                out[name] = max(out.get(name, 0), value)
+            else:
+                out[name] = out.get(name, 0) + value
+    return out
 
 
 def announced(batches: Iterable[np.ndarray], leaves: Sequence[Any]) -> Iterator[np.ndarray]:

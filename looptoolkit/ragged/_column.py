@@ -24,7 +24,7 @@ import optree
 from looptoolkit._rows.mapped import mapping_of
 from looptoolkit.adapters import backend_of, get_backend
 from looptoolkit.device import _tree as _tree
-from looptoolkit.ragged._stored import StoredValues
+from looptoolkit.ragged._stored import RowChunked, StoredValues
 from looptoolkit.stores import StoreArray, is_store_type
 from looptoolkit.stores import wrap as wrap_store
 
@@ -37,8 +37,10 @@ class Ragged:
     Args:
         values: all rows' elements, concatenated: an array of shape ``(total, *feature)`` of any
             backend (NumPy, ``np.memmap``, torch, JAX or tf on the host), or one array of a
-            chunked store (zarr, HDF5), read by whole chunks through a bounded cache. A
-            memory-mapped token file or a store is read a batch at a time, never whole.
+            chunked store (zarr, HDF5), read by whole chunks through a bounded cache, or a token
+            file in a bucket (``looptoolkit.stores.bucket("s3://...", dtype=...)``), read by the
+            byte ranges of whole rows, fetched ahead of the order. A memory-mapped token file or
+            a store is read a batch at a time, never whole.
         offsets: ``n + 1`` non-decreasing integers from 0 to ``total``.
 
     Raises:
@@ -58,6 +60,12 @@ class Ragged:
     __slots__ = ("_checked", "_host", "_lengths", "_total", "backend", "offsets", "values")
 
     def __init__(self, values: Any, offsets: Any) -> None:
+        if isinstance(values, StoreArray) and getattr(values, "remote", False):
+            # A file in a bucket: read by the byte ranges of whole rows, ahead of the order.
+            offsets = np.asarray(_host_view(offsets))
+            values = RowChunked(values, offsets)
+        elif isinstance(values, StoreArray):
+            values = StoredValues(values)
         if is_store_type(type(values)) and not isinstance(values, StoredValues):
             stored = wrap_store(values, "values")
             if not isinstance(stored, StoreArray):

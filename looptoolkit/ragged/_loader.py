@@ -25,12 +25,12 @@ import optree
 from looptoolkit._rows.advice import advise_reads
 from looptoolkit._rows.mapped import MappedFiles
 from looptoolkit._rows.rows import Rows
-from looptoolkit._rows.store_reads import loader_order
+from looptoolkit._rows.store_reads import announced, loader_order, summed
 from looptoolkit.adapters._wrap import from_host
 from looptoolkit.device import _tree as _tree
 from looptoolkit.order._checks import check_not_empty
-from looptoolkit.order._options import OrderOptions
-from looptoolkit.order._order import Order
+from looptoolkit.order._options import ORDER_ARGS, OrderOptions
+from looptoolkit.order._order import Order, normalize_shuffle
 from looptoolkit.ragged._column import Ragged, find_ragged
 from looptoolkit.ragged._layouts import (
     flat_batch,
@@ -39,6 +39,7 @@ from looptoolkit.ragged._layouts import (
     padded_length,
 )
 from looptoolkit.ragged._options import Options, check_unused, options
+from looptoolkit.ragged._stored import RowChunked, RowChunks
 from looptoolkit.ragged._units import WINDOWED_MIN_RANKS, Block, Pieces, UnitOrder
 
 __all__ = ["RaggedRows", "ragged_probe", "rows_of"]
@@ -193,9 +194,69 @@ class RaggedRows:
 
     def gather(self, batches: Iterator[Any], staged: Any = None) -> Iterator[list[Any]]:
         """The leaf lists of each batch: rows (an index array), or packed batches' pieces."""
+        if self.remote():
+            batches = self._announced(batches)
         if self.opts.seq_len is not None:  # packed: blocks of batches planned at once
             return itertools.chain.from_iterable(map(self._expand, batches))
         return map(self._leaves, batches)
+
+    def remote(self) -> list[RowChunked]:
+        """The values of the ragged leaves in a bucket (read ahead of the order)."""
+        return [col.values for _, col in self.ragged if isinstance(col.values, RowChunked)]
+
+    def _announced(self, batches: Iterator[Any]) -> Iterator[Any]:
+        """``batches``, each remote column told ahead the row chunks the order reads next.
+
+        A pass lists (HEADs) the files once, and drops what was fetched ahead at its end.
+        """
+        values = self.remote()
+        for v in values:
+            v.start_pass()
+        try:
+            items, looked = itertools.tee(batches)
+            rows = map(_rows_read, looked)
+            ahead = announced(rows, [RowChunks(v) for v in values])
+            for item, _ in zip(items, ahead, strict=True):
+                yield item
+        finally:
+            for v in values:
+                v.forget()
+
+    def _refuse_scattered(self, args: dict[str, Any]) -> None:
+        """Refuse an order that scatters rows over a bucket's chunks, with no disk cache.
+
+        Such an order (a full shuffle, weights, an ``order_fn``) reads about one chunk of
+        rows (about ``REMOTE_CHUNK_BYTES``) per row of a batch.
+
+        Raises:
+            ValueError: a ragged leaf in a bucket without a disk cache (named).
+        """
+        shuffle = normalize_shuffle(args["shuffle"])
+        scattered = shuffle == "full" or any(
+            args[k] is not None for k in ("weights", "num_samples", "order_fn")
+        )
+        scattered = scattered or bool(args["replacement"])
+        if not scattered:
+            return
+        for (_, col), path in zip(self.ragged, self.ragged_paths, strict=True):
+            values = col.values
+            if isinstance(values, RowChunked) and values.file.cache is None:
+                raise ValueError(
+                    f"{path} is read from a bucket by chunks of about {values.chunk_rows} rows, "
+                    "and this order scatters a batch's rows over them (a chunk fetched for "
+                    'about each row); pass `shuffle="grouped"` (each chunk fetched about once '
+                    "an epoch), or read it through a chunk cache on disk: "
+                    "`looptoolkit.stores.bucket(url, ..., cache_dir=..., cache_bytes=...)`."
+                )
+
+    def remote_reads(self) -> dict[str, int]:
+        """This process's requests and bytes of the ragged leaves in a bucket, summed."""
+        return summed([values.file.counters for values in self.remote()])
+
+    def remote_chunk_rows(self) -> int | None:
+        """Rows per chunk of the first ragged leaf in a bucket (the order's groups), or None."""
+        values = self.remote()
+        return values[0].chunk_rows if values else None
 
     def _expand(self, item: Block) -> Iterator[list[Any]]:
         """The leaves of each packed batch of a block, one batch at a time."""
@@ -288,9 +349,14 @@ class RaggedRows:
         args, rank, world_size = opts.args, opts.rank, opts.world_size
         o = self.opts
         order: Order | UnitOrder
+        chunk_rows = self.remote_chunk_rows()
+        if chunk_rows is not None:
+            self._refuse_scattered(args)
         if not o.units:
             assert o.batch_size is not None
             order = loader_order(self.n, o.batch_size, args, rank, world_size, None)
+            if chunk_rows is not None:  # groups of whole chunks of rows in a bucket
+                order = _chunked(order, chunk_rows, args)
             check_not_empty(order)
         else:
             if not args["pad_shards"]:
@@ -302,6 +368,8 @@ class RaggedRows:
             # The epoch's order of the rows, on one rank: the plan deals whole batches to the
             # ranks.
             docs = loader_order(self.n, 1, {**args, "drop_last": False}, 0, 1, None)
+            if chunk_rows is not None:
+                docs = _chunked(docs, chunk_rows, {**args, "drop_last": False})
             order = UnitOrder(
                 self.all_lengths,
                 self.padded,
@@ -355,6 +423,26 @@ class RaggedRows:
             (leaves,) = list(self._expand(item))
             return self.build(leaves)
         return self.build(self._leaves(item))
+
+
+def _chunked(order: Order, chunk_rows: int, args: dict[str, Any]) -> Order:
+    """``order`` with its groups made of whole chunks of ``chunk_rows`` rows (a grouped order)."""
+    if order.shuffle != "grouped":
+        return order
+    options = {k: args[k] for k in ORDER_ARGS}
+    return Order(
+        order.n,
+        order.batch_size,
+        rank=order.rank,
+        world_size=order.world_size,
+        chunk_rows=chunk_rows,
+        **options,
+    )
+
+
+def _rows_read(item: Any) -> np.ndarray:
+    """The rows a batch reads: its index array, or the rows of a packed block's pieces."""
+    return item.pieces.row if isinstance(item, Block) else item
 
 
 def _framework(col: Ragged, arrays: tuple[Any, ...]) -> Any:

@@ -241,6 +241,7 @@ def bucket(
     deadline_s: float | None = None,
     columns: list[str] | None = None,
     storage_options: dict[str, Any] | None = None,
+    dtype: Any = None,
 ) -> StoreArray | dict[str, Any]:
     """A zarr array or group, or a Parquet file, in a bucket (``s3://``), read as set here.
 
@@ -251,7 +252,11 @@ def bucket(
     Args:
         obj: a ``zarr.Array`` or ``zarr.Group`` opened over an S3 API (fsspec's
             ``s3://`` or ``zarr.storage.ObjectStore`` over obstore's ``S3Store``), or
-            the ``s3://bucket/key`` URL of a Parquet file (its row groups are the chunks).
+            the ``s3://bucket/key`` URL of a Parquet file (its row groups are the chunks)
+            or of a prefix with Parquet files under it (an Arrow dataset, one table),
+            or of an array file: a ``.npy`` file, or raw values of ``dtype`` (a token
+            file, the values of a [`Ragged`][looptoolkit.Ragged] column: read by the byte
+            ranges of the rows the order needs; ``np.asarray`` of it fetches it whole).
         cache_dir: a directory for a chunk cache on local disk, shared by the
             processes that name it (the ranks of a node, workers); None: no disk cache.
         cache_bytes: the most bytes the disk cache keeps (least recently used out).
@@ -263,6 +268,7 @@ def bucket(
         columns: a Parquet file's columns to read (default: all; numeric or boolean).
         storage_options: a Parquet file's endpoint and keys, as s3fs takes them (default:
             the environment's).
+        dtype: an array file's dtype when it holds raw values (a ``.npy`` file states its own).
 
     Returns:
         The array as the Loader reads it (a dict of them for a group; of the columns
@@ -298,7 +304,19 @@ def bucket(
             assert cache_bytes is not None
             return DiskCache(cache_dir, cache_bytes, place.where)
 
+        if dtype is not None or obj.endswith(".npy"):  # an array file (a token file)
+            from looptoolkit.stores._tokens import array_file
+
+            return array_file(obj, storage_options, columns, dtype, settings, cache_of)
+        if not obj.endswith(".parquet"):  # a prefix: the Parquet files under it, if any
+            from looptoolkit.stores._parquet_dataset import parquet_dataset
+
+            found = parquet_dataset(obj, storage_options, columns, settings, cache_of)
+            if found is not None:
+                return found
         return parquet_columns(obj, storage_options, columns, settings, cache_of)
+    if dtype is not None:
+        raise ValueError("`dtype` is for an array file's URL; a zarr array states its own.")
     if columns is not None or storage_options is not None:
         raise ValueError(
             "`columns` and `storage_options` are for a Parquet file's URL; a zarr array "

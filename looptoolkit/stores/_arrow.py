@@ -231,3 +231,35 @@ class ArrowColumn(StoreArray):
             at = chunk == c
             out[at] = self.views[c].take(rows[at] - self.starts[c], axis=0)
         return out
+
+
+def layout_of(
+    kind: pa.DataType, path: str, what: str = "column"
+) -> tuple[np.dtype, tuple[int, ...]]:
+    """The NumPy dtype and row shape of a column of Arrow type ``kind`` (as `_view` reads it).
+
+    Numbers, booleans and fixed-size lists of them (a vector per row, of one length);
+    known from the type alone, without a row (a Parquet file's schema in a bucket).
+
+    Raises:
+        TypeError: another type (named), or lists of variable length.
+    """
+    shape: list[int] = []
+    while pa.types.is_fixed_size_list(kind):
+        shape.append(kind.list_size)
+        kind = kind.value_type
+    if pa.types.is_boolean(kind):
+        return np.dtype(bool), tuple(shape)
+    if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_temporal(kind):
+        return np.dtype(kind.to_pandas_dtype()), tuple(shape)
+    hint = (
+        "; a vector per row is read when written as a fixed-size list (`pa.list_(type, size)`, "
+        '`datasets.Sequence(Value("float32"), length=size)`), and token rows as a token file '
+        '(`Ragged(bucket("s3://.../values.bin", dtype=...), offsets)`)'
+        if pa.types.is_list(kind) or pa.types.is_large_list(kind)
+        else ""
+    )
+    raise TypeError(
+        f"`data` cannot hold {path}: a {what} of type {kind} (the Loader reads numbers, "
+        f"booleans and fixed-size lists of them){hint}."
+    )

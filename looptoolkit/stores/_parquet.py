@@ -15,11 +15,13 @@ from __future__ import annotations
 import io
 import os
 import threading
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 
 from looptoolkit.stores import StoreArray
+from looptoolkit.stores._arrow import _view, layout_of
 from looptoolkit.stores._remote import Counters, Fetcher, ObjectRef, Settings
 from looptoolkit.stores._s3 import S3Bucket, options_of
 
@@ -27,6 +29,12 @@ __all__ = ["RemoteParquetColumn", "parquet_columns"]
 
 # Bytes of the file's end fetched first: the footer, in one request for most files.
 FOOTER_GUESS = 1 << 16
+# Chosen columns' chunks of a row group this close are fetched as one range (the bytes
+# between fetched too); farther apart, as ranges of their own (another column between).
+GAP_BYTES = 1 << 12
+# A row group's ranges, taken by its first column read, are kept for the file's other
+# columns until each has read them (least recently taken out past this many bytes).
+KEPT_BYTES = 1 << 28
 
 
 class _Sparse(io.RawIOBase):
@@ -60,6 +68,59 @@ class _Sparse(io.RawIOBase):
         raise OSError(f"bytes {self.pos} to {self.pos + n} of the file were not fetched")
 
 
+class _Kept:
+    """The fetched ranges of row groups, kept for the columns that have not read them yet.
+
+    Without it each column would take its row group's ranges from the fetcher, and
+    the ones after the first would find them only while the fetcher's memory of
+    recent objects (``RECENT_BYTES``) still holds them: row groups larger than that
+    would be fetched once per column.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._groups: OrderedDict[int, tuple[list[tuple[int, bytes]], set[str]]] = OrderedDict()
+        self._bytes = 0
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Kept, ())  # pickled empty: what a process keeps is its own
+
+    def clear(self) -> None:
+        with self._lock:
+            self._groups.clear()
+            self._bytes = 0
+
+    def take(
+        self, file: Any, chunks: list[int], name: str, columns: list[str]
+    ) -> dict[int, list[tuple[int, bytes]]]:
+        """The ranges (``(start, bytes)``) of row groups ``chunks`` for column ``name``."""
+        out: dict[int, list[tuple[int, bytes]]] = {}
+        with self._lock:
+            for c in chunks:
+                kept = self._groups.get(c)
+                if kept is not None and name in kept[1]:
+                    kept[1].discard(name)
+                    out[c] = kept[0]
+                    if not kept[1]:  # every column has read it
+                        del self._groups[c]
+                        self._bytes -= sum(len(d) for _, d in kept[0])
+        missing = [c for c in chunks if c not in out]
+        parts = [file.parts(c) for c in missing]
+        datas = iter(file.process()[0].take([ref for refs in parts for ref in refs]))
+        others = set(columns) - {name}
+        for c, refs in zip(missing, parts, strict=True):
+            out[c] = [(ref.start, next(datas)) for ref in refs]
+            if others:
+                with self._lock:
+                    if c not in self._groups:
+                        self._groups[c] = (out[c], set(others))
+                        self._bytes += sum(len(d) for _, d in out[c])
+                    while self._bytes > KEPT_BYTES and len(self._groups) > 1:
+                        _, (old, _) = self._groups.popitem(last=False)
+                        self._bytes -= sum(len(d) for _, d in old)
+        return out
+
+
 class _File:
     """One Parquet file of a bucket, shared by the columns read from it."""
 
@@ -68,6 +129,7 @@ class _File:
     ) -> None:
         self.bucket, self.key, self.settings, self.cache = bucket, key, settings, cache
         self._proc: tuple[int, Fetcher, Counters] | None = None
+        self.kept = _Kept()
         self.ref = self._listed()
         self.footer = self._footer()
         import pyarrow.parquet as pq
@@ -132,29 +194,34 @@ class _File:
             )
 
     def objects(self, chunks: Any) -> list[ObjectRef]:
-        """The byte range of the chosen columns in each row group of ``chunks``."""
-        out = []
-        for chunk in chunks:
-            group = self.metadata.row_group(int(chunk))
-            starts, ends = [], []
-            for j in self.leaf_columns:
-                column = group.column(j)
-                start = column.data_page_offset
-                if column.has_dictionary_page and column.dictionary_page_offset:
-                    start = min(start, column.dictionary_page_offset)
-                starts.append(start)
-                ends.append(start + column.total_compressed_size)
-            a, b = min(starts), max(ends)
-            out.append(ObjectRef(self.ref.key, b - a, self.ref.version, a))
-        return out
+        """The byte ranges of the chosen columns in each row group of ``chunks``."""
+        return [ref for chunk in chunks for ref in self.parts(int(chunk))]
 
-    def decode(self, chunk: int, name: str, data: bytes, start: int) -> np.ndarray:
-        """Column ``name`` of row group ``chunk`` from the fetched bytes of its range."""
+    def parts(self, chunk: int) -> list[ObjectRef]:
+        """The byte ranges of the chosen columns in row group ``chunk``: adjacent ones as one."""
+        group = self.metadata.row_group(chunk)
+        spans = []
+        for j in self.leaf_columns:
+            column = group.column(j)
+            start = column.data_page_offset
+            if column.has_dictionary_page and column.dictionary_page_offset:
+                start = min(start, column.dictionary_page_offset)
+            spans.append((start, start + column.total_compressed_size))
+        merged: list[list[int]] = []
+        for a, b in sorted(spans):
+            if merged and a - merged[-1][1] <= GAP_BYTES:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        return [ObjectRef(self.ref.key, b - a, self.ref.version, a) for a, b in merged]
+
+    def decode(self, chunk: int, name: str, pieces: list[tuple[int, bytes]]) -> np.ndarray:
+        """Column ``name`` of row group ``chunk`` from the fetched ``(start, bytes)`` ranges."""
         import pyarrow.parquet as pq
 
-        source = _Sparse(self.ref.size, [(start, data), self.footer])
+        source = _Sparse(self.ref.size, [*pieces, self.footer])
         table = pq.ParquetFile(source, metadata=self.metadata).read_row_group(chunk, columns=[name])
-        return table.column(0).to_numpy()
+        return _view(table.column(0).combine_chunks(), name)
 
 
 class RemoteParquetColumn(StoreArray):
@@ -164,19 +231,11 @@ class RemoteParquetColumn(StoreArray):
     remote = True
 
     def __init__(self, file: _File, name: str, path: str) -> None:
-        import pyarrow as pa
-
         self.file, self.name, self.path = file, name, path
         kind = file.schema.field(name).type
-        if not (
-            pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
-        ):
-            raise TypeError(
-                f"`data` cannot hold {path}: a Parquet column of type {kind} "
-                "(a bucket's Parquet columns are read when numeric or boolean)."
-            )
-        self.dtype = np.dtype(kind.to_pandas_dtype())
-        self.shape = (file.rows,)
+        # Numbers, booleans, and fixed-size lists of them (a vector per row); else TypeError.
+        self.dtype, feature = layout_of(kind, path, "Parquet column")
+        self.shape = (file.rows, *feature)
         self.chunk_rows = file.unit
         self.settings, self.cache = file.settings, file.cache
         self._lock = threading.Lock()
@@ -207,17 +266,14 @@ class RemoteParquetColumn(StoreArray):
     def forget(self) -> None:
         """Drop what was fetched ahead and not read (a pass ended)."""
         self.file.process()[0].forget()
+        self.file.kept.clear()
 
     def _groups(self, chunks: list[int]) -> dict[int, np.ndarray]:
-        refs = self.file.objects(chunks)
-        datas = self.file.process()[0].take(refs)
-        return {
-            c: self.file.decode(c, self.name, d, r.start)
-            for c, r, d in zip(chunks, refs, datas, strict=True)
-        }
+        pieces = self.file.kept.take(self.file, chunks, self.name, self.file.columns)
+        return {c: self.file.decode(c, self.name, pieces[c]) for c in chunks}
 
     def read(self, start: int, stop: int) -> np.ndarray:
-        out = np.empty(max(0, stop - start), dtype=self.dtype)
+        out = np.empty((max(0, stop - start), *self.shape[1:]), dtype=self.dtype)
         if stop > start:
             self.read_ranges(np.array([start]), np.array([stop]), out)
         return out
@@ -240,7 +296,7 @@ class RemoteParquetColumn(StoreArray):
         chunk = rows // unit
         with self._lock:
             groups = self._groups(np.unique(chunk).tolist())
-        out = np.empty(len(rows), dtype=self.dtype)
+        out = np.empty((len(rows), *self.shape[1:]), dtype=self.dtype)
         for c, values in groups.items():
             at = chunk == c
             out[at] = values[rows[at] - c * unit]
