@@ -401,3 +401,19 @@ def test_parquet_row_groups_from_a_bucket(s3, bucket, values, tmp_path):
         in_bucket(f"s3://{bucket}/t.parquet", storage_options=s3.storage_options())
     with pytest.raises(ValueError, match='shuffle="grouped"'):
         Loader(data, BATCH, shuffle=True)
+
+
+def test_a_missing_object_fails_at_once_naming_it(s3, bucket):
+    from looptoolkit.stores._remote import Counters, Fetcher, ObjectRef, Settings
+    from looptoolkit.stores._s3 import S3Bucket, options_of
+
+    s3.put(bucket, "here.bin", b"x" * 64)
+    where = S3Bucket(bucket, "", options_of(s3.storage_options()))
+    with pytest.raises(FileNotFoundError, match=rf"s3://{bucket}/gone.bin is not in the bucket"):
+        where.head("gone.bin")
+    counters = Counters()
+    fetcher = Fetcher(where.get, Settings(backoff_s=0.5), counters, where=where.where)
+    with pytest.raises(RemoteReadError, match="gone.bin could not be read: the object is not"):
+        fetcher.take([ObjectRef("gone.bin", 64, "v")])  # listed, then removed
+    assert counters.requests == 1 and counters.retries == 0  # no retry mends a missing object
+    assert fetcher.take([where.head("here.bin")]) == [b"x" * 64]

@@ -107,7 +107,7 @@ class S3Bucket:
             if end <= start:
                 return b""
             return bytes(await obstore.get_range_async(self.client(), key, start=start, end=end))
-        except NotFoundError:
+        except (NotFoundError, FileNotFoundError):  # obstore raises the built-in one too
             raise Fatal("the object is not there (it was listed: has it been removed?)") from None
         except (PermissionDeniedError, UnauthenticatedError) as error:
             raise Fatal(f"access refused ({type(error).__name__})") from None
@@ -120,7 +120,7 @@ class S3Bucket:
         key = self.key(path)
         try:
             meta = obstore.head(self.client(), key)
-        except NotFoundError:
+        except (NotFoundError, FileNotFoundError):  # obstore raises the built-in one too
             raise FileNotFoundError(f"s3://{self.bucket}/{key} is not in the bucket.") from None
         version = meta.get("e_tag") or str(meta.get("last_modified", ""))
         return ObjectRef(meta["path"], int(meta["size"]), version or "")
