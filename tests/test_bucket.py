@@ -413,7 +413,7 @@ def test_a_missing_object_fails_at_once_naming_it(s3, bucket):
         where.head("gone.bin")
     counters = Counters()
     fetcher = Fetcher(where.get, Settings(backoff_s=0.5), counters, where=where.where)
-    with pytest.raises(RemoteReadError, match="gone.bin could not be read: the object is not"):
+    with pytest.raises(RemoteReadError, match=r"gone\.bin could not be read: the object is not"):
         fetcher.take([ObjectRef("gone.bin", 64, "v")])  # listed, then removed
     assert counters.requests == 1 and counters.retries == 0  # no retry mends a missing object
     assert fetcher.take([where.head("here.bin")]) == [b"x" * 64]
