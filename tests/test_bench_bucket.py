@@ -90,6 +90,14 @@ def test_zarr_read_directly_passes_its_check_and_offers_no_resume(workload):
     assert check.extra["resume"] == "not offered" and check.extra["requests"] > 0
 
 
+def test_the_bounded_local_full_shuffle_passes_its_check_on_its_first_batches(workload):
+    v, ctx = _variant("floor-local-shuf"), _context(workload)
+    assert v.slow  # it decodes most chunks for every batch: timed on its first batches
+    check = check_bucket(v, v.factory(ctx), ctx, limit=6)
+    assert check.ok and check.batches == 6 and check.how.endswith("first 6 batches")
+    assert check.extra["resume"] == "yes", check.extra["resume_detail"]
+
+
 def _planted(make: Any) -> Variant:
     return Variant("planted", "numpy", "a wrong loop", make, None, ("bucket",))
 
@@ -126,10 +134,10 @@ def test_a_resume_that_restarts_the_epoch_is_reported_not_exact(workload):
     ctx = _context(workload)
     whole = [b["y"] for b in _loader_batches(ctx)]
 
-    def restarts(stop_after: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    def restarts(stop_after: int, limit: Any) -> tuple[list[np.ndarray], list[np.ndarray]]:
         return whole, whole[:stop_after] + whole  # the resumed loop starts over
 
-    def reshuffles(stop_after: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    def reshuffles(stop_after: int, limit: Any) -> tuple[list[np.ndarray], list[np.ndarray]]:
         return whole, whole[:stop_after] + [b["y"] for b in _loader_batches(ctx, 1)][stop_after:]
 
     loop = BucketLoop(lambda e: iter([]), len(whole), name="x", form="zarr", resume=restarts)
@@ -137,8 +145,13 @@ def test_a_resume_that_restarts_the_epoch_is_reported_not_exact(workload):
     assert "320 repeated" in check_resume(loop, len(whole))[1]  # 5 batches of 64 twice
     loop.resume = reshuffles
     assert check_resume(loop, len(whole))[0] == "no"
-    loop.resume = lambda stop: (whole, whole[:stop] + whole[stop:])
+    loop.resume = lambda stop, limit: (whole, whole[:stop] + whole[stop:])
     assert check_resume(loop, len(whole)) == ("yes", "")
+    # On a prefix (a bounded loop): a third of the limit, then the rest of the limit.
+    loop.resume = lambda stop, limit: (whole[:limit], whole[:stop] + whole[:limit][stop:])
+    assert check_resume(loop, len(whole), limit=6) == ("yes", "")
+    loop.resume = lambda stop, limit: (whole[:limit], whole[:stop] + whole[:limit][:-stop])
+    assert check_resume(loop, len(whole), limit=6)[0] == "no"
     loop.resume = None
     assert check_resume(loop, len(whole)) == ("not offered", "")
 
@@ -152,7 +165,7 @@ def test_a_planted_restarting_resume_shows_in_the_checked_row(workload):
             len(batches),
             name="restarting",
             form="zarr",
-            resume=lambda stop: (whole, whole[:stop] + whole),
+            resume=lambda stop, limit: (whole, whole[:stop] + whole),
         )
 
     ctx = _context(workload)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing
 import pickle
+import time
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,15 @@ from looptoolkit.stores._remote import RemoteReadError  # noqa: E402
 ROWS, WIDTH, CHUNK, BATCH = 20_000, 8, 1024, 256
 CHUNKS = -(-ROWS // CHUNK)
 CHUNK_BYTES = CHUNK * WIDTH * 4
+
+
+@pytest.fixture(autouse=True)
+def _settled(s3: Any) -> Any:
+    """Each test ends with no request left open at the proxy (a stalled one abandoned)."""
+    yield
+    end = time.monotonic() + 10
+    while s3.stats.snapshot()["in_flight"] and time.monotonic() < end:
+        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +85,7 @@ def test_epoch_equals_local_and_fetches_each_chunk_once(s3, stored, shuffle):
     assert reads["bytes_fetched"] == reads["bytes_used"] == CHUNKS * CHUNK_BYTES  # each once
     assert reads["bytes_fetched"] <= 1.2 * sum(x.nbytes for x in got)
     assert reads["retries"] == 0 and reads["in_flight_bound"] == 16
+    assert 1 <= reads["max_in_flight"] <= 16 and reads["ahead_bytes_bound"] == 64 << 20
     assert loader.stats.as_dict()["remote_requests"] == CHUNKS + 1
 
 
@@ -169,7 +180,7 @@ def test_a_changed_object_is_never_served_from_the_cache(s3, bucket, stored, tmp
         ("reset", {}),
         ("reset", {"after_bytes": 1000}),
         ("truncate", {"after_bytes": 1000}),
-        ("stall", {"delay_s": 3.0}),
+        ("stall", {"delay_s": 1.5}),
     ],
 )
 def test_faults_are_retried_and_batches_stay_exact(s3, stored, kind, extra):
@@ -302,3 +313,89 @@ def test_a_short_body_is_never_accepted():
     )
     with pytest.raises(RemoteReadError, match=r"x.zarr/c/0/0 could not be read in 2 attempts"):
         fetcher.take([ref])
+
+
+def test_an_object_store_array_and_a_group_go_in_as_they_are(s3, bucket, stored, values, tmp_path):
+    from obstore.store import S3Store
+
+    local, _ = stored
+    store = zarr.storage.ObjectStore(S3Store(bucket, **s3.obstore_options()), read_only=True)
+    remote = zarr.open_array(store, path="x.zarr", mode="r")
+    loader = Loader({"x": remote}, BATCH, shuffle="grouped", stats=True)
+    assert same(batches(loader), batches(Loader({"x": local}, BATCH, shuffle="grouped")))
+    assert loader.stats.remote_reads["requests"] == CHUNKS + 1
+
+    written = zarr.open_group(tmp_path / "g.zarr", mode="w")
+    written.create_array("x", data=values, chunks=(CHUNK, WIDTH))
+    written.create_array("y", data=np.arange(ROWS), chunks=(4 * CHUNK,))
+    s3.upload_dir(tmp_path / "g.zarr", bucket, "g.zarr")
+    group = zarr.open_group(store, path="g.zarr", mode="r")
+    grouped = Loader(group, BATCH, shuffle="grouped")
+    assert {type(leaf).__name__ for leaf in grouped._rows.store.leaves} == {"RemoteZarr"}
+    for batch, idx in zip(
+        grouped, np.split(grouped.indices(0), range(BATCH, ROWS, BATCH)), strict=True
+    ):
+        assert np.array_equal(batch["x"], values[idx]) and np.array_equal(batch["y"], idx)
+
+
+def test_a_sharded_array_fetches_each_shard_once(s3, bucket, values, tmp_path):
+    local = zarr.create_array(
+        tmp_path / "s.zarr",
+        shape=values.shape,
+        chunks=(256, WIDTH),
+        shards=(2048, WIDTH),
+        dtype="f4",
+    )
+    local[:] = values
+    s3.upload_dir(tmp_path / "s.zarr", bucket, "s.zarr")
+    remote = zarr.open_array(f"s3://{bucket}/s.zarr", storage_options=s3.storage_options())
+    s3.reset_stats()
+    loader = Loader({"x": remote}, BATCH, shuffle="grouped")
+    assert same(batches(loader), batches(Loader({"x": local}, BATCH, shuffle="grouped")))
+    assert gets(s3) == -(-ROWS // 2048) + 1
+
+
+def test_dataloader_workers_read_the_bucket(s3, stored):
+    torch = pytest.importorskip("torch")
+    from looptoolkit import make_dataloader
+
+    local, remote = stored
+    loader = make_dataloader(
+        {"x": remote},
+        BATCH,
+        shuffle="grouped",
+        num_workers=2,
+        multiprocessing_context="spawn",
+    )
+    got = [b["x"].numpy() for b in loader]
+    want = batches(Loader({"x": local}, BATCH, shuffle="grouped"))
+    assert same(got, want)
+    assert isinstance(torch.as_tensor(got[0]), torch.Tensor)
+
+
+def test_parquet_row_groups_from_a_bucket(s3, bucket, values, tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    table = pa.table(
+        {"x": values[:, 0], "y": np.arange(ROWS), "name": [str(i) for i in range(ROWS)]}
+    )
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=CHUNK)
+    s3.put(bucket, "t.parquet", (tmp_path / "t.parquet").read_bytes())
+    s3.reset_stats()
+    data = in_bucket(
+        f"s3://{bucket}/t.parquet", columns=["x", "y"], storage_options=s3.storage_options()
+    )
+    loader = Loader(data, BATCH, shuffle="grouped", stats=True)
+    got = list(loader)
+    for batch, idx in zip(got, np.split(loader.indices(0), range(BATCH, ROWS, BATCH)), strict=True):
+        assert np.array_equal(batch["x"], values[idx, 0]) and np.array_equal(batch["y"], idx)
+    seen = s3.stats.snapshot()
+    # A HEAD and the footer at construction; a HEAD per pass; one range per row group
+    # (both columns together), taken by both columns.
+    assert seen["by_method"] == {"HEAD": 2, "GET": 1 + CHUNKS}
+    assert seen["range_requests"] == 1 + CHUNKS
+    with pytest.raises(TypeError, match="Parquet column of type string"):
+        in_bucket(f"s3://{bucket}/t.parquet", storage_options=s3.storage_options())
+    with pytest.raises(ValueError, match='shuffle="grouped"'):
+        Loader(data, BATCH, shuffle=True)

@@ -32,6 +32,7 @@ NEEDS = {
     "accelerate": ["torch", "accelerate"],
     "transformers": ["torch", "accelerate", "transformers"],
     "stores": ["zarr", "h5py"],
+    "bucket": ["zarr", "obstore", "s3fs", "moto"],
 }
 LANGUAGES = {"python", "pycon", "sh", "bash", "text"}
 PAGES = [*sorted(DOCS.glob("*.md")), ROOT / "README.md"]

@@ -57,6 +57,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "looptoolkit.stores._remote",
             "looptoolkit.stores._s3",
             "looptoolkit.stores._disk_cache",
+            "looptoolkit.stores._parquet",
         },
     ),
     # Where the batches go: the container rules, the pytree helpers, to_device.

@@ -86,7 +86,8 @@ class LoaderStats:
         ``requests`` (LISTs and retries included), ``bytes_fetched``, ``bytes_used``
         (the objects' bytes the reads took), ``retries``, ``cache_hits`` and
         ``cache_bytes`` (served by the disk cache), ``in_flight_bound`` (the most
-        requests allowed in flight) and ``max_in_flight`` (reached). Empty without
+        requests allowed in flight), ``max_in_flight`` (reached) and
+        ``ahead_bytes_bound`` (the most bytes fetched ahead of the reads). Empty without
         such data. Not reset by [`reset`][looptoolkit.LoaderStats.reset].
         """
         return self.remote() if self.remote is not None else {}

@@ -179,7 +179,7 @@ class StoreReads:
         out: dict[str, int] = {}
         for leaf in self.remote():
             for name, value in leaf.counters.as_dict().items():
-                if name in ("in_flight_bound", "max_in_flight"):
+                if name in ("in_flight_bound", "max_in_flight", "ahead_bytes_bound"):
                     out[name] = max(out.get(name, 0), value)
                 else:
                     out[name] = out.get(name, 0) + value
@@ -199,8 +199,10 @@ class StoreReads:
         self, remote: list[Any], leaves: Sequence[StoreArray], batches: Iterable[np.ndarray]
     ) -> Iterator[list[np.ndarray]]:
         """A pass whose leaves in a bucket have the order's next chunks fetched ahead."""
-        for leaf in remote:
-            leaf.start_pass()  # one LIST: the objects' sizes and versions
+        # Once per object listed: a Parquet file's columns share their file's look.
+        owners = {id(getattr(leaf, "file", leaf)): leaf for leaf in remote}
+        for leaf in owners.values():
+            leaf.start_pass()  # one LIST (a HEAD for a file): sizes and versions
         try:
             yield from self._pass(leaves, announced(batches, remote))
         finally:

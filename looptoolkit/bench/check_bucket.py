@@ -28,18 +28,19 @@ __all__ = ["check_bucket", "check_resume"]
 RESUMED = ("yes", "no", "not offered")
 
 
-def check_resume(loop: Any, batches: int) -> tuple[str, str]:
+def check_resume(loop: Any, batches: int, limit: int | None = None) -> tuple[str, str]:
     """Whether ``loop``'s resume is exact (``"yes"``, ``"no"``, ``"not offered"``), and why not.
 
     Stops an epoch after a third of its ``batches`` (at least one), resumes it in a new loop
-    and compares the row ids with an epoch run whole.
+    and compares the row ids with an epoch run whole; with a ``limit``, a third of it and
+    the first ``limit`` batches of each.
     """
     resume = getattr(loop, "resume", None)
     if resume is None:
         return "not offered", ""
-    stop = max(1, batches // 3)
+    stop = max(1, min(batches, limit or batches) // 3)
     try:
-        whole, resumed = resume(stop)
+        whole, resumed = resume(stop, limit)
     except Exception as e:
         return "no", f"resuming raised {type(e).__name__}: {str(e)[:200]}"
     a, b = np.concatenate(whole or [np.empty(0, np.int64)]), np.concatenate(resumed or [[]])
@@ -102,7 +103,7 @@ def check_bucket(
     key = getattr(loop, "resume_key", variant.name)
     if key not in data.resumes:
         batches = len(loop) if isinstance(loop, Sized) else count
-        data.resumes[key] = check_resume(loop, batches)
+        data.resumes[key] = check_resume(loop, batches, limit)
     resume, why = data.resumes[key]
     extra: dict[str, Any] = {
         "first_ms": first * 1e3,

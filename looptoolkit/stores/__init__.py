@@ -239,8 +239,10 @@ def bucket(
     ahead_bytes: int | None = None,
     attempts: int | None = None,
     deadline_s: float | None = None,
+    columns: list[str] | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> StoreArray | dict[str, Any]:
-    """A zarr array or group in a bucket (``s3://``), read with the settings given.
+    """A zarr array or group, or a Parquet file, in a bucket (``s3://``), read as set here.
 
     A zarr array over ``s3://`` passed to the Loader as it is reads with the
     defaults; wrap it to set where its chunks are cached on disk (needed by a
@@ -248,7 +250,8 @@ def bucket(
 
     Args:
         obj: a ``zarr.Array`` or ``zarr.Group`` opened over an S3 API (fsspec's
-            ``s3://`` or ``zarr.storage.ObjectStore`` over obstore's ``S3Store``).
+            ``s3://`` or ``zarr.storage.ObjectStore`` over obstore's ``S3Store``), or
+            the ``s3://bucket/key`` URL of a Parquet file (its row groups are the chunks).
         cache_dir: a directory for a chunk cache on local disk, shared by the
             processes that name it (the ranks of a node, workers); None: no disk cache.
         cache_bytes: the most bytes the disk cache keeps (least recently used out).
@@ -257,12 +260,17 @@ def bucket(
         attempts: tries of each request before a read fails (default 6).
         deadline_s: seconds after which a request still running is restarted, plus
             its bytes at 8 MiB/s (default 5).
+        columns: a Parquet file's columns to read (default: all; numeric or boolean).
+        storage_options: a Parquet file's endpoint and keys, as s3fs takes them (default:
+            the environment's).
 
     Returns:
-        The array as the Loader reads it (a dict of them for a group).
+        The array as the Loader reads it (a dict of them for a group; of the columns
+        for a Parquet file).
 
     Raises:
-        TypeError: ``obj`` is not a zarr array or group in a bucket.
+        TypeError: ``obj`` is not a zarr array or group in a bucket or a URL; a Parquet
+            column that is not numeric or boolean.
         ValueError: ``cache_dir`` without ``cache_bytes`` (or the reverse), a bad bound.
     """
     from looptoolkit.stores._disk_cache import DiskCache
@@ -281,9 +289,25 @@ def bucket(
         "deadline_s": deadline_s,
     }
     settings = Settings(**{k: v for k, v in given.items() if v is not None})
+    if isinstance(obj, str):  # a Parquet file's URL
+        from looptoolkit.stores._parquet import parquet_columns
+
+        def cache_of(place: Any) -> Any:
+            if cache_dir is None:
+                return None
+            assert cache_bytes is not None
+            return DiskCache(cache_dir, cache_bytes, place.where)
+
+        return parquet_columns(obj, storage_options, columns, settings, cache_of)
+    if columns is not None or storage_options is not None:
+        raise ValueError(
+            "`columns` and `storage_options` are for a Parquet file's URL; a zarr array "
+            "was opened with its own."
+        )
     if type(obj).__module__.partition(".")[0] != "zarr":
         raise TypeError(
-            f"`obj` must be a zarr array or group in a bucket, got {type(obj).__name__}."
+            "`obj` must be a zarr array or group in a bucket, or the s3:// URL of a Parquet "
+            f"file, got {type(obj).__name__}."
         )
     from looptoolkit.stores._zarr import remote_array
 

@@ -49,8 +49,8 @@ class DiskCache:
         return dict(self.__dict__)
 
     def path(self, ref: Any) -> Path:
-        """Where ``ref``'s entry is (its key, size and version hashed with the space)."""
-        text = f"{self.space}\0{ref.key}\0{ref.size}\0{ref.version}"
+        """Where ``ref``'s entry is (its key, range and version hashed with the space)."""
+        text = f"{self.space}\0{ref.key}\0{ref.start}\0{ref.size}\0{ref.version}"
         return self.directory / (hashlib.sha256(text.encode()).hexdigest() + _SUFFIX)
 
     def get(self, ref: Any) -> bytes | None:

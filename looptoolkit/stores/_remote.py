@@ -20,6 +20,7 @@ from what the user passed and where the client library looks for the rest.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import random
 import threading
@@ -55,11 +56,12 @@ class RemoteReadError(OSError):
 
 @dataclass(frozen=True)
 class ObjectRef:
-    """One object as a LIST gave it: its key, size and version (an ETag)."""
+    """One object (or the bytes ``start:start + size`` of one): key, size, version (an ETag)."""
 
     key: str
     size: int
     version: str = ""
+    start: int = 0
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,7 @@ class Counters:
         retries: requests tried again (a fault, a short body, a deadline passed).
         cache_hits: objects served by the disk cache; ``cache_bytes``: their bytes.
         in_flight_bound: the most requests allowed in flight; ``max_in_flight``: reached.
+        ahead_bytes_bound: the most bytes fetched ahead of the reads.
     """
 
     requests: int = 0
@@ -105,6 +108,7 @@ class Counters:
     cache_bytes: int = 0
     in_flight_bound: int = 0
     max_in_flight: int = 0
+    ahead_bytes_bound: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, **counts: int) -> None:
@@ -124,6 +128,7 @@ class Counters:
                 "cache_bytes",
                 "in_flight_bound",
                 "max_in_flight",
+                "ahead_bytes_bound",
             )
         }
 
@@ -189,6 +194,7 @@ class Fetcher:
         self.loop = event_loop()
         self.pid = os.getpid()
         counters.in_flight_bound = settings.in_flight
+        counters.ahead_bytes_bound = settings.ahead_bytes
         self._gate: asyncio.Semaphore | None = None
         self._in_flight = 0
         self._lock = threading.Lock()
@@ -205,11 +211,30 @@ class Fetcher:
     def prefetch(self, refs: list[ObjectRef]) -> None:
         """Start fetching ``refs`` (in this order), unless being fetched or in the disk cache."""
         with self._lock:
-            for ref in refs:
-                if ref in self._ahead:
-                    continue
-                self._ahead[ref] = asyncio.run_coroutine_threadsafe(self._obtain(ref), self.loop)
+            new = [ref for ref in dict.fromkeys(refs) if ref not in self._ahead]
+            for ref, future in zip(new, self._start(new), strict=True):
+                self._ahead[ref] = future
                 self._ahead_bytes += ref.size
+
+    def _start(self, refs: list[ObjectRef]) -> list[Future[bytes]]:
+        """Futures of ``refs``' bytes, their fetches started on the loop with one wake-up.
+
+        One call into the loop's thread for all of them, not one each: every call
+        writes to the loop's wake-up socket and waits for the GIL.
+        """
+        futures: list[Future[bytes]] = [Future() for _ in refs]
+        if refs:
+            self.loop.call_soon_threadsafe(self._spawn, list(zip(refs, futures, strict=True)))
+        return futures
+
+    def _spawn(self, work: list[tuple[ObjectRef, Future[bytes]]]) -> None:
+        """Start a task per object on the loop, each passing its outcome to its future."""
+        for ref, future in work:
+            if future.cancelled():
+                continue
+            task = self.loop.create_task(self._obtain(ref))
+            future.add_done_callback(functools.partial(_cancel_with, task))
+            task.add_done_callback(functools.partial(_settle, future=future))
 
     def forget(self) -> None:
         """Drop what was fetched ahead and not taken, and what was kept (a pass ended)."""
@@ -226,7 +251,8 @@ class Fetcher:
         Raises:
             RemoteReadError: an object could not be read (named, with the attempts).
         """
-        futures: list[Future[bytes] | bytes] = []
+        futures: list[Future[bytes] | bytes | None] = []
+        missing: list[ObjectRef] = []
         with self._lock:
             for ref in refs:
                 kept = self._recent.get(ref)
@@ -236,11 +262,16 @@ class Fetcher:
                     continue
                 future = self._ahead.pop(ref, None)
                 if future is None:
-                    future = asyncio.run_coroutine_threadsafe(self._obtain(ref), self.loop)
+                    missing.append(ref)
                 else:
                     self._ahead_bytes -= ref.size
                 futures.append(future)
-        out = [f if isinstance(f, bytes) else f.result() for f in futures]
+        started = iter(self._start(list(dict.fromkeys(missing))))
+        now = {ref: next(started) for ref in dict.fromkeys(missing)}
+        out = [
+            f if isinstance(f, bytes) else (now[ref] if f is None else f).result()
+            for ref, f in zip(refs, futures, strict=True)
+        ]
         self.counters.add(bytes_used=sum(len(b) for b in out))
         with self._lock:
             for ref, data in zip(refs, out, strict=True):
@@ -265,7 +296,7 @@ class Fetcher:
         return data
 
     async def _fetch(self, ref: ObjectRef) -> bytes:
-        """The whole object ``ref``, as one ranged GET of its listed size, retried."""
+        """The bytes of ``ref`` (a whole object, or a range of one), one ranged GET, retried."""
         settings = self.settings
         if self._gate is None:
             self._gate = asyncio.Semaphore(settings.in_flight)
@@ -282,7 +313,9 @@ class Fetcher:
                     self.counters.max_in_flight = self._in_flight
                 self.counters.add(requests=1)
                 try:
-                    data = await asyncio.wait_for(self.request(ref.key, 0, ref.size), deadline)
+                    data = await asyncio.wait_for(
+                        self.request(ref.key, ref.start, ref.start + ref.size), deadline
+                    )
                 except Fatal as error:
                     raise RemoteReadError(
                         f"{self.where}{ref.key} could not be read: {error}"
@@ -304,6 +337,24 @@ class Fetcher:
             f"{self.where}{ref.key} could not be read in {settings.attempts} attempts; "
             f"the last failed with {_describe(last)}."
         )
+
+
+def _cancel_with(task: asyncio.Task[bytes], future: Future[bytes]) -> None:
+    """Cancel ``task`` when the future a reading thread held was cancelled (a pass ended)."""
+    if future.cancelled():
+        task.get_loop().call_soon_threadsafe(task.cancel)
+
+
+def _settle(task: asyncio.Task[bytes], future: Future[bytes]) -> None:
+    """Pass a finished task's outcome to the future a reading thread waits on."""
+    if future.done():
+        return
+    if task.cancelled():
+        future.cancel()
+    elif (error := task.exception()) is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(task.result())
 
 
 def _describe(error: BaseException | None) -> str:

@@ -112,6 +112,19 @@ class S3Bucket:
         except (PermissionDeniedError, UnauthenticatedError) as error:
             raise Fatal(f"access refused ({type(error).__name__})") from None
 
+    def head(self, path: str) -> ObjectRef:
+        """The object at ``path`` under the prefix: its size and version (one HEAD request)."""
+        import obstore
+        from obstore.exceptions import NotFoundError
+
+        key = self.key(path)
+        try:
+            meta = obstore.head(self.client(), key)
+        except NotFoundError:
+            raise FileNotFoundError(f"s3://{self.bucket}/{key} is not in the bucket.") from None
+        version = meta.get("e_tag") or str(meta.get("last_modified", ""))
+        return ObjectRef(meta["path"], int(meta["size"]), version or "")
+
     def list(self, prefix: str) -> list[ObjectRef]:
         """The objects under ``prefix`` (a request per 1,000 keys), keys from the bucket's root."""
         import obstore
@@ -124,6 +137,30 @@ class S3Bucket:
         return out
 
 
+def options_of(storage_options: dict[str, Any]) -> dict[str, Any]:
+    """The ``S3Store`` options (obstore) from s3fs's ``storage_options``: what was passed.
+
+    Credentials the user did not pass are left to obstore, which reads them where
+    AWS clients do (the environment): never copied here, so never pickled.
+    """
+    kwargs = dict(storage_options.get("client_kwargs") or {})
+    options: dict[str, Any] = {}
+    endpoint = storage_options.get("endpoint_url") or kwargs.get("endpoint_url")
+    if endpoint:
+        options["endpoint"] = endpoint
+    region = kwargs.get("region_name") or storage_options.get("region_name")
+    if region:
+        options["region"] = region
+    for theirs, ours in (("key", "access_key_id"), ("secret", "secret_access_key")):
+        if storage_options.get(theirs):
+            options[ours] = storage_options[theirs]
+    if storage_options.get("token"):
+        options["token"] = storage_options["token"]
+    if storage_options.get("anon"):
+        options["skip_signature"] = True
+    return options
+
+
 def bucket_of(store: Any) -> S3Bucket | None:
     """The bucket of a zarr store over S3 (fsspec's s3fs, or obstore's S3Store), else None."""
     kind = type(store).__name__
@@ -133,26 +170,16 @@ def bucket_of(store: Any) -> S3Bucket | None:
         if "s3" not in protocol:
             return None
         bucket, _, prefix = store.path.partition("/")
-        kwargs = dict(getattr(fs, "client_kwargs", None) or {})
-        options: dict[str, Any] = {}
-        endpoint = getattr(fs, "endpoint_url", None) or kwargs.get("endpoint_url")
-        if endpoint:
-            options["endpoint"] = endpoint
-        region = kwargs.get("region_name") or (getattr(fs, "storage_options", {}) or {}).get(
-            "region_name"
-        )
-        if region:
-            options["region"] = region
-        # What the user passed to s3fs (never what a client found by itself).
-        if getattr(fs, "key", None):
-            options["access_key_id"] = fs.key
-        if getattr(fs, "secret", None):
-            options["secret_access_key"] = fs.secret
-        if getattr(fs, "token", None):
-            options["token"] = fs.token
-        if getattr(fs, "anon", False):
-            options["skip_signature"] = True
-        return S3Bucket(bucket, prefix, options)
+        given = {
+            "client_kwargs": getattr(fs, "client_kwargs", None),
+            "endpoint_url": getattr(fs, "endpoint_url", None),
+            "key": getattr(fs, "key", None),
+            "secret": getattr(fs, "secret", None),
+            "token": getattr(fs, "token", None),
+            "anon": getattr(fs, "anon", False),
+            **{k: v for k, v in (getattr(fs, "storage_options", None) or {}).items()},
+        }
+        return S3Bucket(bucket, prefix, options_of(given))
     if kind == "ObjectStore":
         inner = store.store
         if type(inner).__name__ != "S3Store":

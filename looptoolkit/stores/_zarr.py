@@ -285,10 +285,21 @@ class RemoteZarr(ZarrArray):
         with self._lock:
             local, served = self._serve(self._chunks_of(starts, stops))
             try:
-                at = 0
+                if _sync is None or not out.flags.c_contiguous:
+                    at = 0
+                    for a, b in zip(starts.tolist(), stops.tolist(), strict=True):
+                        out[at : at + b - a] = local[a:b]
+                        at += b - a
+                    return
+                # Every range decoded concurrently on zarr's loop, straight into `out`.
+                reads, at = [], 0
                 for a, b in zip(starts.tolist(), stops.tolist(), strict=True):
-                    out[at : at + b - a] = local[a:b]
+                    into = _nd.from_numpy_array(out[at : at + b - a])
+                    reads.append(
+                        local.async_array.get_orthogonal_selection((slice(a, b),), out=into)
+                    )
                     at += b - a
+                _sync(_gather(reads))
             finally:
                 served.clear()
 

@@ -1,0 +1,268 @@
+"""Parquet files in a bucket: row groups as chunks, each fetched as one byte range.
+
+A Parquet file at ``s3://`` ([`bucket`][looptoolkit.stores.bucket] given its URL)
+becomes a dict of [`RemoteParquetColumn`][looptoolkit.stores._parquet.RemoteParquetColumn]s,
+one per numeric column read. The file's size and version come from one HEAD (again at each pass),
+its footer from one ranged GET; a row group is a chunk of the Loader's reads,
+and the bytes of the chosen columns in it (adjacent in the file) are one range,
+fetched ahead of the order by a [`Fetcher`][looptoolkit.stores._remote.Fetcher]
+shared by the file's columns, and decoded by pyarrow from those bytes alone.
+Row groups must have one size (the last may be shorter).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+from typing import Any
+
+import numpy as np
+
+from looptoolkit.stores import StoreArray
+from looptoolkit.stores._remote import Counters, Fetcher, ObjectRef, Settings
+from looptoolkit.stores._s3 import S3Bucket, options_of
+
+__all__ = ["RemoteParquetColumn", "parquet_columns"]
+
+# Bytes of the file's end fetched first: the footer, in one request for most files.
+FOOTER_GUESS = 1 << 16
+
+
+class _Sparse(io.RawIOBase):
+    """A file of ``size`` bytes of which only some ranges are known (for pyarrow to decode)."""
+
+    def __init__(self, size: int, parts: list[tuple[int, bytes]]) -> None:
+        self._size, self.parts, self.pos = size, parts, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = (0, self.pos, self._size)[whence]
+        self.pos = base + offset
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def readinto(self, buffer: Any) -> int:
+        n = min(len(buffer), self._size - self.pos)
+        for start, data in self.parts:
+            if start <= self.pos and self.pos + n <= start + len(data):
+                at = self.pos - start
+                buffer[:n] = data[at : at + n]
+                self.pos += n
+                return n
+        raise OSError(f"bytes {self.pos} to {self.pos + n} of the file were not fetched")
+
+
+class _File:
+    """One Parquet file of a bucket, shared by the columns read from it."""
+
+    def __init__(
+        self, bucket: S3Bucket, key: str, columns: list[str] | None, settings: Settings, cache: Any
+    ) -> None:
+        self.bucket, self.key, self.settings, self.cache = bucket, key, settings, cache
+        self._proc: tuple[int, Fetcher, Counters] | None = None
+        self.ref = self._listed()
+        self.footer = self._footer()
+        import pyarrow.parquet as pq
+
+        self.metadata = pq.read_metadata(_Sparse(self.ref.size, [self.footer]))
+        schema = self.metadata.schema.to_arrow_schema()
+        self.columns = list(schema.names) if columns is None else list(columns)
+        meta = self.metadata
+        sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+        if not sizes or any(s != sizes[0] for s in sizes[:-1]) or sizes[-1] > sizes[0]:
+            raise ValueError(
+                f"s3://{bucket.bucket}/{key} has row groups of {sorted(set(sizes))} rows; the "
+                "Loader reads row groups of one size (the last may be shorter) as chunks."
+            )
+        self.unit, self.rows = sizes[0], sum(sizes)
+        self.schema = schema
+        where = [schema.get_field_index(name) for name in self.columns]
+        if -1 in where:
+            missing = self.columns[where.index(-1)]
+            raise ValueError(f"s3://{bucket.bucket}/{key} has no column {missing!r}.")
+        leaf = meta.schema
+        names = [leaf.column(j).path.split(".")[0] for j in range(meta.num_columns)]
+        self.leaf_columns = [j for j, name in enumerate(names) if name in self.columns]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_proc": None}
+
+    def process(self) -> tuple[Fetcher, Counters]:
+        """This process's fetcher and counters (made anew after a fork)."""
+        proc = self._proc
+        if proc is not None and proc[0] == os.getpid():
+            return proc[1], proc[2]
+        counters = Counters()
+        fetcher = Fetcher(self.bucket.get, self.settings, counters, self.cache, self.bucket.where)
+        self._proc = (os.getpid(), fetcher, counters)
+        return fetcher, counters
+
+    def _listed(self) -> ObjectRef:
+        return self.bucket.head(self.key)
+
+    def _footer(self) -> tuple[int, bytes]:
+        """The file's end, holding its footer (``(offset, bytes)``)."""
+        fetcher = self.process()[0]
+        size = self.ref.size
+        start = max(0, size - FOOTER_GUESS)
+        data = fetcher.take([ObjectRef(self.ref.key, size - start, self.ref.version, start)])[0]
+        length = int.from_bytes(data[-8:-4], "little") + 8
+        if length > len(data):  # a footer larger than the guess: fetch the whole of it
+            start = size - length
+            part = ObjectRef(self.ref.key, length, self.ref.version, start)
+            data = fetcher.take([part])[0]
+        return start, data
+
+    def relist(self) -> None:
+        """Look at the file again (its size and version: a rewritten file is refused)."""
+        ref = self._listed()
+        self.process()[1].add(requests=1)
+        if (ref.size, ref.version) != (self.ref.size, self.ref.version):
+            raise RuntimeError(
+                f"s3://{self.bucket.bucket}/{ref.key} changed since the Loader was made; "
+                "make a new Loader for the new file."
+            )
+
+    def objects(self, chunks: Any) -> list[ObjectRef]:
+        """The byte range of the chosen columns in each row group of ``chunks``."""
+        out = []
+        for chunk in chunks:
+            group = self.metadata.row_group(int(chunk))
+            starts, ends = [], []
+            for j in self.leaf_columns:
+                column = group.column(j)
+                start = column.data_page_offset
+                if column.has_dictionary_page and column.dictionary_page_offset:
+                    start = min(start, column.dictionary_page_offset)
+                starts.append(start)
+                ends.append(start + column.total_compressed_size)
+            a, b = min(starts), max(ends)
+            out.append(ObjectRef(self.ref.key, b - a, self.ref.version, a))
+        return out
+
+    def decode(self, chunk: int, name: str, data: bytes, start: int) -> np.ndarray:
+        """Column ``name`` of row group ``chunk`` from the fetched bytes of its range."""
+        import pyarrow.parquet as pq
+
+        source = _Sparse(self.ref.size, [(start, data), self.footer])
+        table = pq.ParquetFile(source, metadata=self.metadata).read_row_group(chunk, columns=[name])
+        return table.column(0).to_numpy()
+
+
+class RemoteParquetColumn(StoreArray):
+    """One numeric column of a Parquet file in a bucket; its row groups are the chunks."""
+
+    kind = "parquet"
+    remote = True
+
+    def __init__(self, file: _File, name: str, path: str) -> None:
+        import pyarrow as pa
+
+        self.file, self.name, self.path = file, name, path
+        kind = file.schema.field(name).type
+        if not (
+            pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
+        ):
+            raise TypeError(
+                f"`data` cannot hold {path}: a Parquet column of type {kind} "
+                "(a bucket's Parquet columns are read when numeric or boolean)."
+            )
+        self.dtype = np.dtype(kind.to_pandas_dtype())
+        self.shape = (file.rows,)
+        self.chunk_rows = file.unit
+        self.settings, self.cache = file.settings, file.cache
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_lock": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    @property
+    def counters(self) -> Counters:
+        """This process's counts of requests and bytes for the file (shared by its columns)."""
+        return self.file.process()[1]
+
+    def start_pass(self) -> None:
+        self.file.relist()
+
+    def prefetch(self, chunks: Any) -> None:
+        """Start fetching row groups ``chunks`` (in that order) ahead of their reads."""
+        self.file.process()[0].prefetch(self.file.objects(chunks))
+
+    def ahead_bytes(self) -> int:
+        """Bytes asked for ahead and not read yet."""
+        return self.file.process()[0].ahead_bytes
+
+    def forget(self) -> None:
+        """Drop what was fetched ahead and not read (a pass ended)."""
+        self.file.process()[0].forget()
+
+    def _groups(self, chunks: list[int]) -> dict[int, np.ndarray]:
+        refs = self.file.objects(chunks)
+        datas = self.file.process()[0].take(refs)
+        return {
+            c: self.file.decode(c, self.name, d, r.start)
+            for c, r, d in zip(chunks, refs, datas, strict=True)
+        }
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        out = np.empty(max(0, stop - start), dtype=self.dtype)
+        if stop > start:
+            self.read_ranges(np.array([start]), np.array([stop]), out)
+        return out
+
+    def read_ranges(self, starts: np.ndarray, stops: np.ndarray, out: np.ndarray) -> None:
+        unit = self.file.unit
+        bounds = list(zip(starts.tolist(), stops.tolist(), strict=True))
+        chunks = sorted({c for a, b in bounds for c in range(a // unit, -(-b // unit))})
+        with self._lock:
+            groups = self._groups(chunks)
+        at = 0
+        for a, b in bounds:
+            for c in range(a // unit, -(-b // unit)):
+                lo, hi = max(a, c * unit), min(b, (c + 1) * unit)
+                out[at : at + hi - lo] = groups[c][lo - c * unit : hi - c * unit]
+                at += hi - lo
+
+    def read_rows(self, rows: np.ndarray) -> np.ndarray:
+        unit = self.file.unit
+        chunk = rows // unit
+        with self._lock:
+            groups = self._groups(np.unique(chunk).tolist())
+        out = np.empty(len(rows), dtype=self.dtype)
+        for c, values in groups.items():
+            at = chunk == c
+            out[at] = values[rows[at] - c * unit]
+        return out
+
+
+def parquet_columns(
+    url: str,
+    storage_options: dict[str, Any] | None,
+    columns: list[str] | None,
+    settings: Settings,
+    cache_of: Any,
+) -> dict[str, StoreArray]:
+    """The numeric columns of the Parquet file at ``url`` (``s3://bucket/key``) as store leaves.
+
+    Raises:
+        ValueError: not an ``s3://`` URL; row groups of several sizes; a column not there.
+        TypeError: a column that is not numeric or boolean.
+    """
+    if not url.startswith("s3://"):
+        raise ValueError(f"`obj` must be an s3:// URL of a Parquet file, got {url!r}.")
+    name, _, key = url.removeprefix("s3://").partition("/")
+    bucket = S3Bucket(name, "", options_of(storage_options or {}))
+    file = _File(bucket, key, columns, settings, cache_of(bucket))
+    return {c: RemoteParquetColumn(file, c, f"data[{c!r}]") for c in file.columns}
