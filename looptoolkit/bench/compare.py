@@ -169,7 +169,8 @@ def _intro(args: argparse.Namespace, device: str, out: Path, backends: list[str]
         f"looptoolkit compare on {device} ({', '.join(backends)}); results go to {out}/.",
         f"Preset {args.preset}: {PRESETS[args.preset][0]}." if args.preset else "",
         f"Each loop: {args.epochs or args.rounds} timed epoch(s), interleaved; slower than "
-        f"{args.max_epoch_s:g} s per epoch: timed on its first batches, scaled (marked *).",
+        f"{args.max_epoch_s:g} s per epoch: timed on its first batches, scaled (marked *)"
+        + ("; on bucket whole epochs." if "bucket" in args.workload.split(",") else "."),
         f"The {n}-epoch figures multiply the median epoch (add --epochs {n} --max-epoch-s 0 to "
         "time them all; that takes hours)."
         if n

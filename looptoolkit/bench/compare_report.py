@@ -283,6 +283,12 @@ def markdown(run: Run) -> str:
         "always, are timed on a bounded number of batches per round and scaled to an epoch (time "
         "to the first batch + the steady per-batch time)."
     ) + (" **--quick: tiny sizes, not a measurement.**" if s["quick"] else "")
+    if any("latency_s" in g.info for g in run.groups):
+        settings += (
+            " On bucket every epoch is timed whole (a bounded one would hide how the read-ahead "
+            "starts), but those of the loops marked *, timed on their first "
+            f"{s['slow_batches']} batches and scaled."
+        )
     skipped = run.extras.get("skipped_backends", {})
     notes = [f"- backend {name} skipped: {why}" for name, why in skipped.items()]
     if names := ", ".join(f"`{n}`" for n in run.extras.get("accelerator_only", [])):
@@ -295,7 +301,8 @@ def plot(run: Run, out: str | Path, stem: str) -> list[Path]:
     """Write ``<stem>.png``: a panel per workload, a bar per variant (needs matplotlib)."""
     lines = {"floor-memcpy": ":", "floor-seq-take": "-."}
     legend = [*BACKEND_COLORS.items(), ("floor", FLOOR_COLOR)]
-    footer = "Bars past 4x the best manual loop (tokens: 4x its floor) are cut (hatched, '>'); "
+    footer = "Bars past 4x the best manual loop (tokens: 4x its floor; bucket: 120x local "
+    footer += "disk) are cut (hatched, '>'); "
     footer += "* timed on the first "
     footer += "batches of each epoch and scaled."
     path = render.plot(run, Path(out) / f"{stem}.png", lines=lines, legend=legend, footer=footer)

@@ -280,7 +280,8 @@ def plot(
                 marks.append(Line(row.median_s * scale, f"{name} (floor)", style, "dimgray"))
         xlabel = f"{unit} per {g.unit} (lower is better); ratios to the "
         xlabel += "baseline" if base else "first row"
-        clip = 4 * base.median_s * scale if base else None  # bars past 4x the baseline are cut
+        # bars past 4x the baseline are cut; on bucket past 120x (a bucket's epoch is 10x local)
+        clip = (120 if "latency_s" in g.info else 4) * base.median_s * scale if base else None
         panels.append(Panel(g.title, bars, xlabel, marks, clip))
     title = f"looptoolkit {run.suite}, {run.device}"
     return bar_chart(panels, path, title=title, legend=legend, footer=footer) if panels else None
