@@ -18,8 +18,13 @@ GETs, and ranged GETs of the whole length) with N requests in flight (N = 1, 4,
 Clients: obstore (Rust ``object_store``, asyncio), s3fs (fsspec, aiobotocore,
 asyncio), pyarrow's ``S3FileSystem`` (C++ AWS SDK, blocking calls: N threads).
 
-Last measured (2026-11-29, 2-core machine, 20 ms per request, 98 x 256 KiB,
-best of 3; ``benchmarks/results/bucket-clients-cpu.md``): see that file.
+Last measured (2026-11-29, 2-core machine, proxy and moto in this process, 20 ms
+per request, 98 x 256 KiB, best of 2; ``benchmarks/results/bucket-clients-cpu.md``):
+with 16 in flight obstore 0.27-0.30 s (82-90 MiB/s, GETs only), s3fs 0.56-0.78 s
+(a HEAD before each whole-object GET, at most 10 in flight), pyarrow 0.56-0.65 s
+(a HEAD before every GET); with 1 in flight obstore 2.46-2.66 s (about 25 ms a
+request), the others 2.56-5.21 s; 64 in flight was slower than 16 for obstore
+and s3fs. Chosen: obstore, 16 in flight.
 """
 
 from __future__ import annotations

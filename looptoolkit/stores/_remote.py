@@ -20,6 +20,7 @@ from what the user passed and where the client library looks for the rest.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import random
@@ -292,7 +293,9 @@ class Fetcher:
                 return data
         data = await self._fetch(ref)
         if cache is not None:
-            await asyncio.to_thread(cache.put, ref, data)
+            # A full or read-only disk: the read goes on without the cache.
+            with contextlib.suppress(OSError):
+                await asyncio.to_thread(cache.put, ref, data)
         return data
 
     async def _fetch(self, ref: ObjectRef) -> bytes:
