@@ -25,8 +25,6 @@ from looptoolkit.bench.variants import Context, Variant, kit
 
 __all__ = ["check_bucket", "check_resume"]
 
-RESUMED = ("yes", "no", "not offered")
-
 
 def check_resume(loop: Any, batches: int, limit: int | None = None) -> tuple[str, str]:
     """Whether ``loop``'s resume is exact (``"yes"``, ``"no"``, ``"not offered"``), and why not.
