@@ -395,6 +395,8 @@ def test_parquet_row_groups_from_a_bucket(s3, bucket, values, tmp_path):
     # (both columns together), taken by both columns.
     assert seen["by_method"] == {"HEAD": 2, "GET": 1 + CHUNKS}
     assert seen["range_requests"] == 1 + CHUNKS
+    again = Loader(pickle.loads(pickle.dumps(data)), BATCH, shuffle="grouped")  # a worker's
+    assert all(np.array_equal(a["x"], b["x"]) for a, b in zip(again, got, strict=True))
     with pytest.raises(TypeError, match="Parquet column of type string"):
         in_bucket(f"s3://{bucket}/t.parquet", storage_options=s3.storage_options())
     with pytest.raises(ValueError, match='shuffle="grouped"'):
