@@ -204,8 +204,8 @@ def _workload(
     if w.kind == "bucket":  # rows/s, what each loop fetched; ratios to the local grouped epoch
         from looptoolkit.bench.variants.bucket import BUCKET_BASELINE
 
-        title = f"{name} ({result.device}): {w.description}, chunks of {w.info['chunk']:,} rows, "
-        title += f"batch {w.batch_size}; {w.num_batches} batches/epoch"
+        title = f"{name} ({result.device}): {w.description}, chunks of {w.info['chunk']:,} rows; "
+        title += f"{w.num_batches} batches/epoch"
         info |= w.info | {"convert_s": dict(w.resource.convert_s)}
         group = Group(name, title, rows, "epoch", BUCKET_BASELINE, w.num_batches, info)
     elif w.kind == "augment":  # images/s; ratios to the Loader in the loop's own process

@@ -134,7 +134,11 @@ def group_table(
             g.baseline or not all(r.floor for r in rows),  # else every row has its own floor
             lambda r: _ratio(g.ratio(r)),
         ),
-        ("vs floor", floors, lambda r: _ratio(g.ratio(r, r.floor) if r.floor else None)),
+        (
+            "vs floor",
+            floors and (full or not fetches),  # the bucket's screen table: its floor in the name
+            lambda r: _ratio(g.ratio(r, r.floor) if r.floor else None),
+        ),
         (f"{epochs} epochs", epochs, lambda r: fmt_duration(r.median_s * (epochs or 0))),
         ("GB/s", any("gb_per_s" in r.extra for r in rows), _bandwidth),
         ("max dev", any("max_deviation" in r.extra for r in rows), _deviation),
