@@ -14,6 +14,10 @@ sizes it measures, with batch 300:
   samples share a batch, for neighbouring pairs ``(i, i + 1)`` and for random
   pairs (ideal ``B / N`` for both), and the mean displacement
   ``|position - index| / N`` (about 1/3 for a uniform permutation);
+- beside it, the bytes each order fetches from a chunked store per byte it uses
+  (the same N rows of 64 float32 in chunks of ``--chunk-rows`` 1,024 rows, each
+  batch reading its chunks once through a least-recently-used cache of each
+  ``--cache-mib`` budget: 0, 4, 16, 64 MiB): the price in bytes of the quality;
 - order generation at N = 10**6, 10**7 (and 10**8 with ``--large``): epoch setup
   (``Order.epoch``, all that is paid before the first batch), materialising the
   whole order (``Order.global_order``), and iterating every batch's indices
@@ -26,12 +30,15 @@ Variants run interleaved (A B C A B C ...) after a warm-up; medians, min and max
 
 Last measured (``--large``; 2-core AMD EPYC, NumPy 2.4.6, a shared machine; all
 figures in ``benchmarks/results/order_quality-cpu.md``), grouped at the default
-group size 8192 against ``rng.permutation(N)``: setup 0.05 / 0.07 / 0.17 ms vs
-25 / 377 / 4108 ms at N = 10**6 / 10**7 / 10**8 (487x / 5232x / 24626x);
-materialise 8.1 / 84 / 821 ms (3.1x / 4.5x / 5.0x). Neighbours share a batch
+group size 8192 against ``rng.permutation(N)``: setup 0.013 / 0.021 / 0.030 ms vs
+13 / 537 / 3903 ms at N = 10**6 / 10**7 / 10**8 (1033x / 25524x / 128918x);
+materialise 11.9 / 94 / 1115 ms (1.1x / 5.7x / 3.5x). Neighbours share a batch
 with probability 0.037 (B/G; full: 0.00098, ideal B/N = 0.001), random pairs
 0.00099; mean displacement 0.33. Order + gather per 300_000-row epoch: full
-11.5 ms, grouped 8192 10.7 ms; iterating a built epoch costs 0.05 us per batch.
+11.1 ms, grouped 8192 10.4 ms; iterating a built epoch costs 0.04 us per batch.
+Bytes fetched per byte used from chunks of 1,024 rows: full 642x with up to 16 MiB
+of cache, 150x with 64 MiB; grouped 8192 32x with none, 2.2x / 1.11x / 1.04x with
+4 / 16 / 64 MiB.
 """
 
 from __future__ import annotations
@@ -67,6 +74,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="run sizes of grouped variants with runs (at the default group size)",
     )
     parser.add_argument("--quality-n", type=int, default=300_000)
+    parser.add_argument(
+        "--chunk-rows", type=int, default=1024, help="rows per chunk of the fetch model (1024)"
+    )
+    parser.add_argument(
+        "--cache-mib",
+        type=float,
+        nargs="+",
+        default=[0, 4, 16, 64],
+        help="chunk cache budgets of the fetch model, MiB of 64 float32 rows (0: a batch's own)",
+    )
     parser.add_argument("--quality-epochs", type=int, default=30)
     parser.add_argument("--pairs", type=int, default=1_000_000, help="random pairs per epoch")
     parser.add_argument("--sizes", type=int, nargs="+", default=[10**6, 10**7])
@@ -132,6 +149,56 @@ def quality(args: argparse.Namespace) -> list[dict[str, Any]]:
             }
         )
         print(f"quality {name}: {rows[-1]}", flush=True)
+    return rows
+
+
+# -- bytes fetched from a chunked store --------------------------------------
+
+
+def fetched(order: Order, epoch: int, chunk: int, capacity: int) -> int:
+    """Chunks fetched in an epoch of ``order`` through an LRU cache of ``capacity`` chunks.
+
+    Each batch reads the chunks its rows lie in, each once; a chunk in the cache is not
+    fetched again. ``capacity`` 0 keeps nothing between batches.
+    """
+    from collections import OrderedDict
+
+    cache: OrderedDict[int, None] = OrderedDict()
+    misses = 0
+    for idx in order.epoch(epoch):
+        for c in np.unique(idx // chunk).tolist():
+            if c in cache:
+                cache.move_to_end(c)
+                continue
+            misses += 1
+            if capacity:
+                cache[c] = None
+                if len(cache) > capacity:
+                    cache.popitem(last=False)
+    return misses
+
+
+def fetch_model(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Bytes fetched per byte used of each order, reading chunks through a cache budget.
+
+    A (quality-n, 64) float32 array in chunks of ``--chunk-rows`` rows (the layout of the
+    bucket workload's zarr array), epoch 0; every chunk but the last is whole.
+    """
+    n, b, chunk = args.quality_n, args.batch_size, args.chunk_rows
+    chunk_bytes = chunk * 64 * 4
+    sizes = np.minimum(chunk, n - np.arange(0, n, chunk))
+    rows = []
+    for name, shuffle, group, run in variants(args.groups, args.runs):
+        order = Order(n, b, shuffle=shuffle, group_size=group, run_size=run, seed=args.seed)
+        row: dict[str, Any] = {"name": name, "n": n, "chunk_rows": chunk, "by_budget": {}}
+        for mib in args.cache_mib:
+            capacity = int(mib * 2**20 // chunk_bytes)
+            misses = fetched(order, 0, chunk, capacity)
+            # every chunk but the last is whole: the misses times a whole chunk, a bound
+            row["by_budget"][f"{mib:g}"] = misses * chunk / n
+        row["chunks"] = len(sizes)
+        rows.append(row)
+        print(f"fetch {name}: {row['by_budget']}", flush=True)
     return rows
 
 
@@ -291,6 +358,31 @@ def markdown(payload: dict[str, Any]) -> str:
             f"| {row['p_cobatch_random']:.2e} ± {row['p_cobatch_random_stderr']:.0e} "
             f"| {row['mean_displacement']:.4f} |"
         )
+    if payload.get("fetch"):
+        first = payload["fetch"][0]
+        budgets = list(first["by_budget"])
+        chunk_kib = first["chunk_rows"] * 64 * 4 // 1024
+        lines += [
+            "",
+            "## Bytes fetched from a chunked store, by cache budget",
+            "",
+            f"The same N = {first['n']:,} rows of 64 float32 in {first['chunks']} chunks of "
+            f"{first['chunk_rows']:,} rows ({chunk_kib} KiB, the bucket workload's layout), "
+            "epoch 0: each batch reads the chunks its rows lie in, once, through a "
+            "least-recently-used cache of the budget (0: nothing kept between batches). "
+            "Bytes fetched per byte used (1 = each chunk once); beside the quality above.",
+            "",
+            "| order | P(i, i+1 share a batch) vs ideal | "
+            + " | ".join(f"{b} MiB" for b in budgets)
+            + " |",
+            "|---|---:|" + "---:|" * len(budgets),
+        ]
+        quality_of = {r["name"]: r for r in payload["quality"]}
+        for row in payload["fetch"]:
+            q = quality_of.get(row["name"])
+            vs = f"{q['p_cobatch_neighbours'] / q['ideal_p_cobatch']:,.0f}x" if q else ""
+            cells = " | ".join(f"{row['by_budget'][b]:.2f}" for b in budgets)
+            lines.append(f"| {row['name']} | {vs} | {cells} |")
     lines += [
         "",
         "## Order generation (ms per epoch)",
@@ -365,6 +457,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     started = time.perf_counter()
     quality_rows = quality(args)
+    fetch_rows = fetch_model(args)
     sizes = list(args.sizes) + ([10**8] if args.large else [])
     generation_rows = {}
     for n in sizes:
@@ -384,6 +477,7 @@ def main(argv: list[str] | None = None) -> None:
         "batch_size": args.batch_size,
         "default_group_size": DEFAULT_GROUP_SIZE,
         "quality": quality_rows,
+        "fetch": fetch_rows,
         "generation": generation_rows,
         "overhead": overhead_rows,
         "gather_n": args.gather_n,

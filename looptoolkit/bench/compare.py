@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import gc
 import sys
 import warnings
@@ -65,10 +66,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add(
         "--workload",
         default=",".join(DEFAULT_WORKLOADS),
-        help="index, tabular, images, tokens, mix, augment, a comma list, or all (default: the "
-        "first three; tokens, variable-length documents, mix, the tabular rows in sources mixed "
-        "by weight, and augment, a random resized crop + flip + normalise of 256 x 256 images, "
-        "have variants and peers of their own; all: every one but augment, which runs when "
+        help="index, tabular, images, tokens, mix, augment, bucket, a comma list, or all "
+        "(default: the first three; tokens, variable-length documents, mix, the tabular rows in "
+        "sources mixed by weight, augment, a random resized crop + flip + normalise of 256 x 256 "
+        "images, and bucket, rows read from a local S3 server with 20 ms a request, have "
+        "variants and peers of their own; all: every one but augment and bucket, which run when "
         "named)",
     )
     add("--backends", help="comma list of numpy, torch, jax, tf (default: every installed one)")
@@ -167,7 +169,8 @@ def _intro(args: argparse.Namespace, device: str, out: Path, backends: list[str]
         f"looptoolkit compare on {device} ({', '.join(backends)}); results go to {out}/.",
         f"Preset {args.preset}: {PRESETS[args.preset][0]}." if args.preset else "",
         f"Each loop: {args.epochs or args.rounds} timed epoch(s), interleaved; slower than "
-        f"{args.max_epoch_s:g} s per epoch: timed on its first batches, scaled (marked *).",
+        f"{args.max_epoch_s:g} s per epoch: timed on its first batches, scaled (marked *)"
+        + ("; on bucket whole epochs." if "bucket" in args.workload.split(",") else "."),
         f"The {n}-epoch figures multiply the median epoch (add --epochs {n} --max-epoch-s 0 to "
         "time them all; that takes hours)."
         if n
@@ -189,10 +192,23 @@ def _workload(
     w = make_workload(
         name, quick=args.quick, seed=args.seed, rows=args.docs if name == "tokens" else None
     )
-    entries = run_workload(w, settings, progress)
+    if w.kind == "bucket":  # whole epochs: a bounded one would hide the read-ahead's start
+        settings = dataclasses.replace(settings, max_epoch_s=0.0)
+    try:
+        entries = run_workload(w, settings, progress)
+    except BaseException:
+        w.close()
+        raise
     rows = [e.row for e in entries]
     info = {"description": w.description, "n": w.n, "bytes": w.nbytes}
-    if w.kind == "augment":  # images/s; ratios to the Loader in the loop's own process
+    if w.kind == "bucket":  # rows/s, what each loop fetched; ratios to the local grouped epoch
+        from looptoolkit.bench.variants.bucket import BUCKET_BASELINE
+
+        title = f"{name} ({result.device}): {w.description}, chunks of {w.info['chunk']:,} rows; "
+        title += f"{w.num_batches} batches/epoch"
+        info |= w.info | {"convert_s": dict(w.resource.convert_s)}
+        group = Group(name, title, rows, "epoch", BUCKET_BASELINE, w.num_batches, info)
+    elif w.kind == "augment":  # images/s; ratios to the Loader in the loop's own process
         from looptoolkit.bench.variants.augment import AUGMENT_BASELINE, PIPELINE, draw_share
 
         title = f"{name} ({result.device}): {w.description}, {PIPELINE}; {w.num_batches} "
@@ -218,6 +234,7 @@ def _workload(
             progress.emit("\n" + report.step_table(result, name).text())
     for entry in entries:
         entry.close()
+    w.close()
     del entries, w
     gc.collect()
 
@@ -248,8 +265,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         progress.emit(wrap(f"backend {name} skipped: {why}"))
     timing = {key: getattr(args, key) for key in _TIMING}
     settings = Settings(device, backends, _split(args.variants), _split(args.skip), **timing)
-    # no step section on documents, the mixtures, nor augment (their peers are per-sample loops)
-    fallback = [w for w in names[-1:] if w not in ("tokens", "mix", "augment")]
+    # no step section on documents, the mixtures, augment (their peers are per-sample loops), nor
+    # bucket (its loops wait on a server)
+    fallback = [w for w in names[-1:] if w not in ("tokens", "mix", "augment", "bucket")]
     steps = [w for w in _split(args.step_workload) or [] if w in names] or fallback
     args.step_workload = ",".join(steps) if args.step_ms > 0 else None
     only = [] if gpu else [v.name for v in variants(backends) if v.accelerator]
@@ -266,12 +284,17 @@ def run(argv: Sequence[str] | None = None) -> int:
         extras["transfer"] = by_batch_size(device, args.quick, args.seed, progress)
         if args.verbose:
             progress.emit("\n" + sweep_table(extras["transfer"]).text())
-    if judged := {"tabular", "tokens", "mix", "augment"} & {g.name for g in result.groups}:
-        # the mix and augment rows by "<workload>:<name>": mix has a loader-numpy of its own
-        named = judged - {"mix", "augment"}
+    own_rows = {"mix", "augment", "bucket"}
+    if judged := {"tabular", "tokens", *own_rows} & {g.name for g in result.groups}:
+        # the mix, augment and bucket rows by "<workload>:<name>": mix has a loader-numpy of its own
+        named = judged - own_rows
         values = {r.name: r.median_s for g in named for r in result.group(g).rows if r.timed}
-        for own in {"mix", "augment"} & judged:
+        for own in own_rows & judged:
             values |= {f"{own}:{r.name}": r.median_s for r in result.group(own).rows if r.timed}
+        if "bucket" in judged:  # bytes fetched per byte used, first batches, their bound
+            from looptoolkit.bench.variants.bucket import bucket_values
+
+            values |= bucket_values(result.group("bucket"))
         if "augment" in judged:  # the keyed draw and the ops, ms a batch
             draw = result.group("augment").info["draw"]
             values |= {"augment:draw": draw["draw_ms"], "augment:ops": draw["ops_ms"]}

@@ -11,7 +11,8 @@ from looptoolkit.bench.results import Group, Row, Run
 from looptoolkit.bench.tables import Table, wrap
 from looptoolkit.bench.targets import BASELINE, NOT_JUDGED
 
-__all__ = ["CHECK_LEGEND", "augment_headline", "closing", "documents_headline", "headline"]
+__all__ = ["CHECK_LEGEND", "augment_headline", "bucket_headline", "closing", "documents_headline"]
+__all__ += ["headline"]
 __all__ += ["loader_table"]
 __all__ += ["markdown", "plot", "screen_rows", "step_table", "summary", "tables", "workload_text"]
 
@@ -85,6 +86,27 @@ def augment_headline(group: Group, *, loaders: bool = True) -> str:
     return text + (f" Not installed: {', '.join(absent)}." if absent and loaders else "")
 
 
+def bucket_headline(group: Group, *, loaders: bool = True) -> str:
+    """The bucket workload in a paragraph: each timed loop's rows/s, and the time over local disk.
+
+    ``loaders=False`` names only the local grouped epoch, the Loader's from the bucket and the
+    fastest peer (the screen has the other rows in its table).
+    """
+    rows, timed = group.info.get("rows", 0), group.timed()
+    loops = sorted(timed.values(), key=lambda r: r.median_s)
+    if not loops:
+        return f"{group.name}: no loop timed."
+    peers = [r for r in loops if not r.name.startswith(("floor-", "loader-"))]
+    keep = {group.baseline, "loader-s3-grouped", *(r.name for r in peers[:1])}
+    shown = loops if loaders else [r for r in loops if r.name in keep]
+    named = ", ".join(
+        f"{r.name} {rows / r.median_s:,.0f} ({group.ratio(r) or 0:.2f}x)" for r in shown
+    )
+    text = f"{group.name}: rows/s (epoch time over {group.baseline}'s): {named}."
+    absent = [r.name for r in group.rows if r.status == "not installed"]
+    return text + (f" Not installed: {', '.join(absent)}." if absent and loaders else "")
+
+
 def headline(
     group: Group, epochs: int | None = None, *, loaders: bool = True, floors: bool = True
 ) -> str:
@@ -97,6 +119,8 @@ def headline(
         return documents_headline(group, loaders=loaders)
     if "images" in group.info:
         return augment_headline(group, loaders=loaders)
+    if "latency_s" in group.info:
+        return bucket_headline(group, loaders=loaders)
     timed, ratio = group.timed(), group.ratio
     if BASELINE not in timed:
         return f"{group.name}: the baseline {BASELINE} did not run; no ratios."
@@ -259,6 +283,12 @@ def markdown(run: Run) -> str:
         "always, are timed on a bounded number of batches per round and scaled to an epoch (time "
         "to the first batch + the steady per-batch time)."
     ) + (" **--quick: tiny sizes, not a measurement.**" if s["quick"] else "")
+    if any("latency_s" in g.info for g in run.groups):
+        settings += (
+            " On bucket every epoch is timed whole (a bounded one would hide how the read-ahead "
+            "starts), but those of the loops marked *, timed on their first "
+            f"{s['slow_batches']} batches and scaled."
+        )
     skipped = run.extras.get("skipped_backends", {})
     notes = [f"- backend {name} skipped: {why}" for name, why in skipped.items()]
     if names := ", ".join(f"`{n}`" for n in run.extras.get("accelerator_only", [])):
@@ -271,7 +301,8 @@ def plot(run: Run, out: str | Path, stem: str) -> list[Path]:
     """Write ``<stem>.png``: a panel per workload, a bar per variant (needs matplotlib)."""
     lines = {"floor-memcpy": ":", "floor-seq-take": "-."}
     legend = [*BACKEND_COLORS.items(), ("floor", FLOOR_COLOR)]
-    footer = "Bars past 4x the best manual loop (tokens: 4x its floor) are cut (hatched, '>'); "
+    footer = "Bars past 4x the best manual loop (tokens: 4x its floor; bucket: 120x local "
+    footer += "disk) are cut (hatched, '>'); "
     footer += "* timed on the first "
     footer += "batches of each epoch and scaled."
     path = render.plot(run, Path(out) / f"{stem}.png", lines=lines, legend=legend, footer=footer)

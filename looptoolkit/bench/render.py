@@ -24,6 +24,29 @@ _DEVIATION_NOTE = (
 )
 
 
+_FETCH_NOTE = (
+    "rows/s: rows over the median epoch; first ms, requests, fetched/used: measured on the "
+    "epoch the check read (requests and body bytes as the server's proxy saw them, over the "
+    "bytes of the rows handed out; 'local': none fetched); resume: an epoch stopped after a "
+    "third of its batches and resumed in a new loop gave exactly the rows of an epoch run "
+    "whole, in order (yes), did not (no), or the loop has no resume (not offered); convert s: "
+    "writing the format the loop reads from the rows, apart from its epochs (uploads not "
+    "counted)."
+)
+
+
+def _fetched(row: Row) -> str:
+    """A bucket row's bytes fetched per byte used (``local`` when it fetched nothing)."""
+    x = row.extra.get("fetched_per_used")
+    return "local" if x is None else f"{x:.2f}"
+
+
+def _convert(row: Row) -> str:
+    """A bucket row's conversion time in seconds, where its format was written."""
+    x = row.extra.get("convert_s")
+    return "" if x is None else f"{x:.2f}"
+
+
 def fmt_ms(ms: float) -> str:
     """Three significant figures, thousands separated: ``"1,597"``, ``"24.3"``, ``"7.48"``."""
     return f"{ms:,.0f}" if ms >= 100 else f"{ms:.1f}" if ms >= 10 else f"{ms:.2f}"
@@ -86,21 +109,36 @@ def group_table(
         r.check.startswith(("exact", "coverage", "documents", "mixture", "augment")) for r in rows
     )
     images = g.info.get("images")  # the augment workload: images per epoch
+    fetches = any("first_ms" in r.extra for r in rows)  # the bucket workload: what it fetched
     efficiency = any("padding_efficiency" in r.extra for r in rows)
     columns: list[tuple[str, object, Callable[[Row], str]]] = [  # header, shown, a timed cell
         ("variant", True, lambda r: r.name),
         (f"{unit}/{g.unit}", True, lambda r: fmt_ms(r.median_s * scale) + "*" * bool(r.bounded)),
-        ("min-max", True, lambda r: f"{fmt_ms(r.min_s * scale)}-{fmt_ms(r.max_s * scale)}"),
+        (
+            "min-max",
+            full or not fetches,  # the bucket's screen table has more columns
+            lambda r: f"{fmt_ms(r.min_s * scale)}-{fmt_ms(r.max_s * scale)}",
+        ),
         ("batches/s", full and g.batches, lambda r: f"{g.batches / r.median_s:,.0f}"),
         ("ms/Mtok", tokens, lambda r: fmt_ms(r.median_s * 1e9 / (tokens or 1))),
         ("images/s", images, lambda r: f"{(images or 0) / r.median_s:,.0f}"),
+        ("rows/s", fetches, lambda r: f"{g.info.get('rows', 0) / r.median_s:,.0f}"),
+        ("first ms", full and fetches, lambda r: fmt_ms(r.extra.get("first_ms", 0.0))),
+        ("requests", full and fetches, lambda r: f"{r.extra.get('requests', 0):,}"),
+        ("fetched/used", fetches, _fetched),
+        ("resume", fetches, lambda r: r.extra.get("resume", "")),
+        ("convert s", full and fetches, _convert),
         ("eff", efficiency, lambda r: f"{r.extra.get('padding_efficiency', 0):.2f}"),
         (
             "vs best" if g.baseline else "vs first",
             g.baseline or not all(r.floor for r in rows),  # else every row has its own floor
             lambda r: _ratio(g.ratio(r)),
         ),
-        ("vs floor", floors, lambda r: _ratio(g.ratio(r, r.floor) if r.floor else None)),
+        (
+            "vs floor",
+            floors and (full or not fetches),  # the bucket's screen table: its floor in the name
+            lambda r: _ratio(g.ratio(r, r.floor) if r.floor else None),
+        ),
         (f"{epochs} epochs", epochs, lambda r: fmt_duration(r.median_s * (epochs or 0))),
         ("GB/s", any("gb_per_s" in r.extra for r in rows), _bandwidth),
         ("max dev", any("max_deviation" in r.extra for r in rows), _deviation),
@@ -121,6 +159,13 @@ def group_table(
             "DataLoader's workers) x the torch threads of each; tf: the loop's process with "
             "tf.data's thread pools."
         )
+    if fetches and explain:
+        notes.append(_FETCH_NOTE)
+    notes += [
+        f"{r.name}: resume not exact: {r.extra['resume_detail']}"
+        for r in rows
+        if r.extra.get("resume") == "no" and r.extra.get("resume_detail")
+    ]
     if any("max_deviation" in r.extra for r in rows) and explain:
         notes.append(_DEVIATION_NOTE)
         fewer = [r for r in rows if r.extra.get("deviation_batches", g.batches) < g.batches]
@@ -239,7 +284,8 @@ def plot(
                 marks.append(Line(row.median_s * scale, f"{name} (floor)", style, "dimgray"))
         xlabel = f"{unit} per {g.unit} (lower is better); ratios to the "
         xlabel += "baseline" if base else "first row"
-        clip = 4 * base.median_s * scale if base else None  # bars past 4x the baseline are cut
+        # bars past 4x the baseline are cut; on bucket past 120x (a bucket's epoch is 10x local)
+        clip = (120 if "latency_s" in g.info else 4) * base.median_s * scale if base else None
         panels.append(Panel(g.title, bars, xlabel, marks, clip))
     title = f"looptoolkit {run.suite}, {run.device}"
     return bar_chart(panels, path, title=title, legend=legend, footer=footer) if panels else None

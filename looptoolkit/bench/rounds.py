@@ -16,6 +16,7 @@ from typing import Any
 
 from looptoolkit.bench.check import Check, check_batches, host_leaves
 from looptoolkit.bench.check_augment import check_augment
+from looptoolkit.bench.check_bucket import check_bucket
 from looptoolkit.bench.check_documents import check_documents
 from looptoolkit.bench.check_mixture import check_mixture
 from looptoolkit.bench.progress import Progress
@@ -219,6 +220,8 @@ def _check(entry: Entry, workload: Workload, settings: Settings, data: dict[str,
             check = check_documents(v, entry.pipeline, ctx, limit=entry.limit)
         elif workload.kind == "augment":
             check = check_augment(v, entry.pipeline, ctx, limit=entry.limit)
+        elif workload.kind == "bucket":
+            check = check_bucket(v, entry.pipeline, ctx, limit=entry.limit)
         elif workload.kind == "mixture":
             check = check_mixture(v, entry.pipeline, ctx, data[v.backend][1], limit=entry.limit)
         else:

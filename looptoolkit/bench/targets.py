@@ -38,7 +38,9 @@ class Target:
 # key | suite | what | ratio op bound | floor; the quantities: compare's medians (tabular, tokens),
 # wait:<v> / step:<v> per batch (step section), floor:<v> the median of the tokens row v's floor
 # (the faster of its two hand loops), mix:<v> the median of row v of the mix workload (augment:<v>
-# of the augment workload; augment:draw and augment:ops the keyed draw's and the ops' ms a batch),
+# of the augment workload; augment:draw and augment:ops the keyed draw's and the ops' ms a batch;
+# bucket:<v> of the bucket workload, bucket:amp:<v> its bytes fetched per byte used,
+# bucket:first:<v> its first batch in s, bucket:first-bound the first-batch bound),
 # transfer's <section>:<name> values.
 _TABLE = """
 loader-numpy | compare | Loader, NumPy data, full shuffle | loader-numpy / numpy-take <= 1.02 | numpy-take
@@ -61,6 +63,13 @@ mix-5 | compare | mix: Loader(Mix) of 5 sources (0.4/0.25/0.15/0.12/0.08) over t
 augment-vs-tv | compare | augment: Loader in the loop's own process (NumPy, placement='host') over torchvision v2 per sample in a DataLoader with 2 workers (time per epoch) | augment:loader-aug-host / augment:tv-v2-w2 <= 1.0 |
 augment-vs-kornia | compare | augment: Kornia batched over the Loader in the loop's own process (time per epoch) | augment:kornia-batched / augment:loader-aug-host >= 2 |
 augment-draw | compare | augment: drawing the keyed parameters over running the ops (ms a batch, NumPy) | augment:draw / augment:ops < 0.05 |
+bucket-grouped | compare | bucket: Loader, grouped epoch from the bucket (no disk cache, 20 ms a request) over the same on local disk | bucket:loader-s3-grouped / bucket:floor-local-grp <= 1.5 |
+bucket-sequential | compare | bucket: Loader, sequential epoch from the bucket over the same on local disk | bucket:loader-s3-seq / bucket:floor-local-seq <= 1.5 |
+bucket-bytes | compare | bucket: bytes fetched over bytes used, the Loader's grouped epoch from the bucket | bucket:amp:loader-s3-grouped <= 1.2 |
+bucket-cache | compare | bucket: Loader, grouped epoch from a disk cache that holds the data over local disk | bucket:loader-s3-grp-e2 / bucket:floor-local-grp <= 1.1 |
+bucket-first-batch | compare | bucket: first batch of a grouped epoch over 3 request latencies plus a chunk of rows at the sequential epoch's rate | bucket:first:loader-s3-grouped / bucket:first-bound <= 1.0 |
+bucket-vs-mosaic | compare | bucket: Loader's grouped epoch from the bucket over Mosaic streaming's first epoch (time; conversion apart) | bucket:loader-s3-grouped / bucket:mosaic-e1 < 1.0 |
+bucket-vs-litdata | compare | bucket: Loader's grouped epoch from the bucket over litdata's first epoch (time; conversion apart) | bucket:loader-s3-grouped / bucket:litdata-e1 < 1.0 |
 nested-torch-optree | transfer | to_device over optree.tree_map (nested, torch leaves) | torch:to_device / torch:optree <= 1.2 |
 nested-torch-move-to | transfer | to_device over a hand-written move_to (nested, torch leaves) | torch:to_device / torch:move_to < 1.0 |
 nested-numpy-optree | transfer | to_device over optree.tree_map (nested, NumPy leaves to torch) | numpy:to_device / numpy:optree <= 1.2 |

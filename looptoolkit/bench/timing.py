@@ -134,6 +134,12 @@ def machine_info() -> dict[str, Any]:
         "torchvision",
         "kornia",
         "keras",
+        "zarr",
+        "obstore",
+        "s3fs",
+        "pyarrow",
+        "streaming",
+        "litdata",
     )
     info: dict[str, Any] = {
         "cpu": cpu or platform.processor() or platform.machine(),

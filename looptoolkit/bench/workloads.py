@@ -42,10 +42,18 @@ WORKLOADS: dict[str, tuple[str, int, int, int, int]] = {
         30,
     ),
     "augment": ('{"image": uint8 (N, 3, 256, 256), "label": int64 row id}', 2_048, 128, 128, 32),
+    "bucket": (
+        '{"x": float32 (N, 64), "y": int64 row id} as zarr v3 in an S3 bucket (20 ms a request)',
+        100_000,
+        4_096,
+        256,
+        64,
+    ),
 }
 # What `--workload all` runs: every loop workload. `augment` answers another question (where to
-# augment, not which loop) with 400 MB of images and its own peers: it runs when named.
-ALL_WORKLOADS = tuple(name for name in WORKLOADS if name != "augment")
+# augment, not which loop) with 400 MB of images and its own peers, `bucket` (reading from an S3
+# bucket) starts a server of its own: they run when named.
+ALL_WORKLOADS = tuple(name for name in WORKLOADS if name not in ("augment", "bucket"))
 # The workload-agnostic row loops that a workload of another kind runs too (a "rows" one runs all).
 SHARED = {"mix": ("numpy-take", "floor-memcpy", "floor-seq-take", "loader-numpy")}
 
@@ -64,9 +72,16 @@ class Workload:
     nbytes: int
     # "documents": variable-length rows, checked by content; "mixture": rows in sources by
     # weight, checked per source with each batch's counts against the weights; "augment":
-    # augmented images, checked by shape, id and (the Loader's) against the keyed reference
+    # augmented images, checked by shape, id and (the Loader's) against the keyed reference;
+    # "bucket": rows read from an S3 bucket (``resource``), checked for coverage and measured
     kind: str = "rows"
     info: dict[str, Any] = field(default_factory=dict)
+    resource: Any = None  # what the workload's loops share beyond its data (a server); close()
+
+    def close(self) -> None:
+        """Release the workload's ``resource`` (stop its server, remove its files), if any."""
+        if self.resource is not None and hasattr(self.resource, "close"):
+            self.resource.close()
 
     def runs(self, variant: Any) -> bool:
         """Whether ``variant`` applies: named for this workload, or a row loop it shares."""
@@ -86,7 +101,7 @@ def make_workload(
         return _documents(description, n, seed)
     rng, ids = np.random.default_rng(seed), np.arange(n, dtype=np.int64)
     data: Any = ids
-    if name in ("tabular", "mix"):
+    if name in ("tabular", "mix", "bucket"):
         data = {"x": rng.standard_normal((n, 64), dtype=np.float32), "y": ids}
     elif name in ("images", "augment"):
         side = 256 if name == "augment" else 64
@@ -97,12 +112,21 @@ def make_workload(
         "images": "batch['label']",
         "mix": "batch['y']",
         "augment": "batch['label']",
+        "bucket": "batch['y']",
     }
     id_path = paths[name]
     nbytes = sum(int(leaf.nbytes) for leaf in _tree.flatten(data)[0])
     description = f"{description}, N = {n:_}, batch {size}"
-    kind = {"mix": "mixture", "augment": "augment"}.get(name, "rows")
-    return Workload(name, description, data, size, id_path, n, batch_count(n, size), nbytes, kind)
+    kind = {"mix": "mixture", "augment": "augment", "bucket": "bucket"}.get(name, "rows")
+    w = Workload(name, description, data, size, id_path, n, batch_count(n, size), nbytes, kind)
+    if name == "bucket":  # the copies on disk and in the bucket, made on first use
+        from looptoolkit.bench.bucket_data import CHUNK, BucketData
+
+        chunk = CHUNK if not quick else CHUNK // 4
+        w.resource = BucketData(data, chunk=min(chunk, n))
+        w.info = {"rows": n, "chunk": chunk, "row_bytes": w.resource.row_bytes}
+        w.info["latency_s"] = w.resource.latency_s
+    return w
 
 
 def _documents(description: str, n: int, seed: int) -> Workload:

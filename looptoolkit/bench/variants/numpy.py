@@ -14,6 +14,7 @@ from looptoolkit import Loader
 from looptoolkit._rows.rows import Rows
 from looptoolkit.bench.variants import BASELINE, Kit, loop, tokens, variant
 from looptoolkit.bench.variants.augment import augment_variants
+from looptoolkit.bench.variants.bucket import bucket_variants
 from looptoolkit.bench.variants.epochs import EpochPipeline, batch_slices, split_batches
 from looptoolkit.bench.variants.grain_pack import grain_variants
 from looptoolkit.bench.variants.mix import mix_variants
@@ -191,5 +192,6 @@ VARIANTS = (
     *grain_variants(NAME),
     *mix_variants(NAME, ("loader-mix", "hf-mix", "grain-mix"), slow=("hf-mix", "grain-mix")),
     *augment_variants(NAME),
+    *bucket_variants(NAME),
 )
 KIT = Kit(NAME, VARIANTS)
