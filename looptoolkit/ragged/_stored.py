@@ -49,14 +49,18 @@ class StoredValues:
     def __len__(self) -> int:
         return self.shape[0]
 
+    def _read_chunk(self, c: int) -> np.ndarray:
+        start = c * self.chunk
+        return np.asarray(self.array.read(start, min(start + self.chunk, self.shape[0])))
+
     def _chunk(self, c: int) -> np.ndarray:
+        """Chunk ``c``, from the chunks kept (least recently used out) or read now."""
         with self._lock:
             found = self._cache.get(c)
             if found is not None:
                 self._cache.move_to_end(c)
                 return found
-        start = c * self.chunk
-        block = np.asarray(self.array.read(start, min(start + self.chunk, self.shape[0])))
+        block = self._read_chunk(c)
         with self._lock:
             self.reads += 1
             self._cache[c] = block
@@ -136,18 +140,8 @@ class RowChunked(StoredValues):
     def _part(self, c: int) -> Any:
         return self.file.part(int(self.bounds[c]), int(self.bounds[c + 1]))
 
-    def _chunk(self, c: int) -> np.ndarray:
-        with self._lock:
-            found = self._cache.get(c)
-            if found is not None:
-                self._cache.move_to_end(c)
-                return found
+    def _read_chunk(self, c: int) -> np.ndarray:
         (block,) = self.file.take_parts([self._part(c)])
-        with self._lock:
-            self.reads += 1
-            self._cache[c] = block
-            while len(self._cache) > self.cache_chunks:
-                self._cache.popitem(last=False)
         return block
 
     def __getitem__(self, key: Any) -> np.ndarray:

@@ -121,7 +121,32 @@ class _Kept:
         return out
 
 
-class _File:
+class _PerProcess:
+    """Keeps a fetcher per process for its ``bucket``, ``settings`` and ``cache``.
+
+    Pickled (to a worker) without it: a process makes its own, and again after a fork.
+    """
+
+    bucket: S3Bucket
+    settings: Settings
+    cache: Any
+    _proc: tuple[int, Fetcher, Counters] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_proc": None}
+
+    def process(self) -> tuple[Fetcher, Counters]:
+        """This process's fetcher and counters (made anew after a fork)."""
+        proc = self._proc
+        if proc is not None and proc[0] == os.getpid():
+            return proc[1], proc[2]
+        counters = Counters()
+        fetcher = Fetcher(self.bucket.get, self.settings, counters, self.cache, self.bucket.where)
+        self._proc = (os.getpid(), fetcher, counters)
+        return fetcher, counters
+
+
+class _File(_PerProcess):
     """One Parquet file of a bucket, shared by the columns read from it."""
 
     def __init__(
@@ -153,19 +178,6 @@ class _File:
         leaf = meta.schema
         names = [leaf.column(j).path.split(".")[0] for j in range(meta.num_columns)]
         self.leaf_columns = [j for j, name in enumerate(names) if name in self.columns]
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_proc": None}
-
-    def process(self) -> tuple[Fetcher, Counters]:
-        """This process's fetcher and counters (made anew after a fork)."""
-        proc = self._proc
-        if proc is not None and proc[0] == os.getpid():
-            return proc[1], proc[2]
-        counters = Counters()
-        fetcher = Fetcher(self.bucket.get, self.settings, counters, self.cache, self.bucket.where)
-        self._proc = (os.getpid(), fetcher, counters)
-        return fetcher, counters
 
     def _listed(self) -> ObjectRef:
         return self.bucket.head(self.key)

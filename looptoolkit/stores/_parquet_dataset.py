@@ -16,13 +16,12 @@ files.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 
 from looptoolkit.stores import StoreArray
-from looptoolkit.stores._parquet import RemoteParquetColumn, _File, _Kept
+from looptoolkit.stores._parquet import RemoteParquetColumn, _File, _Kept, _PerProcess
 from looptoolkit.stores._remote import Counters, Fetcher, ObjectRef, Settings
 from looptoolkit.stores._s3 import S3Bucket, options_of
 
@@ -42,7 +41,7 @@ class _Listed(_File):
         return self._given
 
 
-class _Dataset:
+class _Dataset(_PerProcess):
     """The files of a dataset as one file of row groups (what the columns read through)."""
 
     def __init__(
@@ -87,19 +86,6 @@ class _Dataset:
         self.rows = sum(file.rows for file in self.files)
         self._proc: tuple[int, Fetcher, Counters] | None = None
         self.kept = _Kept()
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_proc": None}
-
-    def process(self) -> tuple[Fetcher, Counters]:
-        """This process's fetcher and counters, shared by the files (made anew after a fork)."""
-        proc = self._proc
-        if proc is not None and proc[0] == os.getpid():
-            return proc[1], proc[2]
-        counters = Counters()
-        fetcher = Fetcher(self.bucket.get, self.settings, counters, self.cache, self.bucket.where)
-        self._proc = (os.getpid(), fetcher, counters)
-        return fetcher, counters
 
     def relist(self) -> None:
         """List the files again (one LIST): one rewritten or gone since is refused."""

@@ -1,6 +1,6 @@
 """Fetches of remote objects (a bucket's chunks): read ahead, bounded, retried, counted.
 
-Below a remote store array (``looptoolkit.stores._zarr_remote``): it names the
+Below a remote store array (``looptoolkit.stores._zarr.RemoteZarr``): it names the
 objects it needs (key, size and version from one LIST, so no metadata request
 per object), in the order it will need them, and takes their bytes when it
 reads. A [`Fetcher`][looptoolkit.stores._remote.Fetcher] runs every request of
