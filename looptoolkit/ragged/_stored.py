@@ -49,6 +49,13 @@ class StoredValues:
     def __len__(self) -> int:
         return self.shape[0]
 
+    def _span(self, key: Any) -> tuple[int, int]:
+        """``(start, stop)`` of ``key``, a contiguous slice (what the Loader reads by)."""
+        if not isinstance(key, slice) or key.step not in (None, 1):
+            raise TypeError("stored ragged values are read by contiguous slices.")
+        start, stop, _ = key.indices(self.shape[0])
+        return start, stop
+
     def _read_chunk(self, c: int) -> np.ndarray:
         start = c * self.chunk
         return np.asarray(self.array.read(start, min(start + self.chunk, self.shape[0])))
@@ -69,9 +76,7 @@ class StoredValues:
         return block
 
     def __getitem__(self, key: Any) -> np.ndarray:
-        if not isinstance(key, slice) or key.step not in (None, 1):
-            raise TypeError("stored ragged values are read by contiguous slices.")
-        start, stop, _ = key.indices(self.shape[0])
+        start, stop = self._span(key)
         if stop <= start:
             return np.empty((0, *self.shape[1:]), dtype=self.dtype)
         first, last = start // self.chunk, (stop - 1) // self.chunk
@@ -145,9 +150,7 @@ class RowChunked(StoredValues):
         return block
 
     def __getitem__(self, key: Any) -> np.ndarray:
-        if not isinstance(key, slice) or key.step not in (None, 1):
-            raise TypeError("stored ragged values are read by contiguous slices.")
-        start, stop, _ = key.indices(self.shape[0])
+        start, stop = self._span(key)
         if stop <= start:
             return np.empty((0, *self.shape[1:]), dtype=self.dtype)
         bounds = self.bounds

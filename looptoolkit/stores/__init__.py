@@ -191,6 +191,13 @@ class StoreArray:
         """Rows ``rows`` (sorted, distinct), in that order."""
         return np.concatenate([self.read(int(r), int(r) + 1) for r in rows])
 
+    def read_one_range(self, start: int, stop: int) -> np.ndarray:
+        """Rows ``start:stop`` through ``read_ranges`` (the ``read`` of range-read arrays)."""
+        out = np.empty((max(0, stop - start), *self.shape[1:]), dtype=self.dtype)
+        if stop > start:
+            self.read_ranges(np.array([start]), np.array([stop]), out)
+        return out
+
     def start_pass(self) -> None:
         """Called at the start of each pass over the data (a remote store lists its objects)."""
 

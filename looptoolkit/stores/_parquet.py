@@ -285,10 +285,7 @@ class RemoteParquetColumn(StoreArray):
         return {c: self.file.decode(c, self.name, pieces[c]) for c in chunks}
 
     def read(self, start: int, stop: int) -> np.ndarray:
-        out = np.empty((max(0, stop - start), *self.shape[1:]), dtype=self.dtype)
-        if stop > start:
-            self.read_ranges(np.array([start]), np.array([stop]), out)
-        return out
+        return self.read_one_range(start, stop)
 
     def read_ranges(self, starts: np.ndarray, stops: np.ndarray, out: np.ndarray) -> None:
         unit = self.file.unit

@@ -140,10 +140,7 @@ class RemoteFile(StoreArray):
             self._proc[1].forget()
 
     def read(self, start: int, stop: int) -> np.ndarray:
-        out = np.empty((max(0, stop - start), *self.shape[1:]), dtype=self.dtype)
-        if stop > start:
-            self.read_ranges(np.array([start]), np.array([stop]), out)
-        return out
+        return self.read_one_range(start, stop)
 
     def read_ranges(self, starts: np.ndarray, stops: np.ndarray, out: np.ndarray) -> None:
         # Whole chunks, as announced ahead (a part of a chunk would be another object).
