@@ -417,3 +417,22 @@ def test_a_missing_object_fails_at_once_naming_it(s3, bucket):
         fetcher.take([ObjectRef("gone.bin", 64, "v")])  # listed, then removed
     assert counters.requests == 1 and counters.retries == 0  # no retry mends a missing object
     assert fetcher.take([where.head("here.bin")]) == [b"x" * 64]
+
+
+def test_a_pass_lists_its_arrays_together(s3, bucket, values, tmp_path):
+    # Two arrays of a group, their chunks in the disk cache: a pass then sends only the
+    # arrays' LISTs, which go out together (one latency for both, not one after the other).
+    group = zarr.open_group(tmp_path / "g.zarr", mode="w")
+    group.create_array("a", data=values, chunks=(CHUNK, WIDTH), compressors=None)
+    group.create_array("b", data=values[:, :2], chunks=(CHUNK, 2), compressors=None)
+    s3.upload_dir(tmp_path / "g.zarr", bucket, "g.zarr")
+    remote = zarr.open_group(f"s3://{bucket}/g.zarr", storage_options=s3.storage_options())
+    data = in_bucket(remote, cache_dir=tmp_path / "cache", cache_bytes=1 << 26)
+    loader = Loader({"x": data["a"], "y": data["b"]}, BATCH, shuffle="grouped")
+    first = batches(loader, 0)
+    s3.latency_s = 0.2
+    s3.reset_stats()
+    assert same(batches(loader, 0), first)
+    seen = s3.stats.snapshot()
+    assert seen["by_method"] == {"GET": 2}  # the two LISTs
+    assert seen["max_in_flight"] == 2

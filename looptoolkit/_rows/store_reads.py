@@ -38,6 +38,7 @@ import itertools
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -193,9 +194,15 @@ class StoreReads:
     ) -> Iterator[list[np.ndarray]]:
         """A pass whose leaves in a bucket have the order's next chunks fetched ahead."""
         # Once per object listed: a Parquet file's columns share their file's look.
-        owners = {id(getattr(leaf, "file", leaf)): leaf for leaf in remote}
-        for leaf in owners.values():
-            leaf.start_pass()  # one LIST (a HEAD for a file): sizes and versions
+        owners = list({id(getattr(leaf, "file", leaf)): leaf for leaf in remote}.values())
+        # One LIST (a HEAD for a file) each, for sizes and versions: sent together, so a
+        # pass over several arrays waits one request's latency for them, not one per array.
+        if len(owners) == 1:
+            owners[0].start_pass()
+        else:
+            with ThreadPoolExecutor(min(len(owners), 16)) as pool:
+                for _ in pool.map(lambda leaf: leaf.start_pass(), owners):
+                    pass  # a failed LIST raises here
         try:
             yield from self._pass(leaves, announced(batches, remote))
         finally:
