@@ -17,6 +17,8 @@ import pytest
 torch = pytest.importorskip("torch")
 L = pytest.importorskip("lightning")
 
+from _lightning_kit import SavesAt, trainer  # noqa: E402
+
 from looptoolkit import Loader  # noqa: E402
 from looptoolkit.augment import Augment, ColorJitter, HorizontalFlip, RandomCrop  # noqa: E402
 from looptoolkit.torch_data import make_dataloader  # noqa: E402
@@ -60,7 +62,7 @@ def _route(name: str) -> Any:
     )
 
 
-class Recorder(L.LightningModule):
+class Recorder(SavesAt, L.LightningModule):
     def __init__(self, save_at: tuple[int, int] | None = None, path: Path | None = None) -> None:
         super().__init__()
         self.model = torch.nn.Linear(300, 1)
@@ -73,26 +75,8 @@ class Recorder(L.LightningModule):
             rows[i] = image.numpy().copy()
         return self.model(batch["image"].reshape(len(batch["image"]), -1)).mean()
 
-    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self.save_at == (self.current_epoch, batch_idx):
-            self.trainer.save_checkpoint(self.path)
-
     def configure_optimizers(self) -> Any:
         return torch.optim.SGD(self.parameters(), lr=0.01)
-
-
-def _trainer(**kwargs: Any) -> Any:
-    options: dict[str, Any] = {
-        "accelerator": "cpu",
-        "devices": 1,
-        "max_epochs": 2,
-        "logger": False,
-        "enable_checkpointing": False,
-        "enable_progress_bar": False,
-        "enable_model_summary": False,
-        "limit_val_batches": 0,
-    }
-    return L.Trainer(**{**options, **kwargs})
 
 
 def _same(got: dict[int, np.ndarray], want: dict[int, np.ndarray]) -> None:
@@ -104,7 +88,7 @@ def _same(got: dict[int, np.ndarray], want: dict[int, np.ndarray]) -> None:
 @pytest.mark.parametrize("route", ["loader", "dataloader-w0", "dataloader-w2"])
 def test_each_epoch_is_the_loaders_augmentation_of_it(route):
     model = Recorder()
-    _trainer().fit(model, _route(route))
+    trainer().fit(model, _route(route))
     assert sorted(model.seen) == [0, 1]
     for epoch in (0, 1):
         _same(model.seen[epoch], _reference(epoch))
@@ -114,9 +98,9 @@ def test_each_epoch_is_the_loaders_augmentation_of_it(route):
 
 def test_a_mid_epoch_checkpoint_resumes_the_same_augmentation(tmp_path):
     mid = tmp_path / "mid.ckpt"
-    _trainer().fit(Recorder(save_at=(1, 2), path=mid), _route("loader"))  # 3 batches in
+    trainer().fit(Recorder(save_at=(1, 2), path=mid), _route("loader"))  # 3 batches in
     resumed = Recorder()
-    _trainer().fit(resumed, _route("loader"), ckpt_path=mid)
+    trainer().fit(resumed, _route("loader"), ckpt_path=mid)
     want = _reference(1)
     later = {int(i) for i in Loader(_data(), B, seed=SEED).indices(1)[3 * B :]}
     assert sorted(resumed.seen) == [1]

@@ -18,6 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 L = pytest.importorskip("lightning")
 
+from _lightning_kit import SavesAt, trainer  # noqa: E402
 from _ragged import VOCAB, assert_epoch, corpus, epoch_shown, shown  # noqa: E402
 
 import looptoolkit as lt  # noqa: E402
@@ -53,7 +54,7 @@ def _route(name: str, options: dict[str, Any]) -> Any:
     return make_dataloader(DATA, seed=SEED, num_workers=workers, **options, **extra)
 
 
-class Recorder(L.LightningModule):
+class Recorder(SavesAt, L.LightningModule):
     """Token embeddings trained on every real token; records what each batch shows."""
 
     def __init__(self, save_at: tuple[int, int] | None = None, path: Path | None = None) -> None:
@@ -67,26 +68,8 @@ class Recorder(L.LightningModule):
         self.seen.setdefault(self.current_epoch, []).append((rows, tokens))
         return self.embedding(torch.from_numpy(tokens)).pow(2).mean()
 
-    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self.save_at == (self.current_epoch, batch_idx):
-            self.trainer.save_checkpoint(self.path)
-
     def configure_optimizers(self) -> Any:
         return torch.optim.SGD(self.parameters(), lr=0.1)
-
-
-def _trainer(**kwargs: Any) -> Any:
-    options: dict[str, Any] = {
-        "accelerator": "cpu",
-        "devices": 1,
-        "max_epochs": 2,
-        "logger": False,
-        "enable_checkpointing": False,
-        "enable_progress_bar": False,
-        "enable_model_summary": False,
-        "limit_val_batches": 0,
-    }
-    return L.Trainer(**{**options, **kwargs})
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -95,7 +78,7 @@ def test_epochs_and_a_mid_epoch_resume_are_the_loaders(case, tmp_path):
     mid = tmp_path / "mid.ckpt"
     stop = 2  # the checkpoint is taken after batch 2 of epoch 1
     first = Recorder(save_at=(1, stop), path=mid)
-    _trainer().fit(first, _route(route, options))
+    trainer().fit(first, _route(route, options))
     assert sorted(first.seen) == [0, 1]
     for epoch in (0, 1):
         want = epoch_shown(DATA, epoch, seed=SEED, **options)
@@ -103,7 +86,7 @@ def test_epochs_and_a_mid_epoch_resume_are_the_loaders(case, tmp_path):
         assert set(want[0].tolist()) == set(range(N))  # every document, in every layout
 
     resumed = Recorder()
-    _trainer().fit(resumed, _route(route, options), ckpt_path=mid)
+    trainer().fit(resumed, _route(route, options), ckpt_path=mid)
     assert sorted(resumed.seen) == [1]
     # The first run's batches up to the checkpoint and the resumed run's: epoch 1 once.
     assert_epoch(
