@@ -303,6 +303,15 @@ CLIENTS = {
 }
 
 
+def write_reference(name: str, lines: list[str], args: Any, rows: list[dict[str, Any]]) -> None:
+    """The table and the rows of a run, as ``benchmarks/results/<name>-cpu.{md,json}``."""
+    out = Path(__file__).parent / "results"
+    (out / f"{name}-cpu.md").write_text("\n".join(lines) + "\n")
+    (out / f"{name}-cpu.json").write_text(
+        json.dumps({"schema": 1, "args": vars(args), "rows": rows}, indent=1) + "\n"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--objects", type=int, default=98)
@@ -396,11 +405,7 @@ def main() -> None:
         )
     print("\n".join(lines))
     if args.reference:
-        out = Path(__file__).parent / "results"
-        (out / "bucket-clients-cpu.md").write_text("\n".join(lines) + "\n")
-        (out / "bucket-clients-cpu.json").write_text(
-            json.dumps({"schema": 1, "args": vars(args), "rows": rows}, indent=1) + "\n"
-        )
+        write_reference("bucket-clients", lines, args, rows)
     server.stop()
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.bucket_clients import KEY, REGION, SECRET, RemoteProxy
+from benchmarks.bucket_clients import KEY, REGION, SECRET, RemoteProxy, write_reference
 from looptoolkit import Loader
 from looptoolkit.stores import bucket
 
@@ -219,11 +219,7 @@ def main() -> None:
         )
     print("\n".join(lines))
     if args.reference:
-        out = Path(__file__).parent / "results"
-        (out / "bucket-epochs-cpu.md").write_text("\n".join(lines) + "\n")
-        (out / "bucket-epochs-cpu.json").write_text(
-            json.dumps({"schema": 1, "args": vars(args), "rows": rows}, indent=1) + "\n"
-        )
+        write_reference("bucket-epochs", lines, args, rows)
     proxy.stop()
 
 
