@@ -61,10 +61,24 @@ def _moto_server(port: int = 0) -> Any:
         ) from None
 
     class QuietHandler(MotoRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive: a connection (and its thread) per client
+
         def log(self, type: str, message: str, *args: Any) -> None:
             pass  # no line on stderr per request
 
-    app = DomainDispatcherApplication(create_backend_app)
+    class S3Only(DomainDispatcherApplication):
+        """Every request to S3's app, but moto's own API: no look for the service per request."""
+
+        def get_application(self, environ: dict[str, Any]) -> Any:
+            if environ.get("PATH_INFO", "").startswith("/moto-api"):
+                return super().get_application(environ)
+            with self.lock:
+                app = self.app_instances.get("s3")
+                if app is None:
+                    app = self.app_instances["s3"] = self.create_app("s3")
+            return app
+
+    app = S3Only(create_backend_app)
     server = make_server("127.0.0.1", port, app, threaded=True, request_handler=QuietHandler)
     server.socket.listen(_BACKLOG)  # werkzeug's 128 drops connections in a burst of reads
     return server
