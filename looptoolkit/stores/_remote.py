@@ -5,8 +5,13 @@ objects it needs (key, size and version from one LIST, so no metadata request
 per object), in the order it will need them, and takes their bytes when it
 reads. A [`Fetcher`][looptoolkit.stores._remote.Fetcher] runs every request of
 its process on one background event loop (made on first use and made again in a
-child after a fork), with at most ``in_flight`` requests and ``ahead_bytes``
-bytes fetched but not yet taken, across the reads of every leaf that shares it.
+child after a fork), with at most ``ahead_bytes`` bytes fetched but not yet
+taken. The ``in_flight`` bound holds across every fetcher of the process that
+reads the same place with the same bound (the arrays of a group, a file's
+columns): they share one [`Gate`][looptoolkit.stores._remote.Gate], which grants
+requests a read is waiting for first, then the others in the order they were
+asked for (the order's first use), so the next batch's objects never queue
+behind ones needed later.
 
 Every request is retried here and nowhere else: a throttle (503 SlowDown, 429),
 a server error, a reset connection, a timeout, a body shorter or longer than the
@@ -22,6 +27,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import heapq
+import itertools
 import os
 import random
 import threading
@@ -151,12 +158,74 @@ def event_loop() -> asyncio.AbstractEventLoop:
         if _loop is not None and _loop[0] == os.getpid():
             return _loop[1]
         loop = asyncio.new_event_loop()
+        _gates.clear()  # the parent's, if forked: bound to a loop this process lacks
         thread = threading.Thread(
             target=loop.run_forever, name="looptoolkit-remote-reads", daemon=True
         )
         thread.start()
         _loop = (os.getpid(), loop)
         return loop
+
+
+class Gate:
+    """At most ``bound`` requests at once on one event loop, granted by priority.
+
+    A request takes a slot with ``acquire(priority)`` and gives it back with
+    ``release()``; while none is free, the waiter with the lowest priority (then
+    the earliest) is granted the next. Used only on its loop's thread.
+
+    Attributes:
+        busy: slots taken now; ``most``: the most taken at once.
+    """
+
+    def __init__(self, bound: int) -> None:
+        self.bound = bound
+        self.busy = 0
+        self.most = 0
+        self._waiting: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._count = itertools.count()
+
+    async def acquire(self, priority: float) -> None:
+        if self.busy < self.bound and not self._waiting:
+            self._take()
+            return
+        granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiting, (priority, next(self._count), granted))
+        try:
+            await granted
+        except asyncio.CancelledError:
+            if granted.done() and not granted.cancelled():
+                self.release()  # granted as it was cancelled: pass the slot on
+            raise
+
+    def _take(self) -> None:
+        self.busy += 1
+        self.most = max(self.most, self.busy)
+
+    def release(self) -> None:
+        """Give a slot back: to the first waiter still waiting, or free it."""
+        self.busy -= 1
+        while self._waiting:
+            _, _, granted = heapq.heappop(self._waiting)
+            if not granted.done():
+                self._take()
+                granted.set_result(None)
+                return
+
+
+# The gates of this process's loop, by (place, bound); made again with the loop.
+_gates: dict[tuple[str, int], Gate] = {}
+# The order in which this process's fetchers asked for objects ahead: their priority.
+_asked = itertools.count()
+
+
+def gate_for(where: str, bound: int) -> Gate:
+    """The gate shared by this process's fetchers of ``where`` with ``bound`` in flight."""
+    key = (where, bound)
+    gate = _gates.get(key)
+    if gate is None:
+        gate = _gates[key] = Gate(bound)
+    return gate
 
 
 # A request: (key, start, end) -> the bytes; raises what the client raises.
@@ -196,8 +265,7 @@ class Fetcher:
         self.pid = os.getpid()
         counters.in_flight_bound = settings.in_flight
         counters.ahead_bytes_bound = settings.ahead_bytes
-        self._gate: asyncio.Semaphore | None = None
-        self._in_flight = 0
+        self._gate: Gate | None = None
         self._lock = threading.Lock()
         self._ahead: dict[ObjectRef, Future[bytes]] = {}  # fetched or being fetched, not taken
         self._ahead_bytes = 0
@@ -217,23 +285,26 @@ class Fetcher:
                 self._ahead[ref] = future
                 self._ahead_bytes += ref.size
 
-    def _start(self, refs: list[ObjectRef]) -> list[Future[bytes]]:
+    def _start(self, refs: list[ObjectRef], now: bool = False) -> list[Future[bytes]]:
         """Futures of ``refs``' bytes, their fetches started on the loop with one wake-up.
 
         One call into the loop's thread for all of them, not one each: every call
-        writes to the loop's wake-up socket and waits for the GIL.
+        writes to the loop's wake-up socket and waits for the GIL. ``now``: a read
+        waits for them (they go before every object asked for ahead).
         """
         futures: list[Future[bytes]] = [Future() for _ in refs]
         if refs:
-            self.loop.call_soon_threadsafe(self._spawn, list(zip(refs, futures, strict=True)))
+            asked = [-1.0 if now else float(next(_asked)) for _ in refs]
+            work = list(zip(refs, futures, asked, strict=True))
+            self.loop.call_soon_threadsafe(self._spawn, work)
         return futures
 
-    def _spawn(self, work: list[tuple[ObjectRef, Future[bytes]]]) -> None:
+    def _spawn(self, work: list[tuple[ObjectRef, Future[bytes], float]]) -> None:
         """Start a task per object on the loop, each passing its outcome to its future."""
-        for ref, future in work:
+        for ref, future, priority in work:
             if future.cancelled():
                 continue
-            task = self.loop.create_task(self._obtain(ref))
+            task = self.loop.create_task(self._obtain(ref, priority))
             future.add_done_callback(functools.partial(_cancel_with, task))
             task.add_done_callback(functools.partial(_settle, future=future))
 
@@ -267,7 +338,7 @@ class Fetcher:
                 else:
                     self._ahead_bytes -= ref.size
                 futures.append(future)
-        started = iter(self._start(list(dict.fromkeys(missing))))
+        started = iter(self._start(list(dict.fromkeys(missing)), now=True))
         now = {ref: next(started) for ref in dict.fromkeys(missing)}
         out = [
             f if isinstance(f, bytes) else (now[ref] if f is None else f).result()
@@ -284,25 +355,26 @@ class Fetcher:
                 self._recent_bytes -= len(old)
         return out
 
-    async def _obtain(self, ref: ObjectRef) -> bytes:
+    async def _obtain(self, ref: ObjectRef, priority: float) -> bytes:
         cache = self.cache
         if cache is not None:
             data = await asyncio.to_thread(cache.get, ref)
             if data is not None:
                 self.counters.add(cache_hits=1, cache_bytes=len(data))
                 return data
-        data = await self._fetch(ref)
+        data = await self._fetch(ref, priority)
         if cache is not None:
             # A full or read-only disk: the read goes on without the cache.
             with contextlib.suppress(OSError):
                 await asyncio.to_thread(cache.put, ref, data)
         return data
 
-    async def _fetch(self, ref: ObjectRef) -> bytes:
+    async def _fetch(self, ref: ObjectRef, priority: float) -> bytes:
         """The bytes of ``ref`` (a whole object, or a range of one), one ranged GET, retried."""
         settings = self.settings
         if self._gate is None:
-            self._gate = asyncio.Semaphore(settings.in_flight)
+            self._gate = gate_for(self.where, settings.in_flight)
+        gate = self._gate
         deadline = settings.deadline_s + ref.size / DEADLINE_RATE
         last: BaseException | None = None
         for attempt in range(settings.attempts):
@@ -310,10 +382,9 @@ class Fetcher:
                 self.counters.add(retries=1)
                 cap = min(MAX_BACKOFF_S, settings.backoff_s * 2 ** (attempt - 1))
                 await asyncio.sleep(random.uniform(0, cap))  # full jitter
-            async with self._gate:
-                self._in_flight += 1
-                if self._in_flight > self.counters.max_in_flight:
-                    self.counters.max_in_flight = self._in_flight
+            await gate.acquire(priority)
+            try:
+                self.counters.max_in_flight = max(self.counters.max_in_flight, gate.busy)
                 self.counters.add(requests=1)
                 try:
                     data = await asyncio.wait_for(
@@ -329,8 +400,8 @@ class Fetcher:
                 except Exception as error:  # any other failure of the client: try again
                     last = error
                     continue
-                finally:
-                    self._in_flight -= 1
+            finally:
+                gate.release()
             if len(data) != ref.size:
                 last = OSError(f"a body of {len(data)} bytes where {ref.size} were listed")
                 continue
