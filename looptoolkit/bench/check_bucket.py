@@ -58,7 +58,8 @@ def check_bucket(
 
     The check's ``extra``: ``first_ms``, ``requests``, ``fetched_bytes``, ``used_bytes``,
     ``fetched_per_used`` (None for a local loop), ``convert_s`` (its format's writing time),
-    ``resume`` (one of ``"yes"``, ``"no"``, ``"not offered"``) and ``resume_detail``.
+    ``resume`` (one of ``"yes"``, ``"no"``, ``"not offered"``), ``resume_detail`` and
+    ``first_chunks`` (the chunks of rows its first batch needs, where the loop says).
     """
     data = ctx.workload.resource
     if not isinstance(data, BucketData):
@@ -112,5 +113,6 @@ def check_bucket(
         "convert_s": data.convert_s.get(getattr(loop, "form", ""), None),
         "resume": resume,
         "resume_detail": why,
+        "first_chunks": getattr(loop, "first_chunks", None),
     }
     return Check(True, how + (f", first {count} batches" if bounded else ""), count, extra=extra)

@@ -10,6 +10,9 @@ is a `BucketLoop`: an iterable over epochs that may also say how to check its re
 - The Loader on the bucket: grouped and sequential with no disk cache (every epoch fetched),
   and through a disk cache: ``-e1`` starts each epoch with an empty cache (a first epoch),
   ``-e2`` with one a first epoch filled (every later epoch).
+- ``floor-s3-seq``: the hand-written loop that fetches every chunk object of the epoch with
+  obstore, 16 requests in flight, in order, and cuts each chunk's bytes into batches (no
+  LIST, no decode, no cache): the most any loop can take from this server.
 - zarr read directly over ``s3://`` (fsspec), with no read-ahead: the same grouped order,
   each batch read with ``get_orthogonal_selection`` (a hand loop).
 - Peers, where installed: Mosaic streaming (MDS shards), litdata (``optimize``'s chunks),
@@ -29,7 +32,9 @@ import contextlib
 import itertools
 import sys
 import types
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -47,6 +52,9 @@ BUCKET_BASELINE = "floor-local-grp"
 """The row every other is set against: the Loader's grouped epoch on the local zarr copy."""
 CACHE_BYTES = 1 << 30  # a disk cache that holds the whole array
 Resume = Callable[[int, "int | None"], tuple[list[np.ndarray], list[np.ndarray]]]
+
+
+IN_FLIGHT = 16  # the hand loop's requests in flight: the Loader's default bound
 
 
 class BucketLoop(EpochPipeline):
@@ -75,6 +83,7 @@ class BucketLoop(EpochPipeline):
     ) -> None:
         super().__init__(epoch_fn, length, name=name)
         self.form, self.resume, self.resume_key = form, resume, resume_key or name
+        self.first_chunks: int | None = None  # chunks of rows the first batch needs
 
 
 def _data(ctx: Context) -> BucketData:
@@ -159,7 +168,52 @@ def _loader_loop(ctx: Context, *, where: str, shuffle: Any, cache: str = "") -> 
 
     key = f"loader-{where}-{shuffle}"
     name = f"loader-{where}"
-    return BucketLoop(epoch, len(loader), name=name, form="zarr", resume=resume, resume_key=key)
+    loop = BucketLoop(epoch, len(loader), name=name, form="zarr", resume=resume, resume_key=key)
+    loop.first_chunks = len(np.unique(loader.indices(0)[:size] // data.chunk))
+    return loop
+
+
+def floor_s3_seq(ctx: Context) -> BucketLoop:
+    """The hand-written sequential loop over the bucket: every chunk object fetched, in order.
+
+    obstore's ``S3Store`` from a pool of `IN_FLIGHT` threads, the next `IN_FLIGHT` chunks'
+    objects (``x`` and ``y``) asked for ahead of the one being cut; each chunk's bytes viewed
+    with ``np.frombuffer`` and cut into batches. It knows the layout (no LIST, no metadata)
+    and has no cache and no resume.
+    """
+    import obstore
+    from obstore.store import S3Store
+
+    from looptoolkit.bench.bucket_data import BUCKET
+
+    data, size, n = _data(ctx), ctx.batch_size, ctx.workload.n
+    if data.chunk % size:
+        raise ValueError(f"the hand loop cuts chunks of {data.chunk} rows into batches of {size}.")
+    store = S3Store(BUCKET, **data.s3.obstore_options())
+    chunks = -(-n // data.chunk)
+    keys = [(f"rows.zarr/x/c/{c}/0", f"rows.zarr/y/c/{c}") for c in range(chunks)]
+    width = data.data["x"].shape[1]
+
+    def fetch(key: str) -> bytes:
+        return bytes(obstore.get(store, key).bytes())
+
+    def epoch(e: int) -> Iterator[dict[str, Any]]:
+        with ThreadPoolExecutor(IN_FLIGHT) as pool:
+            pending: deque[tuple[Future[bytes], Future[bytes]]] = deque()
+            for c in range(chunks):
+                while len(pending) < IN_FLIGHT // 2 and len(pending) + c < chunks:
+                    kx, ky = keys[c + len(pending)]
+                    pending.append((pool.submit(fetch, kx), pool.submit(fetch, ky)))
+                fx, fy = pending.popleft()
+                rows = min(data.chunk, n - c * data.chunk)
+                x = np.frombuffer(fx.result(), np.float32)[: rows * width].reshape(rows, width)
+                y = np.frombuffer(fy.result(), np.int64)[:rows]
+                for a in range(0, rows, size):
+                    yield {"x": x[a : a + size], "y": y[a : a + size]}
+
+    loop = BucketLoop(epoch, batch_count(n, size), name="floor-s3-seq", form="zarr")
+    loop.first_chunks = 1
+    return loop
 
 
 def zarr_direct(ctx: Context) -> BucketLoop:
@@ -323,8 +377,9 @@ def bucket_values(group: Group) -> dict[str, float]:
     """The bucket group's figures the targets read, besides the rows' medians.
 
     ``bucket:amp:<row>``: bytes fetched per byte used; ``bucket:first:<row>``: seconds to the
-    first batch; ``bucket:first-bound``: `first_bound` of a chunk of rows (the first batch's
-    objects) at the rate ``loader-s3-seq`` fetched its epoch.
+    first batch; ``bucket:first-bound``: `first_bound` of the chunks of rows the first batch
+    of ``loader-s3-grouped`` needs (a group's, 16 here) at the rate ``loader-s3-seq`` fetched
+    its epoch.
     """
     out: dict[str, float] = {}
     for r in group.rows:
@@ -332,10 +387,12 @@ def bucket_values(group: Group) -> dict[str, float]:
             out[f"bucket:first:{r.name}"] = r.extra["first_ms"] / 1e3
             if r.extra.get("fetched_per_used") is not None:
                 out[f"bucket:amp:{r.name}"] = r.extra["fetched_per_used"]
-    seq, info = group.timed().get("loader-s3-seq"), group.info
+    timed, info = group.timed(), group.info
+    seq, grouped = timed.get("loader-s3-seq"), timed.get("loader-s3-grouped")
     if seq is not None and seq.extra.get("fetched_bytes") and "row_bytes" in info:
         rate = seq.extra["fetched_bytes"] / seq.median_s
-        first = info["chunk"] * info["row_bytes"]
+        chunks = (grouped.extra.get("first_chunks") if grouped is not None else None) or 1
+        first = chunks * info["chunk"] * info["row_bytes"]
         out["bucket:first-bound"] = first_bound(info["latency_s"], first, rate)
     return out
 
@@ -346,6 +403,8 @@ _LABELS = {
     BUCKET_BASELINE: "Loader on the local zarr copy, grouped (chunk-aligned groups)",
     "floor-local-seq": "Loader on the local zarr copy, sequential",
     "floor-local-shuf": "Loader on the local zarr copy, full shuffle",
+    "floor-s3-seq": "hand loop on the bucket: every chunk object fetched in order (obstore, "
+    "16 in flight, no LIST), each cut into batches",
     "loader-s3-grouped": "Loader on the bucket, grouped, no disk cache: every epoch fetched",
     "loader-s3-seq": "Loader on the bucket, sequential, no disk cache",
     "loader-s3-grp-e2": "Loader on the bucket, grouped, disk cache a first epoch filled",
@@ -385,8 +444,9 @@ def bucket_variants(backend: str) -> tuple[Variant, ...]:
         (grp, _loader("local", "grouped"), {}),
         (seq, _loader("local", False), {}),
         (shuf, _loader("local", True), {"slow": True}),  # decodes most chunks every batch
-        ("loader-s3-grouped", _loader("s3", "grouped"), {"floor": grp}),
-        ("loader-s3-seq", _loader("s3", False), {"floor": seq}),
+        ("floor-s3-seq", floor_s3_seq, {"needs": ("obstore",)}),
+        ("loader-s3-grouped", _loader("s3", "grouped"), {"floor": "floor-s3-seq"}),
+        ("loader-s3-seq", _loader("s3", False), {"floor": "floor-s3-seq"}),
         ("loader-s3-grp-e2", _loader("s3", "grouped", "warm"), {"floor": grp}),
         ("loader-s3-shuf-e1", _loader("s3", True, "cold"), {"floor": shuf}),
         ("loader-s3-shuf-e2", _loader("s3", True, "warm"), {"floor": shuf}),
