@@ -119,3 +119,54 @@ def test_a_read_waiting_for_its_objects_goes_before_those_asked_ahead(s3, group)
     # One asked ahead was in flight, then this one: not behind the other 14 (0.7 s).
     assert s3.stats.snapshot()["by_method"]["GET"] <= 3
     fetcher.forget()
+
+
+def test_the_first_batch_of_a_pass_waits_for_its_own_chunk_only(s3, group):
+    # Sequential: the first batch is rows of chunk 0. Read in blocks of 32 batches (16
+    # chunks here) it would wait for them all; a pass over a bucket starts with one batch.
+    values, remote = group
+    data = in_bucket(remote, in_flight=2)
+    loader = Loader(data, BATCH, shuffle=False)
+    s3.latency_s = 0.05
+    s3.reset_stats()
+    iterator = iter(loader)
+    first = next(iterator)
+    seen = s3.stats.snapshot()["requests"]
+    assert np.array_equal(first["b"], np.arange(BATCH))
+    assert np.array_equal(first["a"], values["a"][:BATCH])
+    # 2 LISTs, chunk 0 of each array, and what 2 in flight started meanwhile.
+    assert seen <= 2 + 2 + 2, seen
+    rest = np.concatenate([np.asarray(b["b"]) for b in iterator])
+    assert np.array_equal(rest, np.arange(BATCH, ROWS))
+
+
+class _Leaf:
+    """A leaf of `announced`: rows in chunks of 10, each prefetch call recorded."""
+
+    chunk_rows = 10
+
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+        self.settings = type("S", (), {"ahead_bytes": 1 << 40})()
+
+    def __len__(self) -> int:
+        return 10_000
+
+    def prefetch(self, chunks: Any) -> None:
+        self.asked += [int(c) for c in chunks]
+
+    def ahead_bytes(self) -> int:
+        return 0  # never at the bound: the look-ahead is limited by its step alone
+
+
+def test_the_order_is_looked_ahead_of_a_few_batches_at_a_time():
+    from looptoolkit._rows.store_reads import ANNOUNCED_STEP, announced
+
+    leaf = _Leaf()
+    batches = [np.arange(i * 10, i * 10 + 10) for i in range(1000)]  # one chunk each
+    source = announced(iter(batches), [leaf])
+    assert np.array_equal(next(source), batches[0])
+    # The first batch went after ANNOUNCED_STEP batches' chunks were asked for, not 1,000.
+    assert leaf.asked == list(range(ANNOUNCED_STEP))
+    rest = list(source)
+    assert len(rest) == 999 and leaf.asked == list(range(1000))  # each chunk once, in order

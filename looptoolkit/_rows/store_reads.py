@@ -300,14 +300,21 @@ def summed(counters: Sequence[Any]) -> dict[str, int]:
     return out
 
 
+# Batches of the order looked at (their chunks asked for) before each batch goes on: the
+# look-ahead grows by this many less one a batch until it reaches the bytes bound.
+ANNOUNCED_STEP = 8
+
+
 def announced(batches: Iterable[np.ndarray], leaves: Sequence[Any]) -> Iterator[np.ndarray]:
     """``batches``, looked ahead of: each leaf is told the chunks the order needs next.
 
     Batches are taken from the order ahead of the reads until the bytes fetched
     ahead and not read reach each leaf's ``ahead_bytes`` bound (at least the next
     batch's chunks); every chunk not announced yet in this pass is announced, in
-    the order of its first use. The order ends with the epoch (or the shard's
-    part of it): nothing past it is fetched.
+    the order of its first use. At most ``ANNOUNCED_STEP`` batches are taken from
+    the order before each batch is handed on, so the first batch goes after its
+    own chunks are asked for, not after a whole epoch's. The order ends with the
+    epoch (or the shard's part of it): nothing past it is fetched.
     """
     source = iter(batches)
     pending: deque[np.ndarray] = deque()
@@ -334,10 +341,17 @@ def announced(batches: Iterable[np.ndarray], leaves: Sequence[Any]) -> Iterator[
         return True
 
     while True:
+        step = 0
         while not done and (
             not pending
-            or all(leaf.ahead_bytes() < bound for leaf, bound in zip(leaves, bounds, strict=True))
+            or (
+                step < ANNOUNCED_STEP
+                and all(
+                    leaf.ahead_bytes() < bound for leaf, bound in zip(leaves, bounds, strict=True)
+                )
+            )
         ):
+            step += 1
             if not more():
                 done = True
         if not pending:
@@ -516,7 +530,9 @@ def plan_reads(store: StoreReads, order: Any, cache_bytes: int | None) -> None:
     need = needed(0)
     ahead = 0
     own = any(leaf.chunk_rows is not None for leaf in store.leaves)
-    if own and group == unit:  # one chunk of a store's own at a time: read ahead
+    # One chunk of a store's own at a time: read ahead (a bucket's chunks are fetched
+    # ahead by their fetcher instead; a read along would hold the first batch back).
+    if own and group == unit and not store.remote():
         ahead = max(1, min(READ_AHEAD_CHUNKS, READ_AHEAD_BYTES // max(1, unit * row_bytes))) * unit
     if cache_bytes is None:
         cache_bytes = 2 * needed(ahead)

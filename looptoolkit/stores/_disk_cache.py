@@ -53,6 +53,13 @@ class DiskCache:
         text = f"{self.space}\0{ref.key}\0{ref.start}\0{ref.size}\0{ref.version}"
         return self.directory / (hashlib.sha256(text.encode()).hexdigest() + _SUFFIX)
 
+    def has(self, ref: Any) -> bool:
+        """Whether ``ref``'s entry is here now, with its listed length (one ``stat``)."""
+        try:
+            return self.path(ref).stat().st_size == ref.size
+        except FileNotFoundError:
+            return False
+
     def get(self, ref: Any) -> bytes | None:
         """``ref``'s bytes, or None when not cached (or cached with another length)."""
         path = self.path(ref)

@@ -278,9 +278,16 @@ class Fetcher:
         return self._ahead_bytes
 
     def prefetch(self, refs: list[ObjectRef]) -> None:
-        """Start fetching ``refs`` (in this order), unless being fetched or in the disk cache."""
+        """Start fetching ``refs`` (in this order), unless being fetched or in the disk cache.
+
+        An object the disk cache holds is read from it when it is taken, in the
+        reading thread (a file read, no request): it is not fetched ahead.
+        """
+        cache = self.cache
         with self._lock:
             new = [ref for ref in dict.fromkeys(refs) if ref not in self._ahead]
+            if cache is not None:
+                new = [ref for ref in new if not cache.has(ref)]
             for ref, future in zip(new, self._start(new), strict=True):
                 self._ahead[ref] = future
                 self._ahead_bytes += ref.size
@@ -334,6 +341,10 @@ class Fetcher:
                     continue
                 future = self._ahead.pop(ref, None)
                 if future is None:
+                    kept = self._from_cache(ref)
+                    if kept is not None:
+                        futures.append(kept)
+                        continue
                     missing.append(ref)
                 else:
                     self._ahead_bytes -= ref.size
@@ -355,12 +366,20 @@ class Fetcher:
                 self._recent_bytes -= len(old)
         return out
 
+    def _from_cache(self, ref: ObjectRef) -> bytes | None:
+        """``ref``'s bytes from the disk cache (counted as a hit), or None."""
+        if self.cache is None:
+            return None
+        data: bytes | None = self.cache.get(ref)
+        if data is not None:
+            self.counters.add(cache_hits=1, cache_bytes=len(data))
+        return data
+
     async def _obtain(self, ref: ObjectRef, priority: float) -> bytes:
         cache = self.cache
         if cache is not None:
-            data = await asyncio.to_thread(cache.get, ref)
+            data = await asyncio.to_thread(self._from_cache, ref)
             if data is not None:
-                self.counters.add(cache_hits=1, cache_bytes=len(data))
                 return data
         data = await self._fetch(ref, priority)
         if cache is not None:
