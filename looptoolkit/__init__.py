@@ -28,6 +28,7 @@ from looptoolkit.device._move import to_device
 from looptoolkit.device._tree import ContainerRebuildWarning
 
 if TYPE_CHECKING:
+    from looptoolkit._rows.group_budget import group_size_for
     from looptoolkit._rows.records import stack_records
     from looptoolkit._static import StaticBatches
     from looptoolkit.loader import Loader, LoaderStats
@@ -75,6 +76,7 @@ __all__ = [
     "StaticBatches",
     "TransferError",
     "__version__",
+    "group_size_for",
     "keep_batch",
     "loader_dataset",
     "make_dataloader",
@@ -103,6 +105,7 @@ _LAZY = {
     "loader_dataset": "looptoolkit.tf_data",
     "normalize": "looptoolkit.transforms",
     "stack_records": "looptoolkit._rows.records",
+    "group_size_for": "looptoolkit._rows.group_budget",
     "StaticBatches": "looptoolkit._static",
 }
 

@@ -31,6 +31,7 @@ def test_public_names():
         "StaticBatches",
         "TransferError",
         "__version__",
+        "group_size_for",
         "keep_batch",
         "loader_dataset",
         "make_dataloader",
@@ -61,6 +62,7 @@ def test_public_names_live_where_the_layout_says():
         "ContainerRebuildWarning": "looptoolkit.tree",
         "RepeatedEpochWarning": "looptoolkit._common.errors",
         "BatchKeys": "looptoolkit._common.keys",
+        "group_size_for": "looptoolkit._rows.group_budget",
     }
     for name, module in homes.items():
         assert getattr(looptoolkit, name) is getattr(importlib.import_module(module), name)

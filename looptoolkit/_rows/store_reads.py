@@ -598,9 +598,10 @@ def refuse_scattered_remote(store: StoreReads, order: Any) -> None:
             f"{leaf.path} is in a bucket and this order reads rows scattered over its chunks: "
             f"each of its first batches touches {touched:.0f} of its "
             f"{-(-len(leaf) // unit)} chunks, about {times:.0f}x the bytes it uses. Pass "
-            '`shuffle="grouped"` (each chunk fetched about once an epoch), or read it through '
-            "a chunk cache on disk: `looptoolkit.stores.bucket(array, cache_dir=..., "
-            "cache_bytes=...)`."
+            '`shuffle="grouped"` (each chunk fetched about once an epoch; '
+            "`looptoolkit.group_size_for(data, memory_bytes)` gives the largest group a memory "
+            "budget holds), or read it through a chunk cache on disk: "
+            "`looptoolkit.stores.bucket(array, cache_dir=..., cache_bytes=...)`."
         )
 
 
