@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["Counters", "Fetcher", "ObjectRef", "RemoteReadError", "Settings", "event_loop"]
+__all__ += ["unlisted"]
 
 # Chosen from benchmarks/bucket_clients.py (98 x 256 KiB, 20 ms a request): obstore
 # moved 10 MiB/s with 1 request in flight, 63 MiB/s with 16; more in flight gained
@@ -230,6 +231,13 @@ def gate_for(where: str, bound: int) -> Gate:
 
 # A request: (key, start, end) -> the bytes; raises what the client raises.
 Request = Callable[[str, int, int], Awaitable[bytes]]
+# A request of a whole object not listed yet: key -> (bytes, size, version), None if missing.
+WholeRequest = Callable[[str], Awaitable["tuple[bytes, int, str] | None"]]
+
+
+def unlisted(key: str) -> ObjectRef:
+    """The object ``key`` before its LIST arrives: fetched whole, size and version unknown."""
+    return ObjectRef(key, -1)
 
 
 class Fatal(Exception):
@@ -246,6 +254,9 @@ class Fetcher:
         counters: where the fetches are counted.
         cache: a disk cache (``get(ref)``, ``put(ref, data)``), or None.
         where: the store's address for messages (never credentials).
+        whole: a coroutine function ``key -> (bytes, size, version)`` (None for a
+            missing object): one GET of a whole object whose LIST has not arrived
+            (`prefetch_unlisted`), or None.
     """
 
     def __init__(
@@ -255,8 +266,10 @@ class Fetcher:
         counters: Counters,
         cache: Any = None,
         where: str = "",
+        whole: WholeRequest | None = None,
     ) -> None:
         self.request = request
+        self.whole = whole
         self.settings = settings
         self.counters = counters
         self.cache = cache
@@ -271,6 +284,10 @@ class Fetcher:
         self._ahead_bytes = 0
         self._recent: OrderedDict[ObjectRef, bytes] = OrderedDict()  # taken lately
         self._recent_bytes = 0
+        # Objects fetched before their LIST: the bytes they were guessed at, and the
+        # (size, version) each GET answered (None: missing), checked against the LIST.
+        self._guess: dict[ObjectRef, int] = {}
+        self._seen: dict[str, tuple[int, str] | None] = {}
 
     @property
     def ahead_bytes(self) -> int:
@@ -291,6 +308,21 @@ class Fetcher:
             for ref, future in zip(new, self._start(new), strict=True):
                 self._ahead[ref] = future
                 self._ahead_bytes += ref.size
+
+    def prefetch_unlisted(self, keys: list[str], guess: int) -> None:
+        """Start fetching whole objects ``keys`` before the pass's LIST has told their sizes.
+
+        Each counts ``guess`` bytes ahead. A read takes one by its listed
+        [`ObjectRef`][looptoolkit.stores._remote.ObjectRef] and checks the size and
+        version its GET answered against the LIST's (another is fetched again).
+        """
+        refs = [unlisted(key) for key in dict.fromkeys(keys)]
+        with self._lock:
+            new = [ref for ref in refs if ref not in self._ahead]
+            for ref, future in zip(new, self._start(new), strict=True):
+                self._ahead[ref] = future
+                self._guess[ref] = guess
+                self._ahead_bytes += guess
 
     def _start(self, refs: list[ObjectRef], now: bool = False) -> list[Future[bytes]]:
         """Futures of ``refs``' bytes, their fetches started on the loop with one wake-up.
@@ -321,6 +353,8 @@ class Fetcher:
             ahead, self._ahead, self._ahead_bytes = self._ahead, {}, 0
             self._recent.clear()
             self._recent_bytes = 0
+            self._guess.clear()
+            self._seen.clear()
         for future in ahead.values():
             future.cancel()
 
@@ -332,14 +366,20 @@ class Fetcher:
         """
         futures: list[Future[bytes] | bytes | None] = []
         missing: list[ObjectRef] = []
+        checked: list[int] = []  # fetched before their LIST: check what the GET answered
         with self._lock:
-            for ref in refs:
+            for i, ref in enumerate(refs):
                 kept = self._recent.get(ref)
                 if kept is not None:
                     self._recent.move_to_end(ref)
                     futures.append(kept)
                     continue
                 future = self._ahead.pop(ref, None)
+                if future is None and ref.start == 0 and unlisted(ref.key) in self._ahead:
+                    future = self._ahead.pop(unlisted(ref.key))
+                    self._ahead_bytes -= self._guess.pop(unlisted(ref.key), 0)
+                    self._ahead_bytes += ref.size  # taken off below, as for any object
+                    checked.append(i)
                 if future is None:
                     kept = self._from_cache(ref)
                     if kept is not None:
@@ -355,6 +395,13 @@ class Fetcher:
             f if isinstance(f, bytes) else (now[ref] if f is None else f).result()
             for ref, f in zip(refs, futures, strict=True)
         ]
+        # An object fetched before its LIST whose GET answered another size or version
+        # (it changed in between, or is missing) is fetched again as listed.
+        again = [
+            i for i in checked if self._seen.get(refs[i].key) != (refs[i].size, refs[i].version)
+        ]
+        for i, future in zip(again, self._start([refs[i] for i in again], now=True), strict=True):
+            out[i] = future.result()
         self.counters.add(bytes_used=sum(len(b) for b in out))
         with self._lock:
             for ref, data in zip(refs, out, strict=True):
@@ -377,12 +424,12 @@ class Fetcher:
 
     async def _obtain(self, ref: ObjectRef, priority: float) -> bytes:
         cache = self.cache
-        if cache is not None:
+        if cache is not None and ref.size >= 0:
             data = await asyncio.to_thread(self._from_cache, ref)
             if data is not None:
                 return data
         data = await self._fetch(ref, priority)
-        if cache is not None:
+        if cache is not None and ref.size >= 0:
             # A full or read-only disk: the read goes on without the cache.
             with contextlib.suppress(OSError):
                 await asyncio.to_thread(cache.put, ref, data)
@@ -406,6 +453,18 @@ class Fetcher:
                 self.counters.max_in_flight = max(self.counters.max_in_flight, gate.busy)
                 self.counters.add(requests=1)
                 try:
+                    if ref.size < 0:  # not listed yet: the whole object, its size as answered
+                        whole = await asyncio.wait_for(self._whole(ref.key), deadline)
+                        if whole is None:
+                            self._seen[ref.key] = None
+                            return b""
+                        data, size, version = whole
+                        if len(data) != size:
+                            last = OSError(f"a body of {len(data)} bytes where {size} were sent")
+                            continue
+                        self._seen[ref.key] = (size, version)
+                        self.counters.add(bytes_fetched=len(data))
+                        return bytes(data)
                     data = await asyncio.wait_for(
                         self.request(ref.key, ref.start, ref.start + ref.size), deadline
                     )
@@ -430,6 +489,30 @@ class Fetcher:
             f"{self.where}{ref.key} could not be read in {settings.attempts} attempts; "
             f"the last failed with {_describe(last)}."
         )
+
+    def listing(self, list_fn: Callable[[], Any]) -> Future[Any]:
+        """``list_fn()`` (a LIST: blocking) run on the loop's threads within the bound in flight.
+
+        It goes before every object waited for or asked for ahead.
+        """
+
+        async def listed() -> Any:
+            if self._gate is None:
+                self._gate = gate_for(self.where, self.settings.in_flight)
+            gate = self._gate
+            await gate.acquire(-2.0)
+            try:
+                self.counters.max_in_flight = max(self.counters.max_in_flight, gate.busy)
+                return await asyncio.to_thread(list_fn)
+            finally:
+                gate.release()
+
+        return asyncio.run_coroutine_threadsafe(listed(), self.loop)
+
+    def _whole(self, key: str) -> Awaitable[tuple[bytes, int, str] | None]:
+        if self.whole is None:
+            raise RuntimeError("this fetcher has no request of whole unlisted objects.")
+        return self.whole(key)
 
 
 def _cancel_with(task: asyncio.Task[bytes], future: Future[bytes]) -> None:

@@ -112,6 +112,22 @@ class S3Bucket:
         except (PermissionDeniedError, UnauthenticatedError) as error:
             raise Fatal(f"access refused ({type(error).__name__})") from None
 
+    async def get_whole(self, key: str) -> tuple[bytes, int, str] | None:
+        """Object ``key`` whole (one GET), its size and version as answered; None if missing."""
+        import obstore
+        from obstore.exceptions import NotFoundError, PermissionDeniedError, UnauthenticatedError
+
+        try:
+            result = await obstore.get_async(self.client(), key)
+            data = bytes(await result.bytes_async())
+        except (NotFoundError, FileNotFoundError):  # obstore raises the built-in one too
+            return None
+        except (PermissionDeniedError, UnauthenticatedError) as error:
+            raise Fatal(f"access refused ({type(error).__name__})") from None
+        meta = result.meta
+        version = meta.get("e_tag") or str(meta.get("last_modified", ""))
+        return data, int(meta["size"]), version or ""
+
     def head(self, path: str) -> ObjectRef:
         """The object at ``path`` under the prefix: its size and version (one HEAD request)."""
         import obstore

@@ -18,6 +18,7 @@ import itertools
 import math
 import os
 import threading
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -160,18 +161,28 @@ class RemoteZarr(ZarrArray):
         self._bucket: S3Bucket | None = bucket
         self._proc: tuple[int, Fetcher, Counters, zarr.Array, dict[str, Any]] | None = None
         self._refs: dict[str, ObjectRef] | None = None
+        self._listing: Future[list[ObjectRef]] | None = None  # the pass's LIST on its way
         self._lock = threading.Lock()
         layout = array.shards or array.chunks
         self._grid = [
             range(math.ceil(s / c)) for s, c in zip(self.shape[1:], layout[1:], strict=True)
         ]
         self._metadata = array.metadata
+        # An object's bytes before its LIST tells them: a chunk decoded (or a shard's).
+        self._guess = math.prod(layout) * array.dtype.itemsize
         # The array's objects lie under this key prefix (relative to the bucket's).
         self._root = array.store_path.path.strip("/")
 
     def __getstate__(self) -> dict[str, Any]:
         # The bucket is found again from the zarr array's store (what the user passed).
-        return {**self.__dict__, "_bucket": None, "_proc": None, "_refs": None, "_lock": None}
+        return {
+            **self.__dict__,
+            "_bucket": None,
+            "_proc": None,
+            "_refs": None,
+            "_listing": None,
+            "_lock": None,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -191,7 +202,9 @@ class RemoteZarr(ZarrArray):
             return proc[1], proc[2], proc[3], proc[4]
         bucket = self.bucket
         counters = Counters()
-        fetcher = Fetcher(bucket.get, self.settings, counters, self.cache, bucket.where)
+        fetcher = Fetcher(
+            bucket.get, self.settings, counters, self.cache, bucket.where, bucket.get_whole
+        )
         served: dict[str, Any] = {}
         metadata: Any = self._metadata
         local: zarr.Array = zarr.Array(
@@ -211,36 +224,71 @@ class RemoteZarr(ZarrArray):
         return self._process()[1]
 
     def start_pass(self) -> None:
-        """List the array's objects (their sizes and versions): once per pass."""
-        self._process()
+        """List the array's objects (their sizes and versions): once per pass.
+
+        Without a disk cache the LIST is sent and this returns: the first chunks
+        are fetched whole meanwhile (`Fetcher.prefetch_unlisted`), and a read
+        waits for the LIST and checks them against it. With a cache (whose
+        entries are named by version) the LIST is waited for here.
+        """
+        fetcher = self._process()[0]
         prefix = f"{self._root}/" if self._root else ""
-        refs = self.bucket.list(prefix)
+        self._refs = None
+        if self.cache is not None:
+            self._listing = None
+            self._listed(self.bucket.list(prefix))
+            return
+        bucket = self.bucket
+        self._listing = fetcher.listing(lambda: bucket.list(prefix))
+
+    def _listed(self, refs: list[ObjectRef]) -> dict[str, ObjectRef]:
         self.counters.add(requests=max(1, -(-len(refs) // 1000)))
         self._refs = {ref.key: ref for ref in refs}
+        return self._refs
+
+    def _listing_pending(self) -> bool:
+        return self._refs is None and self._listing is not None and not self._listing.done()
 
     def _chunk_keys(self, chunk: int) -> list[str]:
         """The keys (relative to the array) of the objects of row chunk ``chunk``."""
         encode = self._metadata.encode_chunk_key
         return [encode((chunk, *rest)) for rest in itertools.product(*self._grid)]
 
-    def objects(self, chunks: Any) -> list[ObjectRef]:
-        """The listed objects of row chunks ``chunks`` (unlisted ones hold the fill value)."""
-        if self._refs is None:
-            self.start_pass()
-        refs = self._refs
-        assert refs is not None
+    def _keys(self, chunks: Any) -> list[str]:
+        """The object keys (from the bucket's root) of row chunks ``chunks``."""
         bucket, root = self.bucket, self._root
-        out = []
-        for chunk in chunks:
-            for key in self._chunk_keys(int(chunk)):
-                ref = refs.get(bucket.key(f"{root}/{key}" if root else key))
-                if ref is not None:
-                    out.append(ref)
-        return out
+        return [
+            bucket.key(f"{root}/{key}" if root else key)
+            for chunk in chunks
+            for key in self._chunk_keys(int(chunk))
+        ]
+
+    def objects(self, chunks: Any) -> list[ObjectRef]:
+        """The listed objects of row chunks ``chunks`` (unlisted ones hold the fill value).
+
+        Waits for the pass's LIST if it is on its way (and lists now if no pass started).
+        """
+        refs = self._refs
+        if refs is None:
+            listing = self._listing
+            if listing is None:
+                self.start_pass()
+                listing = self._listing
+            refs = self._refs if listing is None else self._listed(listing.result())
+        assert refs is not None
+        return [ref for key in self._keys(chunks) if (ref := refs.get(key)) is not None]
 
     def prefetch(self, chunks: Any) -> None:
-        """Start fetching row chunks ``chunks`` (in that order) ahead of their reads."""
-        self._process()[0].prefetch(self.objects(chunks))
+        """Start fetching row chunks ``chunks`` (in that order) ahead of their reads.
+
+        Before the pass's LIST has arrived, their objects are fetched whole, each
+        guessed at a chunk's decoded bytes.
+        """
+        fetcher = self._process()[0]
+        if self._listing_pending():
+            fetcher.prefetch_unlisted(self._keys(chunks), self._guess)
+            return
+        fetcher.prefetch(self.objects(chunks))
 
     def ahead_bytes(self) -> int:
         """Bytes asked for ahead and not read yet."""
