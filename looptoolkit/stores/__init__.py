@@ -315,10 +315,17 @@ def bucket(
             from looptoolkit.stores._tokens import array_file
 
             return array_file(obj, storage_options, columns, dtype, settings, cache_of)
+        if obj.endswith((".arrow", ".feather", ".ipc")):  # an Arrow IPC file or stream
+            from looptoolkit.stores._arrow_ipc import arrow_columns
+
+            return arrow_columns(obj, storage_options, columns, settings, cache_of)
         if not obj.endswith(".parquet"):  # a prefix: the Parquet files under it, if any
+            from looptoolkit.stores._arrow_ipc import arrow_dataset
             from looptoolkit.stores._parquet_dataset import parquet_dataset
 
             found = parquet_dataset(obj, storage_options, columns, settings, cache_of)
+            if found is None:  # else its Arrow IPC files (an HF dataset saved there)
+                found = arrow_dataset(obj, storage_options, columns, settings, cache_of)
             if found is not None:
                 return found
         return parquet_columns(obj, storage_options, columns, settings, cache_of)

@@ -12,7 +12,6 @@ Row groups must have one size (the last may be shorter).
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import numpy as np
@@ -20,7 +19,7 @@ import numpy as np
 from looptoolkit.stores import StoreArray
 from looptoolkit.stores._arrow import _view
 from looptoolkit.stores._remote import Counters, Fetcher, ObjectRef, Settings
-from looptoolkit.stores._remote_table import Kept, PerProcess, RemoteColumn
+from looptoolkit.stores._remote_table import Kept, PerProcess, RemoteColumn, Sparse
 from looptoolkit.stores._s3 import S3Bucket, options_of
 
 __all__ = ["RemoteParquetColumn", "parquet_columns"]
@@ -30,37 +29,6 @@ FOOTER_GUESS = 1 << 16
 # Chosen columns' chunks of a row group this close are fetched as one range (the bytes
 # between fetched too); farther apart, as ranges of their own (another column between).
 GAP_BYTES = 1 << 12
-
-
-class _Sparse(io.RawIOBase):
-    """A file of ``size`` bytes of which only some ranges are known (for pyarrow to decode)."""
-
-    def __init__(self, size: int, parts: list[tuple[int, bytes]]) -> None:
-        self._size, self.parts, self.pos = size, parts, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        base = (0, self.pos, self._size)[whence]
-        self.pos = base + offset
-        return self.pos
-
-    def tell(self) -> int:
-        return self.pos
-
-    def readinto(self, buffer: Any) -> int:
-        n = min(len(buffer), self._size - self.pos)
-        for start, data in self.parts:
-            if start <= self.pos and self.pos + n <= start + len(data):
-                at = self.pos - start
-                buffer[:n] = data[at : at + n]
-                self.pos += n
-                return n
-        raise OSError(f"bytes {self.pos} to {self.pos + n} of the file were not fetched")
 
 
 class _File(PerProcess):
@@ -78,7 +46,7 @@ class _File(PerProcess):
         self.footer = self._footer()
         import pyarrow.parquet as pq
 
-        self.metadata = pq.read_metadata(_Sparse(self.ref.size, [self.footer]))
+        self.metadata = pq.read_metadata(Sparse(self.ref.size, [self.footer]))
         schema = self.metadata.schema.to_arrow_schema()
         self.columns = list(schema.names) if columns is None else list(columns)
         meta = self.metadata
@@ -115,16 +83,6 @@ class _File(PerProcess):
             data = fetcher.take([part])[0]
         return start, data
 
-    def relist(self) -> None:
-        """Look at the file again (its size and version: a rewritten file is refused)."""
-        ref = self._listed()
-        self.process()[1].add(requests=1)
-        if (ref.size, ref.version) != (self.ref.size, self.ref.version):
-            raise RuntimeError(
-                f"s3://{self.bucket.bucket}/{ref.key} changed since the Loader was made; "
-                "make a new Loader for the new file."
-            )
-
     def parts(self, chunk: int) -> list[ObjectRef]:
         """The byte ranges of the chosen columns in row group ``chunk``: adjacent ones as one."""
         group = self.metadata.row_group(chunk)
@@ -147,7 +105,7 @@ class _File(PerProcess):
         """Column ``name`` of row group ``chunk`` from the fetched ``(start, bytes)`` ranges."""
         import pyarrow.parquet as pq
 
-        source = _Sparse(self.ref.size, [*pieces, self.footer])
+        source = Sparse(self.ref.size, [*pieces, self.footer])
         table = pq.ParquetFile(source, metadata=self.metadata).read_row_group(chunk, columns=[name])
         return _view(table.column(0).combine_chunks(), name)
 

@@ -18,6 +18,7 @@ chunk is then the one or two of the files' chunks holding its rows.
 
 from __future__ import annotations
 
+import io
 import os
 import threading
 from collections import OrderedDict
@@ -30,11 +31,42 @@ from looptoolkit.stores._arrow import layout_of
 from looptoolkit.stores._remote import Counters, Fetcher, ObjectRef, Settings
 from looptoolkit.stores._s3 import S3Bucket
 
-__all__ = ["Files", "Kept", "PerProcess", "RemoteColumn"]
+__all__ = ["Files", "Kept", "PerProcess", "RemoteColumn", "Sparse"]
 
 # A chunk's ranges, taken by its first column read, are kept for the file's other
 # columns until each has read them (least recently taken out past this many bytes).
 KEPT_BYTES = 1 << 28
+
+
+class Sparse(io.RawIOBase):
+    """A file of ``size`` bytes of which only some ranges are known (for pyarrow to decode)."""
+
+    def __init__(self, size: int, parts: list[tuple[int, bytes]]) -> None:
+        self._size, self.parts, self.pos = size, parts, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = (0, self.pos, self._size)[whence]
+        self.pos = base + offset
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def readinto(self, buffer: Any) -> int:
+        n = min(len(buffer), self._size - self.pos)
+        for start, data in self.parts:
+            if start <= self.pos and self.pos + n <= start + len(data):
+                at = self.pos - start
+                buffer[:n] = data[at : at + n]
+                self.pos += n
+                return n
+        raise OSError(f"bytes {self.pos} to {self.pos + n} of the file were not fetched")
 
 
 class Kept:
@@ -99,6 +131,8 @@ class PerProcess:
     bucket: S3Bucket
     settings: Settings
     cache: Any
+    key: str  # a file's key and its object as first seen (a directory relists its own way)
+    ref: ObjectRef
     _proc: tuple[int, Fetcher, Counters] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -113,6 +147,16 @@ class PerProcess:
         fetcher = Fetcher(self.bucket.get, self.settings, counters, self.cache, self.bucket.where)
         self._proc = (os.getpid(), fetcher, counters)
         return fetcher, counters
+
+    def relist(self) -> None:
+        """Look at the file (``key``) again: its size and version (a rewritten file is refused)."""
+        ref = self.bucket.head(self.key)
+        self.process()[1].add(requests=1)
+        if (ref.size, ref.version) != (self.ref.size, self.ref.version):
+            raise RuntimeError(
+                f"s3://{self.bucket.bucket}/{ref.key} changed since the Loader was made; "
+                "make a new Loader for the new file."
+            )
 
     def objects(self, chunks: Any) -> list[ObjectRef]:
         """The byte ranges of the chosen columns in each of the file's chunks ``chunks``."""
