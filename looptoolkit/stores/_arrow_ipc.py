@@ -216,16 +216,16 @@ def arrow_dataset(
         if missing:
             raise ValueError(f"s3://{bucket.bucket}/{missing[0]} (in state.json) is not there.")
         refs = [listed[k] for k in keys]
+    elif f"{under}dataset_dict.json" in listed:  # splits, each a dataset: which one?
+        splits = sorted({k[len(under) :].partition("/")[0] for k in listed})
+        splits = [s for s in splits if f"{under}{s}/state.json" in listed]
+        raise ValueError(
+            f"{url} is an HF dataset dict; pass one of its splits: "
+            + ", ".join(f"{url.rstrip('/')}/{s}" for s in splits)
+            + "."
+        )
     else:
         refs = [listed[k] for k in sorted(listed) if k.endswith(IPC_SUFFIXES)]
-        if not refs and f"{under}dataset_dict.json" in listed:
-            splits = sorted({k[len(under) :].partition("/")[0] for k in listed} - {""})
-            splits = [s for s in splits if f"{under}{s}/state.json" in listed]
-            raise ValueError(
-                f"{url} is an HF dataset dict; pass one of its splits: "
-                + ", ".join(f"{url.rstrip('/')}/{s}" for s in splits)
-                + "."
-            )
     if not refs:
         return None
     stream = state is not None

@@ -16,14 +16,19 @@ in the disk cache where one is given (keyed by the object's ETag):
   batches' metadata, all at once (as many requests in flight as the fetcher
   allows): neighbours less than ``READ_THROUGH`` apart in one range of at most
   ``WINDOW`` bytes, so a file of small batches is read in ranges of ``WINDOW``;
-- a stream: its start (``TAIL_BYTES``), then message after message. A stream of
-  messages under ``READ_THROUGH`` bytes is read through in ranges of ``WINDOW``
-  (size / 4 MiB requests); of larger ones, by a GET of each batch's header
-  alone (``HEADER_BYTES``): one request a batch, one after the other.
+- a stream: its start (``TAIL_BYTES``: the schema, the first batch's header),
+  then message after message. After a batch under ``READ_THROUGH`` bytes the
+  stream is read through in ranges of ``WINDOW`` (about size / 4 MiB requests);
+  after a larger one, by a GET of the next batch's header alone
+  (``HEADER_BYTES``): one request a batch, one after the other.
 
-Measured (``benchmarks``-style, 20 ms a request on the local S3 server): a
-header GET costs a request's latency whatever the batch's size, and a range of
-4 MiB about three; the break-even lies near 1 MiB a message, hence the bounds.
+Chosen by the cost of a request against its bytes. Measured on the local S3
+server (``looptoolkit.bench.s3local``, 2 cores, one GET at a time): a ranged GET
+took 35-37 ms from 4 KiB to 1 MiB, 40 ms for 4 MiB and 52 ms for 16 MiB (with
+20 ms of latency added: 56, 58, 61 and 69 ms): a request costs what megabytes
+do. On S3 (20-50 ms to the first byte, 50-100 MB/s a connection) a request is
+worth 1-5 MB, so messages under 1 MiB are read through (never dearer than the
+header GETs it saves), larger ones header by header.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ WINDOW = 4 << 20  # a range read through
 HEADER_BYTES = 1 << 12  # a GET of one message's header (more where its metadata is longer)
 _SCHEMA, _DICTIONARY, _RECORD_BATCH = 1, 2, 3
 _VERSION = b"ltipcix1"  # the disk cache's entry format
+_NOT_IPC = "is not an Arrow IPC file or stream (no schema message where one begins)"
 
 # This process's indexes: (address, key, size, version) -> Index.
 _MEMORY: dict[tuple[str, str, int, str], Index] = {}
@@ -222,16 +228,21 @@ def _file(reader: _Reader) -> Index:
 
 def _stream(reader: _Reader) -> Index:
     """A stream's index: message after message, read through or header by header."""
-    size, at, step = reader.ref.size, 0, 0
+    size, at, step = reader.ref.size, 0, -1
     schema, rows, metadata = b"", [], []
     while at + 8 <= size:
-        ahead = WINDOW if step < READ_THROUGH else HEADER_BYTES
+        # Up to the first batch: its start. Then by the size of the batch before.
+        ahead = TAIL_BYTES if step < 0 else WINDOW if step < READ_THROUGH else HEADER_BYTES
         prefix = prefix_of(reader.read(at, at + 8, ahead), 0)
         if prefix is None:
             break
         meta_len = sum(prefix)
+        if not schema and (prefix[1] < 0 or at + meta_len > size):
+            raise ValueError(_NOT_IPC)
         meta = reader.read(at, at + meta_len, max(ahead, meta_len))
         kind, body, _ = message(meta[prefix[0] :])
+        if not schema and kind != _SCHEMA:
+            raise ValueError(_NOT_IPC)
         if kind == _SCHEMA:
             schema = meta
         elif kind == _DICTIONARY:
@@ -239,10 +250,10 @@ def _stream(reader: _Reader) -> Index:
         elif kind == _RECORD_BATCH:
             rows.append((at, meta_len, body, batch_buffers(meta)[0]))
             metadata.append(meta)
-        step = meta_len + body
-        at += step
+            step = meta_len + body
+        at += meta_len + body
     if not schema:
-        raise ValueError("is not an Arrow IPC stream or file (no schema message)")
+        raise ValueError(_NOT_IPC)
     table = np.array(rows, dtype=np.int64).reshape(-1, 4)
     return Index(schema, table, metadata, stream=True)
 
@@ -278,7 +289,10 @@ def index_of(fetcher: Any, ref: ObjectRef, where: str, cache: Any, start_first: 
         is_file = ref.size >= 16 and reader.has(ref.size - 6, ref.size) == MAGIC
         if start_first:
             is_file = reader.has(0, min(6, ref.size)) == MAGIC
-        index = _file(reader) if is_file else _stream(reader)
+        try:
+            index = _file(reader) if is_file else _stream(reader)
+        except struct.error:  # an offset or a length past the bytes: not what IPC writes
+            raise ValueError(_NOT_IPC) from None
         index.requests = reader.requests
         if cache is not None:
             blob = index.to_bytes()
