@@ -8,6 +8,7 @@ metadata, a stream's index built once, faults retried, resume, workers.
 
 from __future__ import annotations
 
+import itertools
 import pickle
 import time
 from typing import Any
@@ -20,7 +21,7 @@ pytest.importorskip("obstore")
 pytest.importorskip("moto")
 
 from looptoolkit import Loader  # noqa: E402
-from looptoolkit.stores import _ipc_index  # noqa: E402
+from looptoolkit.stores import StoreArray, _ipc_index  # noqa: E402
 from looptoolkit.stores import bucket as in_bucket  # noqa: E402
 
 ROWS, UNIT, BATCH = 12_000, 1000, 200
@@ -106,7 +107,7 @@ def gets(s3: Any) -> int:
 
 
 def used_bytes(data: bytes, names: tuple[str, ...]) -> int:
-    """Bytes of the body buffers of the columns ``names`` in the IPC object (what a reader needs)."""
+    """Bytes of the body buffers of the columns ``names`` in an IPC object (what reads need)."""
     reader = _ipc_index._Reader(_Local(data), _ipc_index.ObjectRef("k", len(data)))
     index = _ipc_index.index_of(reader.fetcher, reader.ref, "local", None, False)
     schema = pa.ipc.read_schema(pa.py_buffer(index.schema))
@@ -219,8 +220,11 @@ def test_a_batch_of_another_length_is_refused(s3, bucket, columns):
         with pytest.raises(ValueError, match=r"odd\.\w+\.arrow has record batches of \[500, 1000"):
             in_bucket(f"s3://{bucket}/odd.{kind}.arrow", storage_options=options)
     s3.put(bucket, "ids.arrow", ipc(pa.table({"ids": pa.array([[1, 2], [3]] * 600)}), "file"))
-    with pytest.raises(TypeError, match=r"data\['ids'\].*fixed-size list"):
+    with pytest.raises(ValueError, match=r"data\['ids'\]: its rows are lists of different"):
         in_bucket(f"s3://{bucket}/ids.arrow", storage_options=options)
+    s3.put(bucket, "s.arrow", ipc(pa.table({"s": [str(i) for i in range(1200)]}), "stream"))
+    with pytest.raises(TypeError, match=r"data\['s'\]: a column of type string"):
+        in_bucket(f"s3://{bucket}/s.arrow", storage_options=options)
     s3.put(bucket, "not.arrow", b"PAR1" + bytes(100))
     with pytest.raises(ValueError, match=r"not\.arrow is not an Arrow IPC"):
         in_bucket(f"s3://{bucket}/not.arrow", storage_options=options)
@@ -256,7 +260,7 @@ def test_a_stream_of_large_batches_is_indexed_header_by_header(s3, bucket, tmp_p
 def test_a_prefix_of_ipc_files_is_one_table_in_key_order(s3, bucket, columns):
     t = table(columns)
     bounds = [0, 4 * UNIT, 9 * UNIT, ROWS]
-    for i, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False)):
+    for i, (a, b) in enumerate(itertools.pairwise(bounds)):
         s3.put(bucket, f"ds/part-{i}.arrow", ipc(t.slice(a, b - a), "file"))
     s3.put(bucket, "ds/_SUCCESS", b"")
     opened = in_bucket(f"s3://{bucket}/ds", storage_options=s3.storage_options())
@@ -339,3 +343,60 @@ def test_dataloader_workers_read_the_hf_dataset(s3, bucket, columns):
     idx = mine.indices(0)
     assert equal({k: np.concatenate([b[k] for b in got]) for k in READ}, expected(columns, mine))
     assert len(idx) == ROWS
+
+
+class _Chunked(StoreArray):
+    """Values in memory read as a store of ``UNIT``-row chunks (a mixture's local reference)."""
+
+    kind, path = "chunked", "reference"
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.values, self.shape, self.dtype = values, values.shape, values.dtype
+        self.chunk_rows = UNIT
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        return self.values[start:stop].copy()
+
+
+def test_a_mixture_of_a_stream_in_the_bucket_and_local_arrays(s3, bucket, columns):
+    import looptoolkit as lt
+
+    s3.put(bucket, "mix.arrow", ipc(table(columns), "stream", "lz4"))
+    other = {k: v[:3000][::-1].copy() for k, v in columns.items() if k in READ}
+    remote = open_(s3, f"s3://{bucket}/mix.arrow")
+    reference = {k: _Chunked(columns[k]) for k in READ}  # chunks of the same rows
+    for shuffle in ("grouped", False):
+        mixed = lt.Mix({"web": remote, "code": other}, {"web": 0.7, "code": 0.3})
+        plain = lt.Mix({"web": reference, "code": other}, {"web": 0.7, "code": 0.3})
+        got = list(Loader(mixed, BATCH, shuffle=shuffle))
+        want = list(Loader(plain, BATCH, shuffle=shuffle))
+        assert len(got) == len(want) > 0
+        assert all(equal(a, b) for a, b in zip(got, want, strict=True))
+
+
+def test_a_column_of_lists_of_one_length(s3, bucket, columns):
+    # What HF writes for a 2-D array without a declared length: lists (not fixed-size).
+    e = columns["e"]
+    lists = pa.ListArray.from_arrays(
+        pa.array(np.arange(0, 3 * ROWS + 1, 3, dtype=np.int32)), pa.array(e.ravel())
+    )
+    s3.put(bucket, "lists.arrow", ipc(pa.table({"e": lists, "x": columns["x"]}), "stream"))
+    options = s3.storage_options()
+    opened = in_bucket(f"s3://{bucket}/lists.arrow", storage_options=options)
+    assert opened["e"].shape == (ROWS, 3) and opened["e"].dtype == np.float32
+    loader = Loader(opened, BATCH, shuffle="grouped")
+    assert np.array_equal(np.concatenate([b["e"] for b in loader]), e[loader.indices(0)])
+    # A batch of other widths: refused when read, naming the batch and both shapes.
+    wide = pa.ListArray.from_arrays(
+        pa.array(np.arange(0, 2 * ROWS + 1, 2, dtype=np.int32)), pa.array(e.ravel()[: 2 * ROWS])
+    )
+    mixed = pa.Table.from_batches(
+        [
+            *pa.table({"e": lists}).slice(0, UNIT).to_batches(),
+            *pa.table({"e": wide}).slice(UNIT, UNIT).to_batches(),
+        ]
+    )
+    s3.put(bucket, "mixed.arrow", ipc(mixed, "file"))
+    opened = in_bucket(f"s3://{bucket}/mixed.arrow", storage_options=options)
+    with pytest.raises(ValueError, match=r"record batch 1 rows of data\['e'\] of shape \(2,\)"):
+        list(Loader(opened, BATCH, shuffle=False))

@@ -108,6 +108,27 @@ class _IpcFile(PerProcess):
         self.unit, self.rows = int(sizes[0]), int(sum(sizes))
         self.starts = np.cumsum([0, *sizes])
         self._spans: dict[int, list[tuple[int, int]]] = {}
+        self.features: dict[str, tuple[int, ...]] = {}  # row shapes of list columns
+
+    def probe(self, name: str, path: str) -> tuple[np.dtype, tuple[int, ...]] | None:
+        """The dtype and row shape of a column of lists (of one length), from batch 0.
+
+        One GET of the first batch's ranges when the columns are made; every batch
+        read later is checked against it. None: not a column of lists.
+        """
+        kind = self.schema.field(name).type
+        t = pa.types
+        while t.is_fixed_size_list(kind) or t.is_list(kind) or t.is_large_list(kind):
+            kind = kind.value_type
+        if kind == self.schema.field(name).type or not (
+            pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
+        ):
+            return None
+        refs = self.parts(0)
+        pieces = list(zip([r.start for r in refs], self.process()[0].take(refs), strict=True))
+        values = self.decode(0, name, pieces)
+        self.features[name] = values.shape[1:]
+        return values.dtype, values.shape[1:]
 
     def parts(self, chunk: int) -> list[ObjectRef]:
         """The byte ranges of the chosen columns' buffers in record batch ``chunk``."""
@@ -154,7 +175,15 @@ class _IpcFile(PerProcess):
         field = self.schema.get_field_index(name)
         options = pa.ipc.IpcReadOptions(included_fields=[field])
         batch = pa.ipc.open_stream(stream, options=options).read_next_batch()
-        return _view(batch.column(0), f"data[{name!r}]")
+        values = _view(batch.column(0), f"data[{name!r}]")
+        shape = self.features.get(name)
+        if shape is not None and values.shape[1:] != shape:
+            raise ValueError(
+                f"s3://{self.bucket.bucket}/{self.key} holds in record batch {chunk} rows of "
+                f"data[{name!r}] of shape {values.shape[1:]}, where its first batch has "
+                f"{shape}; the Loader batches rows of one shape."
+            )
+        return values
 
 
 class RemoteArrowColumn(RemoteColumn):

@@ -256,6 +256,15 @@ class Files(PerProcess):
         file, inner = self._locate(chunk)
         return np.asarray(file.decode(inner, name, pieces))
 
+    def probe(self, name: str, path: str) -> tuple[np.dtype, tuple[int, ...]] | None:
+        """The dtype and row shape of column ``name`` from the first file's first chunk."""
+        first = self.files[0]
+        found = first.probe(name, path) if hasattr(first, "probe") else None
+        if found is not None:
+            for file in self.files[1:]:
+                file.features[name] = found[1]  # every file's batches are checked against it
+        return found
+
 
 class RemoteColumn(StoreArray):
     """One column of a table file (or directory) in a bucket, read by the file's chunks.
@@ -271,8 +280,15 @@ class RemoteColumn(StoreArray):
     def __init__(self, file: Any, name: str, path: str) -> None:
         self.file, self.name, self.path = file, name, path
         kind = file.schema.field(name).type
-        # Numbers, booleans, and fixed-size lists of them (a vector per row); else TypeError.
-        self.dtype, feature = layout_of(kind, path, self.what)
+        # Numbers, booleans, and fixed-size lists of them (a vector per row); else TypeError,
+        # unless the file can tell the row shape from its first chunk (lists of one length).
+        try:
+            self.dtype, feature = layout_of(kind, path, self.what)
+        except TypeError:
+            found = file.probe(name, path) if hasattr(file, "probe") else None
+            if found is None:
+                raise
+            self.dtype, feature = found
         self.shape = (file.rows, *feature)
         self.chunk_rows = file.unit
         self.settings, self.cache = file.settings, file.cache
