@@ -88,7 +88,6 @@ class _IpcFile(PerProcess):
             raise ValueError(
                 f"{where} {error}; the Loader reads Arrow IPC files and streams."
             ) from None
-        self.index_requests = index.requests
         self.schema_message = index.schema
         self.schema = pa.ipc.read_schema(pa.py_buffer(index.schema))
         self.columns = list(self.schema.names) if columns is None else list(columns)
