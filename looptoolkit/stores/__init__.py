@@ -250,7 +250,7 @@ def bucket(
     storage_options: dict[str, Any] | None = None,
     dtype: Any = None,
 ) -> StoreArray | dict[str, Any]:
-    """A zarr array or group, or a Parquet file, in a bucket (``s3://``), read as set here.
+    """A zarr array or group, or a table file (Parquet, Arrow IPC), in a bucket, read as set here.
 
     A zarr array over ``s3://`` passed to the Loader as it is reads with the
     defaults; wrap it to set where its chunks are cached on disk (needed by a
@@ -261,9 +261,13 @@ def bucket(
             ``s3://`` or ``zarr.storage.ObjectStore`` over obstore's ``S3Store``), or
             the ``s3://bucket/key`` URL of a Parquet file (its row groups are the chunks)
             or of a prefix with Parquet files under it (an Arrow dataset, one table),
-            or of an array file: a ``.npy`` file, or raw values of ``dtype`` (a token
-            file, the values of a [`Ragged`][looptoolkit.Ragged] column: read by the byte
-            ranges of the rows the order needs; ``np.asarray`` of it fetches it whole).
+            of an Arrow IPC file or stream (``.arrow``, ``.feather``, ``.ipc``: its
+            record batches are the chunks), of a prefix where HF ``datasets`` saved a
+            dataset (``save_to_disk``: its files in ``state.json``'s order, one table)
+            or with IPC files under it (in key order), or of an array file: a ``.npy``
+            file, or raw values of ``dtype`` (a token file, the values of a
+            [`Ragged`][looptoolkit.Ragged] column: read by the byte ranges of the rows
+            the order needs; ``np.asarray`` of it fetches it whole).
         cache_dir: a directory for a chunk cache on local disk, shared by the
             processes that name it (the ranks of a node, workers); None: no disk cache.
         cache_bytes: the most bytes the disk cache keeps (least recently used out).
@@ -272,9 +276,10 @@ def bucket(
         attempts: tries of each request before a read fails (default 6).
         deadline_s: seconds after which a request still running is restarted, plus
             its bytes at 8 MiB/s (default 5).
-        columns: a Parquet file's columns to read (default: all; numeric or boolean).
-        storage_options: a Parquet file's endpoint and keys, as s3fs takes them (default:
-            the environment's).
+        columns: a table file's columns to read (default: all; numbers, booleans and
+            vectors of them).
+        storage_options: a URL's endpoint and keys, as s3fs takes them (default: the
+            environment's).
         dtype: an array file's dtype when it holds raw values (a ``.npy`` file states its own).
 
     Returns:
@@ -315,10 +320,17 @@ def bucket(
             from looptoolkit.stores._tokens import array_file
 
             return array_file(obj, storage_options, columns, dtype, settings, cache_of)
+        if obj.endswith((".arrow", ".feather", ".ipc")):  # an Arrow IPC file or stream
+            from looptoolkit.stores._arrow_ipc import arrow_columns
+
+            return arrow_columns(obj, storage_options, columns, settings, cache_of)
         if not obj.endswith(".parquet"):  # a prefix: the Parquet files under it, if any
+            from looptoolkit.stores._arrow_ipc import arrow_dataset
             from looptoolkit.stores._parquet_dataset import parquet_dataset
 
             found = parquet_dataset(obj, storage_options, columns, settings, cache_of)
+            if found is None:  # else its Arrow IPC files (an HF dataset saved there)
+                found = arrow_dataset(obj, storage_options, columns, settings, cache_of)
             if found is not None:
                 return found
         return parquet_columns(obj, storage_options, columns, settings, cache_of)
