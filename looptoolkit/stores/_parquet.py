@@ -1,8 +1,9 @@
 """Parquet files in a bucket: row groups as chunks, each fetched as one byte range.
 
-A Parquet file at ``s3://`` ([`bucket`][looptoolkit.stores.bucket] given its URL)
-becomes a dict of [`RemoteParquetColumn`][looptoolkit.stores._parquet.RemoteParquetColumn]s,
-one per numeric column read. The file's size and version come from one HEAD (again at each pass),
+A Parquet file at ``s3://``, ``gs://`` or ``az://`` ([`bucket`][looptoolkit.stores.bucket]
+given its URL) becomes a dict of
+[`RemoteParquetColumn`][looptoolkit.stores._parquet.RemoteParquetColumn]s, one per
+numeric column read. The file's size and version come from one HEAD (again at each pass),
 its footer from one ranged GET; a row group is a chunk of the Loader's reads,
 and the bytes of the chosen columns in it (adjacent in the file) are one range,
 fetched ahead of the order by a [`Fetcher`][looptoolkit.stores._remote.Fetcher]
@@ -22,8 +23,8 @@ import numpy as np
 
 from looptoolkit.stores import StoreArray
 from looptoolkit.stores._arrow import _view, layout_of
+from looptoolkit.stores._bucket import Bucket, bucket_at
 from looptoolkit.stores._remote import Counters, Fetcher, ObjectRef, Settings
-from looptoolkit.stores._s3 import S3Bucket, options_of
 
 __all__ = ["RemoteParquetColumn", "parquet_columns"]
 
@@ -127,7 +128,7 @@ class _PerProcess:
     Pickled (to a worker) without it: a process makes its own, and again after a fork.
     """
 
-    bucket: S3Bucket
+    bucket: Bucket
     settings: Settings
     cache: Any
     _proc: tuple[int, Fetcher, Counters] | None = None
@@ -150,7 +151,7 @@ class _File(_PerProcess):
     """One Parquet file of a bucket, shared by the columns read from it."""
 
     def __init__(
-        self, bucket: S3Bucket, key: str, columns: list[str] | None, settings: Settings, cache: Any
+        self, bucket: Bucket, key: str, columns: list[str] | None, settings: Settings, cache: Any
     ) -> None:
         self.bucket, self.key, self.settings, self.cache = bucket, key, settings, cache
         self._proc: tuple[int, Fetcher, Counters] | None = None
@@ -166,7 +167,7 @@ class _File(_PerProcess):
         sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
         if not sizes or any(s != sizes[0] for s in sizes[:-1]) or sizes[-1] > sizes[0]:
             raise ValueError(
-                f"s3://{bucket.bucket}/{key} has row groups of {sorted(set(sizes))} rows; the "
+                f"{bucket.url(key)} has row groups of {sorted(set(sizes))} rows; the "
                 "Loader reads row groups of one size (the last may be shorter) as chunks."
             )
         self.unit, self.rows = sizes[0], sum(sizes)
@@ -174,7 +175,7 @@ class _File(_PerProcess):
         where = [schema.get_field_index(name) for name in self.columns]
         if -1 in where:
             missing = self.columns[where.index(-1)]
-            raise ValueError(f"s3://{bucket.bucket}/{key} has no column {missing!r}.")
+            raise ValueError(f"{bucket.url(key)} has no column {missing!r}.")
         leaf = meta.schema
         names = [leaf.column(j).path.split(".")[0] for j in range(meta.num_columns)]
         self.leaf_columns = [j for j, name in enumerate(names) if name in self.columns]
@@ -201,7 +202,7 @@ class _File(_PerProcess):
         self.process()[1].add(requests=1)
         if (ref.size, ref.version) != (self.ref.size, self.ref.version):
             raise RuntimeError(
-                f"s3://{self.bucket.bucket}/{ref.key} changed since the Loader was made; "
+                f"{self.bucket.url(ref.key)} changed since the Loader was made; "
                 "make a new Loader for the new file."
             )
 
@@ -319,15 +320,12 @@ def parquet_columns(
     settings: Settings,
     cache_of: Any,
 ) -> dict[str, StoreArray]:
-    """The numeric columns of the Parquet file at ``url`` (``s3://bucket/key``) as store leaves.
+    """The numeric columns of the Parquet file at ``url`` (``s3://bucket/key``, ``gs://``, ``az://``).
 
     Raises:
-        ValueError: not an ``s3://`` URL; row groups of several sizes; a column not there.
+        ValueError: not a bucket's URL; row groups of several sizes; a column not there.
         TypeError: a column that is not numeric or boolean.
     """
-    if not url.startswith("s3://"):
-        raise ValueError(f"`obj` must be an s3:// URL of a Parquet file, got {url!r}.")
-    name, _, key = url.removeprefix("s3://").partition("/")
-    bucket = S3Bucket(name, "", options_of(storage_options or {}))
+    bucket, key = bucket_at(url, storage_options, "a Parquet file")
     file = _File(bucket, key, columns, settings, cache_of(bucket))
     return {c: RemoteParquetColumn(file, c, f"data[{c!r}]") for c in file.columns}

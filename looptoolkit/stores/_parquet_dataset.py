@@ -1,7 +1,7 @@
 """A directory of Parquet files in a bucket (an Arrow dataset): one table, row groups as chunks.
 
-[`bucket`][looptoolkit.stores.bucket] given the ``s3://`` URL of a prefix (not a
-``.parquet`` name) reads every ``*.parquet`` object under it, in key order, as
+[`bucket`][looptoolkit.stores.bucket] given the ``s3://``, ``gs://`` or ``az://`` URL of a
+prefix (not a ``.parquet`` name) reads every ``*.parquet`` object under it, in key order, as
 one table. One LIST gives the files' sizes and versions (and again at each pass:
 a file rewritten since ends the pass with an error naming it), and each file's
 footer is fetched once, as for one file
@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 
 from looptoolkit.stores import StoreArray
+from looptoolkit.stores._bucket import Bucket, bucket_at
 from looptoolkit.stores._parquet import RemoteParquetColumn, _File, _Kept, _PerProcess
 from looptoolkit.stores._remote import Counters, Fetcher, ObjectRef, Settings
-from looptoolkit.stores._s3 import S3Bucket, options_of
 
 __all__ = ["parquet_dataset"]
 
@@ -32,7 +32,7 @@ class _Listed(_File):
     """A file of a dataset: its size and version as the dataset's LIST gave them (no HEAD)."""
 
     def __init__(
-        self, ref: ObjectRef, bucket: S3Bucket, columns: list[str] | None, settings: Settings
+        self, ref: ObjectRef, bucket: Bucket, columns: list[str] | None, settings: Settings
     ) -> None:
         self._given = ref
         super().__init__(bucket, ref.key, columns, settings, None)
@@ -46,7 +46,7 @@ class _Dataset(_PerProcess):
 
     def __init__(
         self,
-        bucket: S3Bucket,
+        bucket: Bucket,
         prefix: str,
         refs: list[ObjectRef],
         columns: list[str] | None,
@@ -63,14 +63,14 @@ class _Dataset(_PerProcess):
                     name
                 ).type.equals(first.schema.field(name).type):
                     raise ValueError(
-                        f"s3://{bucket.bucket}/{file.key} has no column {name!r} of type "
-                        f"{first.schema.field(name).type}, which s3://{bucket.bucket}/"
-                        f"{first.key} has: a dataset's files share their columns."
+                        f"{bucket.url(file.key)} has no column {name!r} of type "
+                        f"{first.schema.field(name).type}, which "
+                        f"{bucket.url(first.key)} has: a dataset's files share their columns."
                     )
         for file in self.files[:-1]:
             if file.unit != self.unit or file.rows % self.unit:
                 raise ValueError(
-                    f"s3://{bucket.bucket}/{file.key} has {file.rows} rows in row groups of "
+                    f"{bucket.url(file.key)} has {file.rows} rows in row groups of "
                     f"{file.unit}; the Loader reads a dataset's row groups as chunks of one "
                     f"size ({self.unit} rows, as the first file's): every file but the last "
                     "holds whole row groups of that size."
@@ -78,7 +78,7 @@ class _Dataset(_PerProcess):
         last = self.files[-1]
         if len(self.files) > 1 and last.unit > self.unit:
             raise ValueError(
-                f"s3://{bucket.bucket}/{last.key} has row groups of {last.unit} rows, more than "
+                f"{bucket.url(last.key)} has row groups of {last.unit} rows, more than "
                 f"the {self.unit} of the files before it."
             )
         counts = [-(-file.rows // self.unit) for file in self.files]
@@ -95,7 +95,7 @@ class _Dataset(_PerProcess):
             now = listed.get(file.key)
             if now is None or (now.size, now.version) != (file.ref.size, file.ref.version):
                 raise RuntimeError(
-                    f"s3://{self.bucket.bucket}/{file.key} changed since the Loader was made; "
+                    f"{self.bucket.url(file.key)} changed since the Loader was made; "
                     "make a new Loader for the new files."
                 )
 
@@ -126,11 +126,11 @@ def parquet_dataset(
     """The columns of the Parquet files under the prefix ``url`` as store leaves; None: none there.
 
     Raises:
-        ValueError: files whose columns or row groups differ; a column not there.
+        ValueError: not a bucket's URL; files whose columns or row groups differ; a column
+            not there.
         TypeError: a column that is not numbers, booleans or fixed-size lists of them.
     """
-    name, _, key = url.removeprefix("s3://").partition("/")
-    bucket = S3Bucket(name, "", options_of(storage_options or {}))
+    bucket, key = bucket_at(url, storage_options, "Parquet files")
     prefix = key.strip("/")
     refs = sorted(
         (ref for ref in bucket.list(prefix) if ref.key.endswith(".parquet")),
