@@ -28,7 +28,7 @@ from looptoolkit.device._move import to_device
 from looptoolkit.device._tree import ContainerRebuildWarning
 
 if TYPE_CHECKING:
-    from looptoolkit._rows.group_budget import group_size_for
+    from looptoolkit._inputs.group_budget import group_size_for
     from looptoolkit._rows.records import stack_records
     from looptoolkit._static import StaticBatches
     from looptoolkit.loader import Loader, LoaderStats
@@ -105,7 +105,7 @@ _LAZY = {
     "loader_dataset": "looptoolkit.tf_data",
     "normalize": "looptoolkit.transforms",
     "stack_records": "looptoolkit._rows.records",
-    "group_size_for": "looptoolkit._rows.group_budget",
+    "group_size_for": "looptoolkit._inputs.group_budget",
     "StaticBatches": "looptoolkit._static",
 }
 

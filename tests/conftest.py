@@ -13,8 +13,9 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import pytest
 
-# The local S3 server of the bucket tests: the fixtures `local_s3`, `s3` and `bucket`.
-pytest_plugins = ["s3_fixtures"]
+# The local S3 server of the bucket tests (the fixtures `local_s3`, `s3` and `bucket`), and
+# the local GCS and Azure emulators (`local_gcs`, `gcs_bucket`, `local_azure`, `azure_container`).
+pytest_plugins = ["s3_fixtures", "gcs_azure_fixtures"]
 
 
 @pytest.fixture

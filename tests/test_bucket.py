@@ -404,11 +404,12 @@ def test_parquet_row_groups_from_a_bucket(s3, bucket, values, tmp_path):
 
 
 def test_a_missing_object_fails_at_once_naming_it(s3, bucket):
+    from looptoolkit.stores._bucket import S3Bucket
+    from looptoolkit.stores._bucket_options import s3_options
     from looptoolkit.stores._remote import Counters, Fetcher, ObjectRef, Settings
-    from looptoolkit.stores._s3 import S3Bucket, options_of
 
     s3.put(bucket, "here.bin", b"x" * 64)
-    where = S3Bucket(bucket, "", options_of(s3.storage_options()))
+    where = S3Bucket(bucket, "", s3_options(s3.storage_options()))
     with pytest.raises(FileNotFoundError, match=rf"s3://{bucket}/gone.bin is not in the bucket"):
         where.head("gone.bin")
     counters = Counters()

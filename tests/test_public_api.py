@@ -62,7 +62,7 @@ def test_public_names_live_where_the_layout_says():
         "ContainerRebuildWarning": "looptoolkit.tree",
         "RepeatedEpochWarning": "looptoolkit._common.errors",
         "BatchKeys": "looptoolkit._common.keys",
-        "group_size_for": "looptoolkit._rows.group_budget",
+        "group_size_for": "looptoolkit._inputs.group_budget",
     }
     for name, module in homes.items():
         assert getattr(looptoolkit, name) is getattr(importlib.import_module(module), name)

@@ -250,24 +250,26 @@ def bucket(
     storage_options: dict[str, Any] | None = None,
     dtype: Any = None,
 ) -> StoreArray | dict[str, Any]:
-    """A zarr array or group, or a table file (Parquet, Arrow IPC), in a bucket, read as set here.
+    """A zarr array or group, or a file, in a bucket (``s3://``, ``gs://``, ``az://``), as set.
 
-    A zarr array over ``s3://`` passed to the Loader as it is reads with the
+    A zarr array in a bucket passed to the Loader as it is reads with the
     defaults; wrap it to set where its chunks are cached on disk (needed by a
     full shuffle) and how they are fetched. See docs/stores.md, "Object storage".
 
     Args:
-        obj: a ``zarr.Array`` or ``zarr.Group`` opened over an S3 API (fsspec's
-            ``s3://`` or ``zarr.storage.ObjectStore`` over obstore's ``S3Store``), or
-            the ``s3://bucket/key`` URL of a Parquet file (its row groups are the chunks)
-            or of a prefix with Parquet files under it (an Arrow dataset, one table),
-            of an Arrow IPC file or stream (``.arrow``, ``.feather``, ``.ipc``: its
-            record batches are the chunks), of a prefix where HF ``datasets`` saved a
-            dataset (``save_to_disk``: its files in ``state.json``'s order, one table)
-            or with IPC files under it (in key order), or of an array file: a ``.npy``
-            file, or raw values of ``dtype`` (a token file, the values of a
-            [`Ragged`][looptoolkit.Ragged] column: read by the byte ranges of the rows
-            the order needs; ``np.asarray`` of it fetches it whole).
+        obj: a ``zarr.Array`` or ``zarr.Group`` opened over a bucket: an S3 API
+            (fsspec's ``s3://``, or ``zarr.storage.ObjectStore`` over obstore's ``S3Store``),
+            Google Cloud Storage (``gs://``: gcsfs, or a ``GCSStore``) or Azure Blob
+            (``az://`` or ``abfs://``: adlfs, or an ``AzureStore``); or the URL
+            (``s3://bucket/key``, ``gs://bucket/key``, ``az://container/key``) of a
+            Parquet file (its row groups are the chunks), of a prefix with Parquet files
+            under it (an Arrow dataset, one table), of an Arrow IPC file or stream
+            (``.arrow``, ``.feather``, ``.ipc``: its record batches are the chunks), of a
+            prefix where HF ``datasets`` saved a dataset (``save_to_disk``: its files in
+            ``state.json``'s order, one table) or with IPC files under it (in key order),
+            or of an array file: a ``.npy`` file, or raw values of ``dtype`` (a token
+            file, the values of a [`Ragged`][looptoolkit.Ragged] column: read by the byte
+            ranges of the rows the order needs; ``np.asarray`` of it fetches it whole).
         cache_dir: a directory for a chunk cache on local disk, shared by the
             processes that name it (the ranks of a node, workers); None: no disk cache.
         cache_bytes: the most bytes the disk cache keeps (least recently used out).
@@ -278,8 +280,11 @@ def bucket(
             its bytes at 8 MiB/s (default 5).
         columns: a table file's columns to read (default: all; numbers, booleans and
             vectors of them).
-        storage_options: a URL's endpoint and keys, as s3fs takes them (default: the
-            environment's).
+        storage_options: a URL's endpoint and credentials, as the scheme's fsspec client
+            takes them: s3fs (``endpoint_url``, ``key``, ``secret``, ``anon``), gcsfs
+            (``endpoint_url``, ``token``), adlfs (``connection_string``, ``account_name``,
+            ``account_key``, ``sas_token``, ``anon``). Default: where the cloud's clients
+            find them (the environment, a profile, the metadata server).
         dtype: an array file's dtype when it holds raw values (a ``.npy`` file states its own).
 
     Returns:
@@ -343,8 +348,8 @@ def bucket(
         )
     if type(obj).__module__.partition(".")[0] != "zarr":
         raise TypeError(
-            "`obj` must be a zarr array or group in a bucket, or the s3:// URL of a Parquet "
-            f"file, got {type(obj).__name__}."
+            "`obj` must be a zarr array or group in a bucket, or the s3://, gs:// or az:// URL "
+            f"of a Parquet file or an array file, got {type(obj).__name__}."
         )
     from looptoolkit.stores._zarr import remote_array
 
@@ -360,7 +365,9 @@ def bucket(
             cache = DiskCache(cache_dir, cache_bytes, space)
         remote = remote_array(item, path, settings, cache)
         if remote is None:
-            raise TypeError(f"{path} is a zarr array that is not in a bucket (s3://).")
+            raise TypeError(
+                f"{path} is a zarr array that is not in a bucket (s3://, gs://, az://)."
+            )
         return remote
 
     return wrap_one(obj, "data")

@@ -27,10 +27,10 @@ import pyarrow as pa
 
 from looptoolkit.stores import StoreArray
 from looptoolkit.stores._arrow import _view
+from looptoolkit.stores._bucket import Bucket, bucket_at
 from looptoolkit.stores._ipc_index import batch_buffers, index_of
 from looptoolkit.stores._remote import Counters, Fetcher, ObjectRef, Settings
 from looptoolkit.stores._remote_table import Files, Kept, PerProcess, RemoteColumn
-from looptoolkit.stores._s3 import S3Bucket, options_of
 
 __all__ = ["IPC_SUFFIXES", "RemoteArrowColumn", "arrow_columns", "arrow_dataset"]
 
@@ -69,7 +69,7 @@ class _IpcFile(PerProcess):
 
     def __init__(
         self,
-        bucket: S3Bucket,
+        bucket: Bucket,
         ref: ObjectRef,
         columns: list[str] | None,
         settings: Settings,
@@ -81,7 +81,7 @@ class _IpcFile(PerProcess):
         self._proc: tuple[int, Fetcher, Counters] | None = None
         self.kept = Kept()
         self.ref = ref
-        where = f"s3://{bucket.bucket}/{ref.key}"
+        where = bucket.url(ref.key)
         try:
             index = index_of(self.process()[0], ref, bucket.where, cache, stream_expected)
         except ValueError as error:
@@ -178,7 +178,7 @@ class _IpcFile(PerProcess):
         shape = self.features.get(name)
         if shape is not None and values.shape[1:] != shape:
             raise ValueError(
-                f"s3://{self.bucket.bucket}/{self.key} holds in record batch {chunk} rows of "
+                f"{self.bucket.url(self.key)} holds in record batch {chunk} rows of "
                 f"data[{name!r}] of shape {values.shape[1:]}, where its first batch has "
                 f"{shape}; the Loader batches rows of one shape."
             )
@@ -192,11 +192,8 @@ class RemoteArrowColumn(RemoteColumn):
     what = "column"
 
 
-def _url(url: str, storage_options: dict[str, Any] | None) -> tuple[S3Bucket, str]:
-    if not url.startswith("s3://"):
-        raise ValueError(f"`obj` must be an s3:// URL, got {url!r}.")
-    name, _, key = url.removeprefix("s3://").partition("/")
-    return S3Bucket(name, "", options_of(storage_options or {})), key
+def _url(url: str, storage_options: dict[str, Any] | None) -> tuple[Bucket, str]:
+    return bucket_at(url, storage_options, "an Arrow IPC file or a saved dataset")
 
 
 def arrow_columns(
@@ -242,7 +239,7 @@ def arrow_dataset(
         keys = [under + item["filename"] for item in found["_data_files"]]
         missing = [k for k in keys if k not in listed]
         if missing:
-            raise ValueError(f"s3://{bucket.bucket}/{missing[0]} (in state.json) is not there.")
+            raise ValueError(f"{bucket.url(missing[0])} (in state.json) is not there.")
         refs = [listed[k] for k in keys]
     elif f"{under}dataset_dict.json" in listed:  # splits, each a dataset: which one?
         splits = sorted({k[len(under) :].partition("/")[0] for k in listed})

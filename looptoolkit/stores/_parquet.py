@@ -18,9 +18,9 @@ import numpy as np
 
 from looptoolkit.stores import StoreArray
 from looptoolkit.stores._arrow import _view
+from looptoolkit.stores._bucket import Bucket, bucket_at
 from looptoolkit.stores._remote import Counters, Fetcher, ObjectRef, Settings
 from looptoolkit.stores._remote_table import Kept, PerProcess, RemoteColumn, Sparse
-from looptoolkit.stores._s3 import S3Bucket, options_of
 
 __all__ = ["RemoteParquetColumn", "parquet_columns"]
 
@@ -37,7 +37,7 @@ class _File(PerProcess):
     chunk_name = "row groups"
 
     def __init__(
-        self, bucket: S3Bucket, key: str, columns: list[str] | None, settings: Settings, cache: Any
+        self, bucket: Bucket, key: str, columns: list[str] | None, settings: Settings, cache: Any
     ) -> None:
         self.bucket, self.key, self.settings, self.cache = bucket, key, settings, cache
         self._proc: tuple[int, Fetcher, Counters] | None = None
@@ -53,7 +53,7 @@ class _File(PerProcess):
         sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
         if not sizes or any(s != sizes[0] for s in sizes[:-1]) or sizes[-1] > sizes[0]:
             raise ValueError(
-                f"s3://{bucket.bucket}/{key} has row groups of {sorted(set(sizes))} rows; the "
+                f"{bucket.url(key)} has row groups of {sorted(set(sizes))} rows; the "
                 "Loader reads row groups of one size (the last may be shorter) as chunks."
             )
         self.unit, self.rows = sizes[0], sum(sizes)
@@ -62,7 +62,7 @@ class _File(PerProcess):
         where = [schema.get_field_index(name) for name in self.columns]
         if -1 in where:
             missing = self.columns[where.index(-1)]
-            raise ValueError(f"s3://{bucket.bucket}/{key} has no column {missing!r}.")
+            raise ValueError(f"{bucket.url(key)} has no column {missing!r}.")
         leaf = meta.schema
         names = [leaf.column(j).path.split(".")[0] for j in range(meta.num_columns)]
         self.leaf_columns = [j for j, name in enumerate(names) if name in self.columns]
@@ -127,12 +127,9 @@ def parquet_columns(
     """The numeric columns of the Parquet file at ``url`` (``s3://bucket/key``) as store leaves.
 
     Raises:
-        ValueError: not an ``s3://`` URL; row groups of several sizes; a column not there.
+        ValueError: not a bucket's URL; row groups of several sizes; a column not there.
         TypeError: a column that is not numeric or boolean.
     """
-    if not url.startswith("s3://"):
-        raise ValueError(f"`obj` must be an s3:// URL of a Parquet file, got {url!r}.")
-    name, _, key = url.removeprefix("s3://").partition("/")
-    bucket = S3Bucket(name, "", options_of(storage_options or {}))
+    bucket, key = bucket_at(url, storage_options, "a Parquet file")
     file = _File(bucket, key, columns, settings, cache_of(bucket))
     return {c: RemoteParquetColumn(file, c, f"data[{c!r}]") for c in file.columns}

@@ -20,10 +20,10 @@ from __future__ import annotations
 from typing import Any
 
 from looptoolkit.stores import StoreArray
+from looptoolkit.stores._bucket import Bucket, bucket_at
 from looptoolkit.stores._parquet import RemoteParquetColumn, _File
 from looptoolkit.stores._remote import ObjectRef, Settings
 from looptoolkit.stores._remote_table import Files
-from looptoolkit.stores._s3 import S3Bucket, options_of
 
 __all__ = ["parquet_dataset"]
 
@@ -32,7 +32,7 @@ class _Listed(_File):
     """A file of a dataset: its size and version as the dataset's LIST gave them (no HEAD)."""
 
     def __init__(
-        self, ref: ObjectRef, bucket: S3Bucket, columns: list[str] | None, settings: Settings
+        self, ref: ObjectRef, bucket: Bucket, columns: list[str] | None, settings: Settings
     ) -> None:
         self._given = ref
         super().__init__(bucket, ref.key, columns, settings, None)
@@ -54,8 +54,7 @@ def parquet_dataset(
         ValueError: files whose columns or row groups differ; a column not there.
         TypeError: a column that is not numbers, booleans or fixed-size lists of them.
     """
-    name, _, key = url.removeprefix("s3://").partition("/")
-    bucket = S3Bucket(name, "", options_of(storage_options or {}))
+    bucket, key = bucket_at(url, storage_options, "Parquet files")
     prefix = key.strip("/")
     refs = sorted(
         (ref for ref in bucket.list(prefix) if ref.key.endswith(".parquet")),

@@ -28,8 +28,8 @@ import numpy as np
 
 from looptoolkit.stores import StoreArray
 from looptoolkit.stores._arrow import layout_of
+from looptoolkit.stores._bucket import Bucket
 from looptoolkit.stores._remote import Counters, Fetcher, ObjectRef, Settings
-from looptoolkit.stores._s3 import S3Bucket
 
 __all__ = ["Files", "Kept", "PerProcess", "RemoteColumn", "Sparse"]
 
@@ -128,7 +128,7 @@ class PerProcess:
     Pickled (to a worker) without it: a process makes its own, and again after a fork.
     """
 
-    bucket: S3Bucket
+    bucket: Bucket
     settings: Settings
     cache: Any
     key: str  # a file's key and its object as first seen (a directory relists its own way)
@@ -154,7 +154,7 @@ class PerProcess:
         self.process()[1].add(requests=1)
         if (ref.size, ref.version) != (self.ref.size, self.ref.version):
             raise RuntimeError(
-                f"s3://{self.bucket.bucket}/{ref.key} changed since the Loader was made; "
+                f"{self.bucket.url(ref.key)} changed since the Loader was made; "
                 "make a new Loader for the new file."
             )
 
@@ -183,7 +183,7 @@ class Files(PerProcess):
 
     def __init__(
         self,
-        bucket: S3Bucket,
+        bucket: Bucket,
         prefix: str,
         files: list[Any],
         settings: Settings,
@@ -195,7 +195,7 @@ class Files(PerProcess):
         self.files = files
         first = files[0]
         self.schema, self.columns, self.unit = first.schema, first.columns, first.unit
-        where, chunks = f"s3://{bucket.bucket}/", first.chunk_name
+        where, chunks = bucket.url(""), first.chunk_name
         for file in files[1:]:
             for name in self.columns:
                 if file.schema.get_field_index(name) == -1 or not file.schema.field(
@@ -240,7 +240,7 @@ class Files(PerProcess):
             now = listed.get(file.key)
             if now is None or (now.size, now.version) != (file.ref.size, file.ref.version):
                 raise RuntimeError(
-                    f"s3://{self.bucket.bucket}/{file.key} changed since the Loader was made; "
+                    f"{self.bucket.url(file.key)} changed since the Loader was made; "
                     "make a new Loader for the new files."
                 )
 

@@ -1,6 +1,6 @@
 """An array file in a bucket (``.npy``, or raw values of a given dtype): a token file, offsets.
 
-Made by [`bucket`][looptoolkit.stores.bucket] from an ``s3://`` address with
+Made by [`bucket`][looptoolkit.stores.bucket] from an ``s3://``, ``gs://`` or ``az://`` address with
 ``dtype=`` (raw values) or ending in ``.npy``. Opening reads one HEAD (its size
 and version) and, for ``.npy``, one GET of its header; nothing else until rows
 are read. A [`RemoteFile`][looptoolkit.stores._tokens.RemoteFile] is a
@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from looptoolkit.stores import StoreArray
+from looptoolkit.stores._bucket import Bucket, bucket_at
 from looptoolkit.stores._remote import Counters, Fetcher, ObjectRef, Settings
-from looptoolkit.stores._s3 import S3Bucket, options_of
 
 __all__ = ["RemoteFile", "array_file"]
 
@@ -47,7 +47,7 @@ class RemoteFile(StoreArray):
 
     def __init__(
         self,
-        bucket: S3Bucket,
+        bucket: Bucket,
         ref: ObjectRef,
         start: int,
         dtype: np.dtype,
@@ -117,7 +117,7 @@ class RemoteFile(StoreArray):
         self.counters.add(requests=1)
         if (now.size, now.version) != (self.ref.size, self.ref.version):
             raise RuntimeError(
-                f"s3://{self.bucket.bucket}/{self.ref.key} changed since the Loader was made; "
+                f"{self.bucket.url(self.ref.key)} changed since the Loader was made; "
                 "make a new Loader for the new file."
             )
 
@@ -196,21 +196,18 @@ def array_file(
     settings: Settings,
     cache_of: Any,
 ) -> RemoteFile:
-    """The array file at ``url`` (``s3://bucket/key``): a ``.npy`` file, or raw values of ``dtype``.
+    """The array file at ``url`` (``s3://bucket/key``, ``gs://``, ``az://``): .npy or raw values.
 
     One HEAD (its size and version) and, for a ``.npy`` file, one GET of its header.
 
     Raises:
         FileNotFoundError: nothing at ``url``.
-        ValueError: not an ``s3://`` URL; ``columns`` (a Parquet file's); a raw file without
+        ValueError: not a bucket's URL; ``columns`` (a Parquet file's); a raw file without
             ``dtype``, or whose size is not whole values; a ``dtype`` a ``.npy`` file contradicts.
     """
-    if not url.startswith("s3://"):
-        raise ValueError(f"`obj` must be an s3:// URL of an array file, got {url!r}.")
+    bucket, key = bucket_at(url, storage_options, "an array file")
     if columns is not None:
         raise ValueError("`columns` is for a Parquet file's URL, not an array file's.")
-    name, _, key = url.removeprefix("s3://").partition("/")
-    bucket = S3Bucket(name, "", options_of(storage_options or {}))
     ref = bucket.head(key)
     cache = cache_of(bucket)
     if key.endswith(".npy"):

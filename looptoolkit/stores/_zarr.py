@@ -1,7 +1,8 @@
 """zarr arrays and groups (zarr-python 3, zarr formats 2 and 3) as Loader data.
 
-A zarr array over ``s3://`` (fsspec's s3fs, or zarr's ``ObjectStore`` over
-obstore's ``S3Store``) becomes a [`RemoteZarr`][looptoolkit.stores._zarr.RemoteZarr]:
+A zarr array in a bucket (``s3://``, ``gs://``, ``az://`` through fsspec, or zarr's
+``ObjectStore`` over obstore's ``S3Store``, ``GCSStore`` or ``AzureStore``) becomes a
+[`RemoteZarr`][looptoolkit.stores._zarr.RemoteZarr]:
 its chunk objects' keys come from the array's metadata, their sizes and
 versions from one LIST per pass (a chunk that is not listed holds the fill
 value, as zarr reads it), and their bytes from a
@@ -28,8 +29,8 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import MemoryStore, StorePath
 
 from looptoolkit.stores import StoreArray
+from looptoolkit.stores._bucket import Bucket, bucket_of
 from looptoolkit.stores._remote import Counters, Fetcher, ObjectRef, Settings
-from looptoolkit.stores._s3 import S3Bucket, bucket_of
 
 _sync: Any
 _nd: Any
@@ -151,14 +152,14 @@ class RemoteZarr(ZarrArray):
         self,
         array: zarr.Array,
         path: str,
-        bucket: S3Bucket,
+        bucket: Bucket,
         settings: Settings,
         cache: Any = None,
     ) -> None:
         super().__init__(array, path)
         self.settings = settings
         self.cache = cache
-        self._bucket: S3Bucket | None = bucket
+        self._bucket: Bucket | None = bucket
         self._proc: tuple[int, Fetcher, Counters, zarr.Array, dict[str, Any]] | None = None
         self._refs: dict[str, ObjectRef] | None = None
         self._listing: Future[list[ObjectRef]] | None = None  # the pass's LIST on its way
@@ -189,7 +190,7 @@ class RemoteZarr(ZarrArray):
         self._lock = threading.Lock()
 
     @property
-    def bucket(self) -> S3Bucket:
+    def bucket(self) -> Bucket:
         if self._bucket is None:
             self._bucket = bucket_of(self.array.store)
             assert self._bucket is not None
