@@ -84,8 +84,8 @@ def test_epoch_equals_local_and_fetches_each_chunk_once(s3, stored, shuffle):
     assert reads["requests"] == CHUNKS + 1
     assert reads["bytes_fetched"] == reads["bytes_used"] == CHUNKS * CHUNK_BYTES  # each once
     assert reads["bytes_fetched"] <= 1.2 * sum(x.nbytes for x in got)
-    assert reads["retries"] == 0 and reads["in_flight_bound"] == 16
-    assert 1 <= reads["max_in_flight"] <= 16 and reads["ahead_bytes_bound"] == 64 << 20
+    assert reads["retries"] == 0 and reads["in_flight_bound"] == 64
+    assert 1 <= reads["max_in_flight"] <= 64 and reads["ahead_bytes_bound"] == 64 << 20
     assert loader.stats.as_dict()["remote_requests"] == CHUNKS + 1
 
 

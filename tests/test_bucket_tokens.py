@@ -121,7 +121,7 @@ def test_grouped_epoch_fetches_each_chunk_once(s3, urls, corpus, layout):
     assert corpus[0].nbytes <= seen["body_bytes"] <= 1.2 * corpus[0].nbytes
     reads = loader.stats.remote_reads  # the file's counts since it was opened
     assert reads["bytes_used"] >= seen["body_bytes"] and reads["retries"] == 0
-    assert loader.stats.as_dict()["remote_in_flight_bound"] == 16
+    assert loader.stats.as_dict()["remote_in_flight_bound"] == 64
 
 
 def test_read_ahead_stops_at_the_epochs_end(s3, urls, corpus):

@@ -273,7 +273,8 @@ def bucket(
         cache_dir: a directory for a chunk cache on local disk, shared by the
             processes that name it (the ranks of a node, workers); None: no disk cache.
         cache_bytes: the most bytes the disk cache keeps (least recently used out).
-        in_flight: the most requests in flight at once (default 16).
+        in_flight: the most requests in flight at once, per process and bucket (default
+            64).
         ahead_bytes: the most bytes fetched ahead of the reads (default 64 MiB).
         attempts: tries of each request before a read fails (default 6).
         deadline_s: seconds after which a request still running is restarted, plus

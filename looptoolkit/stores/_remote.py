@@ -42,10 +42,12 @@ from typing import Any
 __all__ = ["Counters", "Fetcher", "ObjectRef", "RemoteReadError", "Settings", "event_loop"]
 __all__ += ["unlisted"]
 
-# Chosen from benchmarks/bucket_clients.py (98 x 256 KiB, 20 ms a request): obstore
-# moved 10 MiB/s with 1 request in flight, 63 MiB/s with 16; more in flight gained
-# little on 2 cores. Bytes ahead: a few groups of chunks, well within a host's memory.
-IN_FLIGHT = 16
+# Chosen from benchmarks/bucket_in_flight.py (the bucket workload's Loader epochs, 196
+# objects): with 20 ms a request, grouped epochs of 634 / 369 / 312 / 322 / 309 ms at
+# 8 / 16 / 32 / 64 / 128 in flight (the local server's own time is the floor past 32);
+# with 50 ms, 765 / 428 / 382 / 366 ms at 16 / 32 / 64 / 128. One bound per process and
+# bucket. Bytes ahead: a few groups of chunks, well within a host's memory.
+IN_FLIGHT = 64
 AHEAD_BYTES = 64 << 20
 # Objects taken by reads are kept in memory up to this many bytes (least recently used
 # out): an order that reads a chunk's rows over a few batches fetches it once.

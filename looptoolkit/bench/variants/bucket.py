@@ -11,8 +11,9 @@ is a `BucketLoop`: an iterable over epochs that may also say how to check its re
   and through a disk cache: ``-e1`` starts each epoch with an empty cache (a first epoch),
   ``-e2`` with one a first epoch filled (every later epoch).
 - ``floor-s3-seq``: the hand-written loop that fetches every chunk object of the epoch with
-  obstore, 16 requests in flight, in order, and cuts each chunk's bytes into batches (no
-  LIST, no decode, no cache): the most any loop can take from this server.
+  obstore (as many requests in flight as the Loader's default bound), in order, and cuts
+  each chunk's bytes into batches (no LIST, no decode, no cache): the most any loop can
+  take from this server.
 - zarr read directly over ``s3://`` (fsspec), with no read-ahead: the same grouped order,
   each batch read with ``get_orthogonal_selection`` (a hand loop).
 - Peers, where installed: Mosaic streaming (MDS shards), litdata (``optimize``'s chunks),
@@ -44,6 +45,7 @@ from looptoolkit.bench.results import Group
 from looptoolkit.bench.variants import Context, Variant
 from looptoolkit.bench.variants.epochs import EpochPipeline, batch_slices
 from looptoolkit.order._order import batch_count
+from looptoolkit.stores._remote import IN_FLIGHT
 
 __all__ = ["BUCKET_BASELINE", "BucketLoop", "bucket_values", "bucket_variants", "first_bound"]
 __all__ += ["stacked"]
@@ -52,9 +54,6 @@ BUCKET_BASELINE = "floor-local-grp"
 """The row every other is set against: the Loader's grouped epoch on the local zarr copy."""
 CACHE_BYTES = 1 << 30  # a disk cache that holds the whole array
 Resume = Callable[[int, "int | None"], tuple[list[np.ndarray], list[np.ndarray]]]
-
-
-IN_FLIGHT = 16  # the hand loop's requests in flight: the Loader's default bound
 
 
 class BucketLoop(EpochPipeline):
@@ -404,7 +403,7 @@ _LABELS = {
     "floor-local-seq": "Loader on the local zarr copy, sequential",
     "floor-local-shuf": "Loader on the local zarr copy, full shuffle",
     "floor-s3-seq": "hand loop on the bucket: every chunk object fetched in order (obstore, "
-    "16 in flight, no LIST), each cut into batches",
+    "64 in flight, no LIST), each cut into batches",
     "loader-s3-grouped": "Loader on the bucket, grouped, no disk cache: every epoch fetched",
     "loader-s3-seq": "Loader on the bucket, sequential, no disk cache",
     "loader-s3-grp-e2": "Loader on the bucket, grouped, disk cache a first epoch filled",
