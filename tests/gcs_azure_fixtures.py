@@ -17,6 +17,7 @@ client (gcsfs, adlfs) and of obstore's store, and puts files in it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -238,7 +239,26 @@ def local_azure() -> Iterator[LocalAzure]:
     pytest.importorskip("azure.storage.blob")
     server = LocalAzure(_azurite())
     yield server
+    _close_adlfs_clients()
     server.stop()
+
+
+def _close_adlfs_clients() -> None:
+    """Close the clients adlfs made, now, while fsspec's loop runs.
+
+    adlfs closes each filesystem's client from a ``weakref.finalize`` that calls
+    ``fsspec.asyn.sync`` on fsspec's loop; at interpreter exit that loop has
+    stopped, and each prints a "Loop is not running" traceback (fsspec/adlfs#495).
+    Those finalizers are called here instead (a finalizer runs at most once).
+    """
+    import weakref
+
+    adlfs = pytest.importorskip("adlfs")
+    registry = getattr(weakref.finalize, "_registry", {})
+    for finalizer, info in list(registry.items()):
+        if any(isinstance(arg, adlfs.AzureBlobFileSystem) for arg in info.args):
+            with contextlib.suppress(Exception):
+                finalizer()
 
 
 @pytest.fixture
