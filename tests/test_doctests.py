@@ -23,6 +23,7 @@ NEEDS = {
     "looptoolkit.bench.variants.jax": "jax",
     "looptoolkit.bench.variants.tf": "tensorflow",
     "looptoolkit.bench.s3local": "moto",
+    "looptoolkit.stores": "moto",
 }
 # Modules whose public functions show how they are used: they must have examples.
 WITH_EXAMPLES = {

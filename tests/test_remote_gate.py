@@ -170,3 +170,39 @@ def test_the_order_is_looked_ahead_of_a_few_batches_at_a_time():
     assert leaf.asked == list(range(ANNOUNCED_STEP))
     rest = list(source)
     assert len(rest) == 999 and leaf.asked == list(range(1000))  # each chunk once, in order
+
+
+def test_a_pass_asks_for_a_few_batches_objects_before_its_first_read(s3, group, monkeypatch):
+    # Reading a block of batches at once would look the order ahead for each of them
+    # first: the first batch's objects would share the server with a block's worth.
+    from looptoolkit._rows.store_reads import ANNOUNCED_STEP
+    from looptoolkit.stores import _remote
+
+    asked: dict[int, int] = {}
+    at_first_take: dict[int, int] = {}
+    prefetch, unlisted, take = (
+        _remote.Fetcher.prefetch,
+        _remote.Fetcher.prefetch_unlisted,
+        _remote.Fetcher.take,
+    )
+
+    def counted(method: Any) -> Any:
+        def call(self: Any, items: Any, *args: Any) -> Any:
+            asked[id(self)] = asked.get(id(self), 0) + len(items)
+            return method(self, items, *args)
+
+        return call
+
+    def first(self: Any, refs: Any) -> Any:
+        at_first_take.setdefault(id(self), asked.get(id(self), 0))
+        return take(self, refs)
+
+    monkeypatch.setattr(_remote.Fetcher, "prefetch", counted(prefetch))
+    monkeypatch.setattr(_remote.Fetcher, "prefetch_unlisted", counted(unlisted))
+    monkeypatch.setattr(_remote.Fetcher, "take", first)
+    values, remote = group
+    loader = Loader(in_bucket(remote), BATCH, shuffle=False)  # 2 batches a chunk
+    rows = np.concatenate([np.asarray(b["b"]) for b in loader])
+    assert np.array_equal(rows, np.arange(ROWS))
+    chunks = ANNOUNCED_STEP * BATCH // CHUNK  # the first look ahead: 4 chunks
+    assert len(at_first_take) == 2 and set(at_first_take.values()) == {chunks}

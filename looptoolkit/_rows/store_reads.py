@@ -239,6 +239,11 @@ class StoreReads:
             for leaf, view in zip(leaves, views, strict=True)
         ]
         batches = iter(batches)
+        # A pass over a bucket starts with a block of one batch, each next block twice
+        # the one before up to `block`: taking a block's batch indices looks the order
+        # ahead (`announced`), and the first batch's objects would share the server with
+        # a block's worth of others.
+        size = 1 if self.remote() else self.block
         take: Callable[[int], list[np.ndarray]]
         if self.background and self.forward and self.ahead:  # the next span, where it can be
             cache.later = max(1, self.ahead // self.unit)
@@ -252,7 +257,8 @@ class StoreReads:
             for leaf, view in zip(leaves, views, strict=True)
         ]
         while True:
-            block = take(self.block)
+            block = take(size)
+            size = min(2 * size, self.block)
             if len(block) <= 1:
                 if block:
                     yield [f(block[0]) for f in fetch]

@@ -296,6 +296,30 @@ def bucket(
         TypeError: ``obj`` is not a zarr array or group in a bucket or a URL; a Parquet
             column that is not numeric or boolean.
         ValueError: ``cache_dir`` without ``cache_bytes`` (or the reverse), a bad bound.
+
+    Examples:
+        A zarr array in a bucket of the local S3 server (moto on 127.0.0.1), read
+        through a chunk cache on disk:
+
+        >>> import tempfile
+        >>> import numpy as np, zarr
+        >>> from looptoolkit import Loader
+        >>> from looptoolkit.bench.s3local import LocalS3
+        >>> folder = tempfile.mkdtemp()
+        >>> local = zarr.create_array(f"{folder}/x.zarr", shape=(1000, 4), chunks=(250, 4),
+        ...                           dtype="f4")
+        >>> local[:] = np.arange(4000, dtype="f4").reshape(1000, 4)
+        >>> with LocalS3() as s3:
+        ...     name = s3.make_bucket("looptoolkit-docs")
+        ...     s3.upload_dir(f"{folder}/x.zarr", name, "x.zarr")
+        ...     remote = zarr.open_array(f"s3://{name}/x.zarr",
+        ...                              storage_options=s3.storage_options())
+        ...     x = bucket(remote, cache_dir=f"{folder}/cache", cache_bytes=1 << 26)
+        ...     loader = Loader({"x": x}, 100, shuffle="grouped", seed=0, stats=True)
+        ...     rows = sum(len(b["x"]) for b in loader)
+        ...     reads = loader.stats.remote_reads
+        >>> rows, reads["requests"], reads["cache_hits"]  # one LIST, 4 chunk objects
+        (1000, 5, 0)
     """
     from looptoolkit.stores._disk_cache import DiskCache
     from looptoolkit.stores._remote import Settings
