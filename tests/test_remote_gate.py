@@ -202,7 +202,8 @@ def test_a_pass_asks_for_a_few_batches_objects_before_its_first_read(s3, group, 
     monkeypatch.setattr(_remote.Fetcher, "take", first)
     values, remote = group
     loader = Loader(in_bucket(remote), BATCH, shuffle=False)  # 2 batches a chunk
-    rows = np.concatenate([np.asarray(b["b"]) for b in loader])
-    assert np.array_equal(rows, np.arange(ROWS))
+    got = list(loader)
+    assert np.array_equal(np.concatenate([np.asarray(b["b"]) for b in got]), np.arange(ROWS))
+    assert np.array_equal(np.concatenate([np.asarray(b["a"]) for b in got]), values["a"])
     chunks = ANNOUNCED_STEP * BATCH // CHUNK  # the first look ahead: 4 chunks
     assert len(at_first_take) == 2 and set(at_first_take.values()) == {chunks}
