@@ -43,9 +43,9 @@ __all__ = ["Counters", "Fetcher", "ObjectRef", "RemoteReadError", "Settings", "e
 __all__ += ["unlisted"]
 
 # Chosen from benchmarks/bucket_in_flight.py (the bucket workload's Loader epochs, 196
-# objects): with 20 ms a request, grouped epochs of 634 / 369 / 312 / 322 / 309 ms at
+# objects): with 20 ms a request, grouped epochs of 654 / 393 / 312 / 335 / 312 ms at
 # 8 / 16 / 32 / 64 / 128 in flight (the local server's own time is the floor past 32);
-# with 50 ms, 765 / 428 / 382 / 366 ms at 16 / 32 / 64 / 128. One bound per process and
+# with 50 ms, 809 / 478 / 386 / 375 ms at 16 / 32 / 64 / 128. One bound per process and
 # bucket. Bytes ahead: a few groups of chunks, well within a host's memory.
 IN_FLIGHT = 64
 AHEAD_BYTES = 64 << 20
