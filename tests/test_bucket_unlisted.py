@@ -1,12 +1,14 @@
-"""Chunks fetched before the pass's LIST arrives: checked against it, never served stale.
+"""Chunks fetched before the pass's LIST arrives: read as answered, checked once it is here.
 
 Without a disk cache a pass sends its LIST and fetches the first chunk objects whole at
-the same time (`Fetcher.prefetch_unlisted`); a read waits for the LIST and takes an
-object only if the size and version its GET answered are the listed ones.
+the same time (`Fetcher.prefetch_unlisted`); a read before the LIST arrives takes each as
+its GET answered it, and a read after takes one only if the size and version its GET
+answered are the listed ones (another is fetched again, as listed).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -19,7 +21,7 @@ pytest.importorskip("s3fs")
 pytest.importorskip("moto")
 
 from looptoolkit import Loader  # noqa: E402
-from looptoolkit.stores._zarr import remote_array  # noqa: E402
+from looptoolkit.stores._zarr import RemoteZarr, remote_array  # noqa: E402
 
 ROWS, CHUNK, BATCH = 4096, 512, 256
 
@@ -86,3 +88,25 @@ def test_a_chunk_that_is_not_listed_holds_the_fill_value(s3, bucket, tmp_path):
     expected[CHUNK : 2 * CHUNK] = -1
     got = np.concatenate([b["x"] for b in Loader({"x": remote}, BATCH, shuffle=False)])
     assert np.array_equal(got, expected)
+
+
+def test_a_read_before_the_list_arrives_does_not_wait_for_it(s3, bucket, tmp_path, monkeypatch):
+    values = np.arange(ROWS, dtype=np.int64)
+    remote = _remote(s3, bucket, values, tmp_path)
+    release = threading.Event()
+    listed = RemoteZarr._list
+
+    def held(self: Any, prefix: str) -> Any:  # the LIST answers only once released
+        release.wait(10)
+        return listed(self, prefix)
+
+    monkeypatch.setattr(RemoteZarr, "_list", held)
+    iterator = iter(Loader({"x": remote}, BATCH, shuffle=False))
+    start = time.perf_counter()
+    first = next(iterator)
+    took = time.perf_counter() - start
+    release.set()
+    assert took < 5, took  # not held back by the LIST
+    assert np.array_equal(first["x"], values[:BATCH])
+    rest = np.concatenate([b["x"] for b in iterator])
+    assert np.array_equal(rest, values[BATCH:])

@@ -172,14 +172,24 @@ def test_the_order_is_looked_ahead_of_a_few_batches_at_a_time():
     assert len(rest) == 999 and leaf.asked == list(range(1000))  # each chunk once, in order
 
 
-def test_a_pass_asks_for_a_few_batches_objects_before_its_first_read(s3, group, monkeypatch):
-    # Reading a block of batches at once would look the order ahead for each of them
-    # first: the first batch's objects would share the server with a block's worth.
-    from looptoolkit._rows.store_reads import ANNOUNCED_STEP
+def test_a_pass_asks_for_a_few_blocks_objects_before_its_first_read(
+    s3, bucket, tmp_path, monkeypatch
+):
+    # A block's batches are taken from the order before its read, each looking the order
+    # ahead (`announced`): blocks of 32 batches would ask for 8 groups' objects before the
+    # first batch's read, all sent at once with 64 in flight. A pass over a bucket reads
+    # blocks of at most REMOTE_BLOCK batches.
+    from looptoolkit._rows.store_reads import ANNOUNCED_STEP, REMOTE_BLOCK
     from looptoolkit.stores import _remote
 
-    asked: dict[int, int] = {}
-    at_first_take: dict[int, int] = {}
+    rows = 64 * CHUNK  # 64 chunks, groups of 16 (32 batches each)
+    values = np.arange(rows, dtype=np.int64)
+    local = zarr.open_group(tmp_path / "g.zarr", mode="w")
+    local.create_array("b", data=values, chunks=(CHUNK,), compressors=None)
+    s3.upload_dir(tmp_path / "g.zarr", bucket, "g.zarr")
+    remote = zarr.open_group(f"s3://{bucket}/g.zarr", storage_options=s3.storage_options())
+    asked: list[int] = []
+    at_first_take: list[int] = []
     prefetch, unlisted, take = (
         _remote.Fetcher.prefetch,
         _remote.Fetcher.prefetch_unlisted,
@@ -188,22 +198,23 @@ def test_a_pass_asks_for_a_few_batches_objects_before_its_first_read(s3, group, 
 
     def counted(method: Any) -> Any:
         def call(self: Any, items: Any, *args: Any) -> Any:
-            asked[id(self)] = asked.get(id(self), 0) + len(items)
+            asked.append(len(items))
             return method(self, items, *args)
 
         return call
 
     def first(self: Any, refs: Any) -> Any:
-        at_first_take.setdefault(id(self), asked.get(id(self), 0))
+        if not at_first_take:
+            at_first_take.append(sum(asked))
         return take(self, refs)
 
     monkeypatch.setattr(_remote.Fetcher, "prefetch", counted(prefetch))
     monkeypatch.setattr(_remote.Fetcher, "prefetch_unlisted", counted(unlisted))
     monkeypatch.setattr(_remote.Fetcher, "take", first)
-    values, remote = group
-    loader = Loader(in_bucket(remote), BATCH, shuffle=False)  # 2 batches a chunk
-    got = list(loader)
-    assert np.array_equal(np.concatenate([np.asarray(b["b"]) for b in got]), np.arange(ROWS))
-    assert np.array_equal(np.concatenate([np.asarray(b["a"]) for b in got]), values["a"])
-    chunks = ANNOUNCED_STEP * BATCH // CHUNK  # the first look ahead: 4 chunks
-    assert len(at_first_take) == 2 and set(at_first_take.values()) == {chunks}
+    loader = Loader(in_bucket(remote), BATCH, shuffle="grouped", seed=0)
+    ids = np.concatenate([np.asarray(b["b"]) for b in loader])
+    assert np.array_equal(np.sort(ids), values)
+    # REMOTE_BLOCK batches taken, each looking ANNOUNCED_STEP batches further: the
+    # chunks of at most that many batches (and one group more, where they end in one).
+    looked = REMOTE_BLOCK * ANNOUNCED_STEP * BATCH
+    assert at_first_take[0] <= (looked // (16 * CHUNK) + 1) * 16, at_first_take

@@ -239,11 +239,10 @@ class StoreReads:
             for leaf, view in zip(leaves, views, strict=True)
         ]
         batches = iter(batches)
-        # A pass over a bucket starts with a block of one batch, each next block twice
-        # the one before up to `block`: taking a block's batch indices looks the order
-        # ahead (`announced`), and the first batch's objects would share the server with
-        # a block's worth of others.
-        size = 1 if self.remote() else self.block
+        # A pass over a bucket reads blocks of at most REMOTE_BLOCK batches: taking a
+        # block's batch indices looks the order ahead (`announced`) for each, and with
+        # larger blocks the first batch's objects would share the server with many more.
+        per_block = min(self.block, REMOTE_BLOCK) if self.remote() else self.block
         take: Callable[[int], list[np.ndarray]]
         if self.background and self.forward and self.ahead:  # the next span, where it can be
             cache.later = max(1, self.ahead // self.unit)
@@ -257,8 +256,7 @@ class StoreReads:
             for leaf, view in zip(leaves, views, strict=True)
         ]
         while True:
-            block = take(size)
-            size = min(2 * size, self.block)
+            block = take(per_block)
             if len(block) <= 1:
                 if block:
                     yield [f(block[0]) for f in fetch]
@@ -306,6 +304,8 @@ def summed(counters: Sequence[Any]) -> dict[str, int]:
     return out
 
 
+# Batches a block of a pass over a bucket holds at most (see `StoreReads._through`).
+REMOTE_BLOCK = 8
 # Batches of the order looked at (their chunks asked for) before each batch goes on: the
 # look-ahead grows by this many less one a batch until it reaches the bytes bound.
 ANNOUNCED_STEP = 8

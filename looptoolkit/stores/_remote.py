@@ -372,8 +372,11 @@ class Fetcher:
         with self._lock:
             for i, ref in enumerate(refs):
                 kept = self._recent.get(ref)
+                if kept is None and ref.size >= 0 and ref.start == 0:  # taken before the LIST?
+                    kept = self._recent.get(unlisted(ref.key))
+                    if kept is not None:
+                        checked.append(i)
                 if kept is not None:
-                    self._recent.move_to_end(ref)
                     futures.append(kept)
                     continue
                 future = self._ahead.pop(ref, None)
@@ -389,7 +392,7 @@ class Fetcher:
                         continue
                     missing.append(ref)
                 else:
-                    self._ahead_bytes -= ref.size
+                    self._ahead_bytes -= self._guess.pop(ref, 0) if ref.size < 0 else ref.size
                 futures.append(future)
         started = iter(self._start(list(dict.fromkeys(missing)), now=True))
         now = {ref: next(started) for ref in dict.fromkeys(missing)}
@@ -415,9 +418,16 @@ class Fetcher:
                 self._recent_bytes -= len(old)
         return out
 
+    def answered(self, key: str) -> tuple[int, str] | None:
+        """The size and version the GET of unlisted object ``key`` answered; None: missing.
+
+        For an object taken by `unlisted(key)` in this pass (a missing one's bytes are empty).
+        """
+        return self._seen.get(key)
+
     def _from_cache(self, ref: ObjectRef) -> bytes | None:
         """``ref``'s bytes from the disk cache (counted as a hit), or None."""
-        if self.cache is None:
+        if self.cache is None or ref.size < 0:
             return None
         data: bytes | None = self.cache.get(ref)
         if data is not None:

@@ -30,7 +30,7 @@ from zarr.storage import MemoryStore, StorePath
 
 from looptoolkit.stores import StoreArray
 from looptoolkit.stores._bucket import Bucket, bucket_of
-from looptoolkit.stores._remote import Counters, Fetcher, ObjectRef, Settings
+from looptoolkit.stores._remote import Counters, Fetcher, ObjectRef, Settings, unlisted
 
 _sync: Any
 _nd: Any
@@ -228,22 +228,27 @@ class RemoteZarr(ZarrArray):
         """List the array's objects (their sizes and versions): once per pass.
 
         Without a disk cache the LIST is sent and this returns: the first chunks
-        are fetched whole meanwhile (`Fetcher.prefetch_unlisted`), and a read
-        waits for the LIST and checks them against it. With a cache (whose
-        entries are named by version) the LIST is waited for here.
+        are fetched whole meanwhile (`Fetcher.prefetch_unlisted`); a read before
+        the LIST arrives takes them as their GETs answered, one after checks them
+        against it. With a cache (whose entries are named by version) the LIST is
+        waited for here.
         """
         fetcher = self._process()[0]
         prefix = f"{self._root}/" if self._root else ""
         self._refs = None
         if self.cache is not None:
             self._listing = None
-            self._listed(self.bucket.list(prefix))
+            self._listed(self._list(prefix))
             return
-        bucket = self.bucket
-        self._listing = fetcher.listing(lambda: bucket.list(prefix))
+        self._listing = fetcher.listing(lambda: self._list(prefix))
+
+    def _list(self, prefix: str) -> list[ObjectRef]:
+        """The objects under ``prefix``, the LIST's requests counted as it returns."""
+        refs = self.bucket.list(prefix)
+        self.counters.add(requests=max(1, -(-len(refs) // 1000)))
+        return refs
 
     def _listed(self, refs: list[ObjectRef]) -> dict[str, ObjectRef]:
-        self.counters.add(requests=max(1, -(-len(refs) // 1000)))
         self._refs = {ref.key: ref for ref in refs}
         return self._refs
 
@@ -301,13 +306,24 @@ class RemoteZarr(ZarrArray):
             self._proc[1].forget()
 
     def _serve(self, chunks: Any) -> tuple[zarr.Array, dict[str, Any]]:
+        """The decoding array with the objects of row chunks ``chunks`` in its store.
+
+        Before the pass's LIST arrives, each object is taken as its whole GET answered it
+        (one that is not there holds the fill value, as an unlisted one does); after, by
+        its listed size and version.
+        """
         fetcher, _, local, served = self._process()
-        refs = self.objects(chunks)
-        datas = fetcher.take(refs)
+        if self._listing_pending():
+            keys = self._keys(chunks)
+            datas = fetcher.take([unlisted(key) for key in keys])
+            found = [(k, d) for k, d in zip(keys, datas, strict=True) if fetcher.answered(k)]
+        else:
+            refs = self.objects(chunks)
+            found = list(zip([ref.key for ref in refs], fetcher.take(refs), strict=True))
         skip = len(self.bucket.key(f"{self._root}/" if self._root else ""))
         make = default_buffer_prototype().buffer.from_bytes
-        for ref, data in zip(refs, datas, strict=True):
-            served[ref.key[skip:]] = make(data)
+        for key, data in found:
+            served[key[skip:]] = make(data)
         return local, served
 
     def _chunks_of(self, starts: np.ndarray, stops: np.ndarray) -> list[int]:
