@@ -67,7 +67,7 @@ bucket-grouped | compare | bucket: Loader, grouped epoch from the bucket (no dis
 bucket-sequential | compare | bucket: Loader, sequential epoch from the bucket over the same on local disk | bucket:loader-s3-seq / bucket:floor-local-seq <= 1.5 |
 bucket-bytes | compare | bucket: bytes fetched over bytes used, the Loader's grouped epoch from the bucket | bucket:amp:loader-s3-grouped <= 1.2 |
 bucket-cache | compare | bucket: Loader, grouped epoch from a disk cache that holds the data over local disk | bucket:loader-s3-grp-e2 / bucket:floor-local-grp <= 1.1 |
-bucket-first-batch | compare | bucket: first batch of a grouped epoch over 3 request latencies plus a chunk of rows at the sequential epoch's rate | bucket:first:loader-s3-grouped / bucket:first-bound <= 1.0 |
+bucket-first-batch | compare | bucket: first batch of a grouped epoch over 3 request latencies plus the chunks of rows it needs at the sequential epoch's rate | bucket:first:loader-s3-grouped / bucket:first-bound <= 1.0 |
 bucket-vs-mosaic | compare | bucket: Loader's grouped epoch from the bucket over Mosaic streaming's first epoch (time; conversion apart) | bucket:loader-s3-grouped / bucket:mosaic-e1 < 1.0 |
 bucket-vs-litdata | compare | bucket: Loader's grouped epoch from the bucket over litdata's first epoch (time; conversion apart) | bucket:loader-s3-grouped / bucket:litdata-e1 < 1.0 |
 nested-torch-optree | transfer | to_device over optree.tree_map (nested, torch leaves) | torch:to_device / torch:optree <= 1.2 |
