@@ -26,8 +26,6 @@ import statistics
 import time
 from typing import Any
 
-import numpy as np
-
 from benchmarks.bucket_clients import write_reference
 
 
@@ -52,14 +50,10 @@ def main() -> None:
     args = parser.parse_args()
 
     from looptoolkit import Loader
-    from looptoolkit.bench.bucket_data import BucketData
+    from looptoolkit.bench.bucket_data import BucketData, bucket_rows
     from looptoolkit.stores import bucket
 
-    rng = np.random.default_rng(0)
-    data = {
-        "x": rng.standard_normal((args.rows, 64)).astype(np.float32),
-        "y": np.arange(args.rows, dtype=np.int64),
-    }
+    data = bucket_rows(args.rows)
     store = BucketData(data, latency_s=args.latency)
     times: dict[tuple[int, str], list[tuple[float, float]]] = {}
     orders = {"grouped": "grouped", "sequential": False}

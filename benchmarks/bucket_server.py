@@ -26,8 +26,6 @@ import statistics
 import time
 from typing import Any
 
-import numpy as np
-
 from benchmarks.bucket_clients import write_reference
 
 
@@ -64,13 +62,9 @@ def main() -> None:
     import obstore
     from obstore.store import S3Store
 
-    from looptoolkit.bench.bucket_data import BUCKET, BucketData
+    from looptoolkit.bench.bucket_data import BUCKET, BucketData, bucket_rows
 
-    rng = np.random.default_rng(0)
-    data = {
-        "x": rng.standard_normal((args.rows, 64)).astype(np.float32),
-        "y": np.arange(args.rows, dtype=np.int64),
-    }
+    data = bucket_rows(args.rows)
     bucket = BucketData(data, latency_s=0.0)
     rows: list[dict[str, Any]] = []
     try:

@@ -12,6 +12,7 @@ no latency, counters at zero) and ``bucket`` for a new bucket of one's own in it
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -36,6 +37,18 @@ def s3(local_s3: LocalS3) -> Iterator[LocalS3]:
     yield local_s3
     local_s3.faults.clear()  # a test that failed half-way leaves nothing behind
     local_s3.latency_s = 0.0
+
+
+@pytest.fixture
+def settled(s3: LocalS3) -> Iterator[None]:
+    """The test ends with no request left open at the proxy (a stalled one abandoned).
+
+    Use it for a module with ``pytestmark = pytest.mark.usefixtures("settled")``.
+    """
+    yield
+    end = time.monotonic() + 10
+    while s3.stats.snapshot()["in_flight"] and time.monotonic() < end:
+        time.sleep(0.05)
 
 
 @pytest.fixture

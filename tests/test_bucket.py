@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import multiprocessing
 import pickle
-import time
 from typing import Any
 
 import numpy as np
@@ -29,13 +28,7 @@ CHUNKS = -(-ROWS // CHUNK)
 CHUNK_BYTES = CHUNK * WIDTH * 4
 
 
-@pytest.fixture(autouse=True)
-def _settled(s3: Any) -> Any:
-    """Each test ends with no request left open at the proxy (a stalled one abandoned)."""
-    yield
-    end = time.monotonic() + 10
-    while s3.stats.snapshot()["in_flight"] and time.monotonic() < end:
-        time.sleep(0.05)
+pytestmark = pytest.mark.usefixtures("settled")  # no request left open after a test
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import pickle
-import time
 from typing import Any
 
 import numpy as np
@@ -29,13 +28,12 @@ BATCHES = ROWS // UNIT
 READ = ("x", "v", "e")
 
 
+pytestmark = pytest.mark.usefixtures("settled")  # no request left open after a test
+
+
 @pytest.fixture(autouse=True)
-def _settled(s3: Any) -> Any:
+def _fresh_indexes() -> None:
     _ipc_index._MEMORY.clear()  # each test builds its indexes (a process keeps them)
-    yield
-    end = time.monotonic() + 10
-    while s3.stats.snapshot()["in_flight"] and time.monotonic() < end:
-        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")

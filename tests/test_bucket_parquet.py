@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import pickle
-import time
 from typing import Any
 
 import numpy as np
@@ -29,12 +28,7 @@ ROWS, GROUP, BATCH = 12_000, 1000, 200
 GROUPS = -(-ROWS // GROUP)
 
 
-@pytest.fixture(autouse=True)
-def _settled(s3: Any) -> Any:
-    yield
-    end = time.monotonic() + 10
-    while s3.stats.snapshot()["in_flight"] and time.monotonic() < end:
-        time.sleep(0.05)
+pytestmark = pytest.mark.usefixtures("settled")  # no request left open after a test
 
 
 @pytest.fixture(scope="module")

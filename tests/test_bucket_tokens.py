@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import pickle
-import time
 from typing import Any
 
 import numpy as np
@@ -26,14 +25,13 @@ from looptoolkit.stores import bucket as in_bucket
 ROWS, BATCH, CHUNK_BYTES = 3000, 16, 32 << 10
 
 
+pytestmark = pytest.mark.usefixtures("settled")  # no request left open after a test
+
+
 @pytest.fixture(autouse=True)
-def _settled(s3: Any, monkeypatch: Any) -> Any:
+def _small_chunks(monkeypatch: Any) -> None:
     # Chunks of rows of about 32 KiB: a few dozen of them in the file.
     monkeypatch.setattr(stored_module, "REMOTE_CHUNK_BYTES", CHUNK_BYTES)
-    yield
-    end = time.monotonic() + 10
-    while s3.stats.snapshot()["in_flight"] and time.monotonic() < end:
-        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")

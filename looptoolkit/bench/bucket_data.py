@@ -31,7 +31,7 @@ import numpy as np
 
 from looptoolkit.bench.s3local import LocalS3
 
-__all__ = ["CHUNK", "LATENCY_S", "SHARD_BYTES", "BucketData", "litdata_rows"]
+__all__ = ["CHUNK", "LATENCY_S", "SHARD_BYTES", "BucketData", "bucket_rows", "litdata_rows"]
 
 CHUNK = 1024  # rows per zarr chunk (x: 256 KiB, y: 8 KiB a chunk)
 LATENCY_S = 0.020  # added to every request by the proxy: a distant bucket
@@ -55,6 +55,18 @@ def _quiet() -> Iterator[None]:
     """Swallow what a peer prints while it converts (progress bars, worker logs)."""
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         yield
+
+
+def bucket_rows(rows: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """The workload's kind of rows: ``{"x": float32 (rows, 64) normal, "y": int64 ids}``.
+
+    Examples:
+        >>> data = bucket_rows(10)
+        >>> data["x"].shape, data["x"].dtype.name, data["y"].tolist()[:3]
+        ((10, 64), 'float32', [0, 1, 2])
+    """
+    x = np.random.default_rng(seed).standard_normal((rows, 64)).astype(np.float32)
+    return {"x": x, "y": np.arange(rows, dtype=np.int64)}
 
 
 class BucketData:

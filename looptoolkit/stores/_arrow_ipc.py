@@ -203,10 +203,10 @@ def arrow_columns(
     settings: Settings,
     cache_of: Any,
 ) -> dict[str, StoreArray]:
-    """The columns of the Arrow IPC file or stream at ``url`` (``s3://bucket/key``) as store leaves.
+    """The columns of the Arrow IPC file or stream at ``url`` (a bucket's) as store leaves.
 
     Raises:
-        ValueError: not an s3:// URL; record batches of several lengths; a column not there.
+        ValueError: not a bucket's URL; record batches of several lengths; a column not there.
         TypeError: a column that is not numbers, booleans or fixed-length lists of them.
     """
     bucket, key = _url(url, storage_options)

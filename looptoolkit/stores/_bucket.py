@@ -29,7 +29,7 @@ from looptoolkit.stores._bucket_options import (
     gcs_options,
     s3_options,
 )
-from looptoolkit.stores._remote import Fatal, ObjectRef
+from looptoolkit.stores._remote import Fatal, ForkedAfterRead, ObjectRef
 
 __all__ = ["AzureBucket", "Bucket", "GCSBucket", "S3Bucket", "bucket_at", "bucket_of"]
 
@@ -45,7 +45,7 @@ def _check_fork() -> None:
     if _runtime_pid is None:
         _runtime_pid = pid
     elif _runtime_pid != pid:
-        raise RuntimeError(
+        raise ForkedAfterRead(
             "this process was forked after its parent read from a bucket, and obstore's "
             "runtime does not survive a fork; start worker processes with the 'spawn' or "
             "'forkserver' start method (`multiprocessing.get_context('spawn')`, "

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["Counters", "Fetcher", "ObjectRef", "RemoteReadError", "Settings", "event_loop"]
-__all__ += ["unlisted"]
+__all__ += ["ForkedAfterRead", "unlisted"]
 
 # Chosen from benchmarks/bucket_in_flight.py (the bucket workload's Loader epochs, 196
 # objects): with 20 ms a request, grouped epochs of 654 / 393 / 312 / 335 / 312 ms at
@@ -240,6 +240,10 @@ WholeRequest = Callable[[str], Awaitable["tuple[bytes, int, str] | None"]]
 def unlisted(key: str) -> ObjectRef:
     """The object ``key`` before its LIST arrives: fetched whole, size and version unknown."""
     return ObjectRef(key, -1)
+
+
+class ForkedAfterRead(RuntimeError):
+    """This process was forked after its parent's client started: raised as it is, not retried."""
 
 
 class Fatal(Exception):
@@ -480,6 +484,8 @@ class Fetcher:
                     data = await asyncio.wait_for(
                         self.request(ref.key, ref.start, ref.start + ref.size), deadline
                     )
+                except ForkedAfterRead:
+                    raise  # no retry mends it, and its message names the start methods
                 except Fatal as error:
                     raise RemoteReadError(
                         f"{self.where}{ref.key} could not be read: {error}"
