@@ -12,10 +12,13 @@ no latency, counters at zero) and ``bucket`` for a new bucket of one's own in it
 
 from __future__ import annotations
 
+import pickle
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
+import numpy as np
 import pytest
 
 from looptoolkit.bench.s3local import LocalS3
@@ -37,6 +40,25 @@ def s3(local_s3: LocalS3) -> Iterator[LocalS3]:
     yield local_s3
     local_s3.faults.clear()  # a test that failed half-way leaves nothing behind
     local_s3.latency_s = 0.0
+
+
+def resumed_epoch(data: Any, batch_size: int, epoch: int, keys: Any) -> dict[str, np.ndarray]:
+    """Epoch ``epoch`` of a grouped Loader over ``data``, stopped after a third of its batches
+    and resumed from its ``state_dict`` by a Loader over a pickled copy of ``data`` (a new
+    process's view): the rows of ``keys`` of every batch, in order.
+    """
+    from looptoolkit import Loader
+
+    loader = Loader(data, batch_size, shuffle="grouped")
+    loader.set_epoch(epoch)
+    iterator = iter(loader)
+    first = [next(iterator) for _ in range(len(loader) // 3)]
+    state = loader.state_dict()
+    del iterator
+    resumed = Loader(pickle.loads(pickle.dumps(data)), batch_size, shuffle="grouped")
+    resumed.load_state_dict(state)
+    rest = list(resumed)
+    return {k: np.concatenate([b[k] for b in first + rest]) for k in keys}
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ metadata, a stream's index built once, faults retried, resume, workers.
 from __future__ import annotations
 
 import itertools
-import pickle
 from typing import Any
 
 import numpy as np
@@ -18,6 +17,8 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("obstore")
 pytest.importorskip("moto")
+
+from s3_fixtures import resumed_epoch  # noqa: E402
 
 from looptoolkit import Loader  # noqa: E402
 from looptoolkit.stores import StoreArray, _ipc_index  # noqa: E402
@@ -198,17 +199,8 @@ def test_faults_are_retried_and_batches_stay_exact(s3, stored, columns, kind, ex
 def test_resume_gives_the_rest_exactly(s3, stored, columns):
     _, url, _ = stored
     opened = open_(s3, url)
-    loader = Loader(opened, BATCH, shuffle="grouped")
-    loader.set_epoch(2)
-    it = iter(loader)
-    first = [next(it) for _ in range(len(loader) // 3)]
-    state = loader.state_dict()
-    del it
-    resumed = Loader(pickle.loads(pickle.dumps(opened)), BATCH, shuffle="grouped")
-    resumed.load_state_dict(state)
-    rest = list(resumed)
-    got = {k: np.concatenate([b[k] for b in first + rest]) for k in READ}
-    assert equal(got, expected(columns, loader, 2))
+    got = resumed_epoch(opened, BATCH, 2, READ)
+    assert equal(got, expected(columns, Loader(opened, BATCH, shuffle="grouped"), 2))
 
 
 def test_a_batch_of_another_length_is_refused(s3, bucket, columns):

@@ -20,6 +20,8 @@ pq = pytest.importorskip("pyarrow.parquet")
 pytest.importorskip("obstore")
 pytest.importorskip("moto")
 
+from s3_fixtures import resumed_epoch  # noqa: E402
+
 from looptoolkit import Loader  # noqa: E402
 from looptoolkit.stores import bucket as in_bucket  # noqa: E402
 from looptoolkit.stores._remote import RemoteReadError  # noqa: E402
@@ -154,17 +156,8 @@ def test_faults_are_retried_and_batches_stay_exact(s3, stored, columns, kind, ex
 def test_resume_gives_the_rest_exactly(s3, stored, columns):
     _, url = stored
     data = open_(s3, url)
-    loader = Loader(data, BATCH, shuffle="grouped")
-    loader.set_epoch(2)
-    it = iter(loader)
-    first = [next(it) for _ in range(len(loader) // 3)]
-    state = loader.state_dict()
-    del it
-    resumed = Loader(pickle.loads(pickle.dumps(data)), BATCH, shuffle="grouped")
-    resumed.load_state_dict(state)
-    rest = list(resumed)
-    got = {k: np.concatenate([b[k] for b in first + rest]) for k in ("x", "v")}
-    assert equal(got, expected(columns, loader, 2))
+    got = resumed_epoch(data, BATCH, 2, ("x", "v"))
+    assert equal(got, expected(columns, Loader(data, BATCH, shuffle="grouped"), 2))
 
 
 def test_ranks_read_disjoint_row_groups(s3, stored, columns):
