@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import itertools
 import pickle
+import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -305,3 +307,34 @@ def test_a_column_between_those_read_is_not_fetched_and_each_range_once(
 
 def options(s3: Any) -> dict[str, Any]:
     return {"storage_options": s3.storage_options()}
+
+
+def test_a_pass_fetches_while_its_look_at_the_file_is_on_its_way(s3, stored, monkeypatch):
+    # Each pass looks at the file again (a HEAD: one rewritten since is refused); its row
+    # groups are fetched meanwhile, and nothing is decoded before the look has come back.
+    from looptoolkit.stores._parquet import _File
+
+    _, url = stored
+    data = open_(s3, url)
+    release, looked = threading.Event(), _File.relist
+
+    def held(self: Any) -> None:  # the look comes back only once released
+        release.wait(10)
+        looked(self)
+
+    monkeypatch.setattr(_File, "relist", held)
+    s3.reset_stats()
+    loader = Loader(data, BATCH, shuffle=False)
+    first: list[Any] = []
+    reader = threading.Thread(target=lambda: first.append(next(iter(loader))))
+    reader.start()
+    end = time.monotonic() + 5
+    while not s3.stats.snapshot()["range_requests"] and time.monotonic() < end:
+        time.sleep(0.01)
+    fetched_while_held = s3.stats.snapshot()["range_requests"]
+    time.sleep(0.5)  # time enough to decode and hand out a batch: none is, while held
+    assert not first
+    release.set()
+    reader.join(10)
+    assert fetched_while_held > 0
+    assert len(first) == 1 and len(first[0]["x"]) == BATCH

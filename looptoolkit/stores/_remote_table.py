@@ -136,7 +136,22 @@ class PerProcess:
     _proc: tuple[int, Fetcher, Counters] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_proc": None}
+        return {**self.__dict__, "_proc": None, "_looking": None}
+
+    _looking: Any = None  # the pass's look at the file(s), on its way (`start_looking`)
+
+    def start_looking(self) -> None:
+        """Send the pass's look at the file(s) (`relist`) and return.
+
+        The fetches go out meanwhile; a read waits for it (`looked`) before it decodes.
+        """
+        self._looking = self.process()[0].listing(self.relist)
+
+    def looked(self) -> None:
+        """Wait for the pass's look (raising what it raised: a file changed since)."""
+        looking = self._looking
+        if looking is not None:
+            looking.result()
 
     def process(self) -> tuple[Fetcher, Counters]:
         """This process's fetcher and counters (made anew after a fork)."""
@@ -307,7 +322,7 @@ class RemoteColumn(StoreArray):
         return self.file.process()[1]
 
     def start_pass(self) -> None:
-        self.file.relist()
+        self.file.start_looking()
 
     def _chunks_of(self, lo: np.ndarray, hi: np.ndarray) -> list[int]:
         """The file's chunks holding rows ``lo[i]`` to ``hi[i] - 1``, in order of first use."""
@@ -334,6 +349,7 @@ class RemoteColumn(StoreArray):
         self.file.kept.clear()
 
     def _groups(self, chunks: list[int]) -> dict[int, np.ndarray]:
+        self.file.looked()  # a file changed since is refused before anything is decoded
         pieces = self.file.kept.take(self.file, chunks, self.name, self.file.columns)
         return {c: self.file.decode(c, self.name, pieces[c]) for c in chunks}
 
